@@ -1,0 +1,150 @@
+"""Start the worker: ``python -m forj_py --root DIR``.
+
+Reads the token from ``FORJ_TOKEN`` (and removes it from the environment,
+so no command the worker runs inherits it), loads the configuration,
+opens the journal, listens on 127.0.0.1 and prints the port as the first
+line of stdout.  It serves until ``shutdown``, until its stdin closes, or
+until its parent dies: the worker never outlives the Emacs that started it.
+
+Exit codes: 0 after a clean stop, 2 when it cannot start (the reason is on
+stderr, one line per problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import __version__
+from .config import ConfigError, load
+from .journal import Journal, JournalError, default_state_dir
+from .registry import Registry
+from .server import ForjServer
+from .service import Worker
+from .tools import builtin_tools
+
+log = logging.getLogger("forj_py")
+
+PARENT_POLL_SECONDS = 0.5
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m forj_py", description=__doc__.splitlines()[0])
+    p.add_argument("--root", required=True, help="the project root every path is confined to")
+    p.add_argument("--config", help="the user's config file (default: $FORJ_CONFIG or XDG)")
+    p.add_argument("--state-dir", help="where the journal lives (default: $FORJ_STATE_DIR or XDG)")
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("FORJ_LOG_LEVEL", "WARNING"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )
+    p.add_argument("--version", action="version", version=f"forj worker {__version__}")
+    return p.parse_args(argv)
+
+
+def _fail(message: str) -> int:
+    print(f"forj worker: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    logging.getLogger("epc").setLevel(logging.CRITICAL)  # we log what matters ourselves
+    token = os.environ.pop("FORJ_TOKEN", "")
+    if not token:
+        return _fail("FORJ_TOKEN is not set; the worker will not serve without a token")
+    root = Path(args.root).expanduser()
+    if not root.is_dir():
+        return _fail(f"--root {args.root}: not a directory")
+    try:
+        loaded = load(root, args.config)
+    except ConfigError as exc:
+        return _fail(f"configuration error:\n{exc}")
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    try:
+        journal = Journal(state_dir / "journal.sqlite3")
+    except JournalError as exc:
+        return _fail(str(exc))
+    for warning in loaded.warnings:
+        log.warning("%s", warning)
+    worker = Worker(root, loaded, Registry(builtin_tools()), journal)
+    server = ForjServer(worker, token)
+    stop = server.stop
+    _watch_parent(stop)
+    _watch_stdin(stop)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: threading.Thread(target=stop, daemon=True).start())
+    sys.stdout.write(f"{server.port}\n")
+    sys.stdout.flush()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.stopping.set()
+        worker.cancel_all()
+        server.server_close()
+        journal.close()
+    return 0
+
+
+def _watch_parent(stop: Callable[[], None]) -> None:
+    """Stop when the parent dies: PR_SET_PDEATHSIG on Linux, polling everywhere."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def poll() -> None:
+        while True:
+            if os.getppid() != parent:
+                log.warning("parent %d is gone; stopping", parent)
+                stop()
+                return
+            time.sleep(PARENT_POLL_SECONDS)
+
+    threading.Thread(target=poll, name="forj-parent-watch", daemon=True).start()
+
+
+def _watch_stdin(stop: Callable[[], None]) -> None:
+    """Stop when stdin reaches end of file, if stdin is a pipe, socket or terminal.
+
+    Emacs holds the write end of the pipe; when Emacs goes, so does the pipe.
+    A stdin of /dev/null or a plain file would end at once, so it is not watched.
+    """
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(0)):
+        return
+
+    def watch() -> None:
+        try:
+            while os.read(0, 65536):
+                pass
+        except OSError:
+            pass
+        log.info("stdin closed; stopping")
+        stop()
+
+    threading.Thread(target=watch, name="forj-stdin-watch", daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""A small Python client for the worker, for scripts, tests and benchmarks.
+
+Emacs speaks to the worker with ``elisp/forj-epc.el``; this is the same
+protocol from Python, using the worker's own fast codec.  One reader thread
+routes replies to waiting calls (by uid) and events to a callback.  Any
+program can drive the worker with it::
+
+    with WorkerProcess(root) as proc, Client(proc.port) as c:
+        c.call("hello", {"token": proc.token})
+        plan = c.call("plan", {"calls": [...]})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from . import sexp
+from .sexp import Symbol
+
+
+class RemoteError(Exception):
+    """The worker answered with ``return-error`` (a JSON object) or ``epc-error``."""
+
+    def __init__(self, kind: str, payload: Any) -> None:
+        self.kind = kind
+        self.payload = payload
+        if isinstance(payload, str):
+            with contextlib.suppress(json.JSONDecodeError):
+                payload = json.loads(payload)
+        self.error = payload if isinstance(payload, dict) else {"message": str(payload)}
+        super().__init__(f"{kind}: {self.error.get('type', '')} {self.error.get('message', '')}")
+
+    @property
+    def type(self) -> str:
+        return str(self.error.get("type", self.kind))
+
+
+class ConnectionLost(Exception):
+    pass
+
+
+class Client:
+    def __init__(
+        self,
+        port: int,
+        host: str = "127.0.0.1",
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.settimeout(None)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._rfile = self.sock.makefile("rb")
+        self._uids = itertools.count(1)
+        self._pending: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._wlock = threading.Lock()
+        self.on_event = on_event
+        self.closed = threading.Event()
+        self._reader = threading.Thread(target=self._read_loop, name="forj-client", daemon=True)
+        self._reader.start()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self._reader.join(timeout=2)
+
+    def send_raw(self, data: bytes) -> None:
+        with self._wlock:
+            self.sock.sendall(data)
+
+    def call_async(self, method: str, body: Any) -> Future[Any]:
+        uid = next(self._uids)
+        fut: Future[Any] = Future()
+        with self._lock:
+            if self.closed.is_set():
+                fut.set_exception(ConnectionLost("connection closed"))
+                return fut
+            self._pending[uid] = fut
+        self.send_raw(sexp.frame([Symbol("call"), uid, Symbol(method), [json.dumps(body)]]))
+        return fut
+
+    def call(self, method: str, body: Any = None, timeout: float | None = 30.0) -> Any:
+        """Call ``method`` with ``body`` (JSON-able) and return its decoded JSON reply."""
+        reply = self.call_async(method, {} if body is None else body).result(timeout)
+        return json.loads(reply)
+
+    def _read_loop(self) -> None:
+        try:
+            while True:
+                head = self._rfile.read(6)
+                if len(head) < 6:
+                    break
+                data = self._rfile.read(sexp.parse_header(head))
+                msg = sexp.loads(data.decode("utf-8"))
+                kind, uid = str(msg[0]), msg[1]
+                if kind == "call":
+                    if str(msg[2]) == "event" and self.on_event is not None:
+                        self.on_event(json.loads(msg[3][0]))
+                    self.send_raw(sexp.frame([Symbol("return"), uid, []]))
+                    continue
+                with self._lock:
+                    fut = self._pending.pop(uid, None)
+                if fut is None:
+                    continue
+                if kind == "return":
+                    fut.set_result(msg[2])
+                else:
+                    fut.set_exception(RemoteError(kind, msg[2] if len(msg) > 2 else None))
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.closed.set()
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            for fut in pending.values():
+                fut.set_exception(ConnectionLost("the worker closed the connection"))
+
+
+class WorkerProcess:
+    """Start ``python -m forj_py`` for ``root`` with a fresh token; stop it on exit."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        config: str | Path | None = None,
+        state_dir: str | Path | None = None,
+        python: str = sys.executable,
+        env: dict[str, str] | None = None,
+        stdin: int | None = subprocess.PIPE,
+    ) -> None:
+        self.token = secrets.token_hex(16)
+        full_env = dict(os.environ if env is None else env)
+        full_env["FORJ_TOKEN"] = self.token
+        cmd = [python, "-m", "forj_py", "--root", str(root)]
+        if config is not None:
+            cmd += ["--config", str(config)]
+        if state_dir is not None:
+            cmd += ["--state-dir", str(state_dir)]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full_env,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.strip().isdigit():
+            _, err = self.proc.communicate(timeout=10)
+            raise RuntimeError(f"worker did not start: {err.decode(errors='replace')}")
+        self.port = int(line)
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self, timeout: float = 5.0) -> int:
+        if self.proc.poll() is None:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return int(self.proc.returncode)

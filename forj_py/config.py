@@ -1,0 +1,404 @@
+"""Configuration: the user's file and the project's file, validated into one model.
+
+Two TOML files feed the worker (seed 000 section 6):
+
+- the user's file (``$FORJ_CONFIG``, else ``$XDG_CONFIG_HOME/forj/config.toml``,
+  else ``~/.config/forj/config.toml``), which is the user's own word;
+- the project's ``.forj/config.toml``, which arrives with whatever repository
+  the user cloned and so is not trusted to loosen anything.
+
+A project file may *tighten* every safety setting but loosen none of them
+unless the user lists that project under ``[trust] projects``.  A loosening
+is dropped and reported as a warning (``hello`` carries it to Emacs), so a
+cloned repository cannot switch off the user's safety.  Settings that are
+not about safety (timeouts, size limits) the project may set freely.
+
+Bad keys and values are errors that name the file, the key and what is
+allowed; the worker refuses to start on them rather than guess.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .protocol import ToolsMode
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+PROJECT_CONFIG = Path(".forj") / "config.toml"
+MAX_CONFIG_BYTES = 1 << 20
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be used; the message says why and where."""
+
+
+class _Section(BaseModel):
+    # strict: TOML already has real booleans and numbers; "yes" is not true.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
+
+
+class SandboxConfig(_Section):
+    allowed_roots: list[str] = Field(default_factory=lambda: ["."], min_length=1)
+    denied_patterns: list[str] = Field(default_factory=list)
+    allow_absolute: bool = False
+    include_default_denies: bool = True
+
+
+class TimeoutsConfig(_Section):
+    default_seconds: float = Field(default=30, gt=0, le=86_400)
+    file_operations_seconds: float = Field(default=30, gt=0, le=86_400)
+    shell_commands_seconds: float = Field(default=300, gt=0, le=86_400)
+
+
+class OutputConfig(_Section):
+    max_bytes: int = Field(default=102_400, ge=1024, le=64 << 20)
+
+
+class EnvironmentConfig(_Section):
+    # Additive to the built-in denylist (CFG-ENV-01): the user can only add.
+    denylist: list[str] = Field(default_factory=list)
+
+
+class ApprovalConfig(_Section):
+    enabled: bool = True
+    mode: Literal["auto", "prompt", "deny"] = "prompt"
+    allowlist: list[str] = Field(default_factory=list)
+    denylist: list[str] = Field(default_factory=list)
+    prompt_side_effects: bool = True
+
+
+class ReadFileConfig(_Section):
+    max_file_read_bytes: int = Field(default=204_800, ge=1024, le=1 << 30)
+    max_scan_bytes: int = Field(default=2_097_152, ge=1024, le=1 << 34)
+
+
+class ToolsConfig(_Section):
+    mode: ToolsMode = Field(default=ToolsMode.ENABLED, strict=False)
+    allow_parallel: bool = Field(
+        default=False,
+        description="Accepted for compatibility; calls always run one at a time.",
+    )
+    max_tool_calls_per_batch: int = Field(default=8, ge=1, le=1000)
+    max_tool_iterations_per_user_turn: int = Field(default=4, ge=1, le=1000)
+    max_tool_args_bytes: int = Field(default=262_144, ge=1024, le=64 << 20)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    approval: ApprovalConfig = Field(default_factory=ApprovalConfig)
+    read_file: ReadFileConfig = Field(default_factory=ReadFileConfig)
+
+
+class TrustConfig(_Section):
+    # Project roots whose .forj/config.toml may loosen settings.  Only read
+    # from the user's file: a project cannot vouch for itself.
+    projects: list[str] = Field(default_factory=list)
+
+
+class Config(_Section):
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    trust: TrustConfig = Field(default_factory=TrustConfig)
+
+
+@dataclass
+class LoadedConfig:
+    config: Config
+    user_file: Path | None
+    project_file: Path | None
+    trusted: bool
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- locating and reading files ---------------------------------------------
+
+
+def user_config_path(explicit: str | None = None) -> Path:
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get("FORJ_CONFIG")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "forj" / "config.toml"
+
+
+def _read_toml(path: Path, text: str) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _format_validation(path: Path, exc: ValidationError, model: type[BaseModel]) -> str:
+    lines = [f"{path}: invalid configuration:"]
+    for err in exc.errors():
+        loc = [str(part) for part in err["loc"]]
+        key = ".".join(loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(model, loc[:-1])
+            lines.append(f"  {key}: unknown key; allowed here: {', '.join(allowed)}")
+            continue
+        got = err.get("input")
+        detail = err["msg"]
+        if err["type"] == "enum":
+            detail = "allowed values: " + ", ".join(m.value for m in ToolsMode)
+        lines.append(f"  {key}: got {got!r}; {detail}")
+    return "\n".join(lines)
+
+
+def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
+    current: Any = model
+    for part in loc:
+        info = current.model_fields.get(part)
+        if info is None or not isinstance(info.annotation, type):
+            return []
+        current = info.annotation
+    return sorted(current.model_fields)
+
+
+def _parse(path: Path, text: str) -> Config:
+    raw = _read_toml(path, text)
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(path, exc, Config)) from None
+
+
+def read_project_config_text(root: Path) -> str | None:
+    """Read ``.forj/config.toml`` without following symlinks out of the root.
+
+    The file comes with the repository; a symlink planted there must not make
+    the worker read (and echo in error messages) a file from elsewhere.
+    """
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    directory = getattr(os, "O_DIRECTORY", 0)
+    try:
+        root_fd = os.open(root, os.O_RDONLY | directory)
+    except OSError as exc:
+        raise ConfigError(f"{root}: cannot open the project root: {exc.strerror}") from None
+    try:
+        try:
+            dir_fd = os.open(".forj", os.O_RDONLY | directory | nofollow, dir_fd=root_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError(f"{root / '.forj'}: cannot open: {exc.strerror}") from None
+        try:
+            fd = os.open(
+                "config.toml", os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0), dir_fd=dir_fd
+            )
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError(
+                f"{root / PROJECT_CONFIG}: cannot open ({exc.strerror}); "
+                "it must be a regular file inside the project"
+            ) from None
+        finally:
+            os.close(dir_fd)
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(root_fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{root / PROJECT_CONFIG}: larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{root / PROJECT_CONFIG}: not UTF-8 text") from None
+
+
+def load(root: Path, user_file: str | None = None) -> LoadedConfig:
+    """Read, validate and merge the user's and the project's configuration."""
+    root = root.resolve()
+    upath = user_config_path(user_file)
+    user = Config()
+    used_user: Path | None = None
+    if upath.is_file():
+        try:
+            text = upath.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{upath}: cannot read: {exc}") from None
+        user = _parse(upath, text)
+        used_user = upath
+    elif user_file is not None:
+        raise ConfigError(f"{upath}: no such configuration file")
+
+    trusted = any(_same_dir(root, Path(p).expanduser()) for p in user.trust.projects)
+    ptext = read_project_config_text(root)
+    if ptext is None:
+        return LoadedConfig(user, used_user, None, trusted)
+    ppath = root / PROJECT_CONFIG
+    project = _parse(ppath, ptext)
+    warnings: list[str] = []
+    if "trust" in project.model_fields_set:
+        warnings.append(
+            f"{ppath}: [trust] is ignored here; only your own config file can trust a project"
+        )
+    merged = merge(user, project, root=root, trusted=trusted, source=str(ppath), warnings=warnings)
+    return LoadedConfig(merged, used_user, ppath, trusted, warnings)
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+# --- merging: a project may tighten, never loosen ------------------------------
+
+_TOOLS_MODE_ORDER = [ToolsMode.DISABLED, ToolsMode.PARSE_ONLY, ToolsMode.ENABLED]
+_APPROVAL_ORDER = ["deny", "prompt", "auto"]  # strictest first
+
+
+def _stricter_of(order: list[Any]) -> Callable[[Any, Any], tuple[Any, bool]]:
+    def rule(user: Any, project: Any) -> tuple[Any, bool]:
+        if order.index(project) <= order.index(user):
+            return project, True
+        return user, False
+
+    return rule
+
+
+def _bool_only_to(safe: bool) -> Callable[[Any, Any], tuple[Any, bool]]:
+    def rule(user: Any, project: Any) -> tuple[Any, bool]:
+        if project in (user, safe):
+            return project, True
+        return user, False
+
+    return rule
+
+
+def _union(user: Any, project: Any) -> tuple[Any, bool]:
+    return list(dict.fromkeys([*user, *project])), True
+
+
+def _subset(user: Any, project: Any) -> tuple[Any, bool]:
+    kept = [item for item in project if item in user]
+    return kept, len(kept) == len(project)
+
+
+# (section path, key) -> rule(user_value, project_value) -> (value, fully_accepted)
+_SAFETY_RULES: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
+    ("tools", "mode"): _stricter_of(_TOOLS_MODE_ORDER),
+    ("tools", "approval", "enabled"): _bool_only_to(False),
+    ("tools", "approval", "mode"): _stricter_of(_APPROVAL_ORDER),
+    ("tools", "approval", "allowlist"): _subset,
+    ("tools", "approval", "denylist"): _union,
+    ("tools", "approval", "prompt_side_effects"): _bool_only_to(True),
+    ("tools", "sandbox", "allow_absolute"): _bool_only_to(False),
+    ("tools", "sandbox", "denied_patterns"): _union,
+    ("tools", "sandbox", "include_default_denies"): _bool_only_to(True),
+    ("tools", "environment", "denylist"): _union,
+}
+_ROOTS_KEY = ("tools", "sandbox", "allowed_roots")
+
+
+def merge(
+    user: Config,
+    project: Config,
+    *,
+    root: Path,
+    trusted: bool,
+    source: str,
+    warnings: list[str],
+) -> Config:
+    """The effective configuration: ``user`` overlaid with what ``project`` may set."""
+    merged = user.model_copy(deep=True)
+    for path, value in _set_leaves(project):
+        if path[0] == "trust":
+            continue
+        user_value = _get(user, path)
+        if trusted or (path not in _SAFETY_RULES and path != _ROOTS_KEY):
+            _set(merged, path, value)
+            continue
+        if path == _ROOTS_KEY:
+            new, accepted = _narrow_roots(user_value, value, root)
+        else:
+            new, accepted = _SAFETY_RULES[path](user_value, value)
+        _set(merged, path, new)
+        if not accepted:
+            warnings.append(
+                f"{source}: {'.'.join(path)} = {_show(value)} would loosen your setting "
+                f"{_show(user_value)}; ignored. Add this project to [trust] projects in "
+                "your own config file to allow it."
+            )
+    return merged
+
+
+def _narrow_roots(user_roots: list[str], project_roots: list[str], root: Path) -> tuple[Any, bool]:
+    """Keep only the project's roots that lie inside one of the user's roots."""
+    bounds = [_resolve_root(root, r) for r in user_roots]
+    kept = [
+        r for r in project_roots if any(_inside(_resolve_root(root, r), bound) for bound in bounds)
+    ]
+    if not kept:
+        return user_roots, False
+    return kept, len(kept) == len(project_roots)
+
+
+def _resolve_root(root: Path, value: str) -> Path:
+    return (root / Path(value).expanduser()).resolve()
+
+
+def _inside(path: Path, bound: Path) -> bool:
+    return path == bound or bound in path.parents
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, ToolsMode):
+        value = value.value
+    if isinstance(value, str):
+        return repr(value)
+    return str(value).replace("True", "true").replace("False", "false")
+
+
+def _set_leaves(
+    model: BaseModel, prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], Any]]:
+    """Every leaf the file actually set (defaults are not 'set')."""
+    out: list[tuple[tuple[str, ...], Any]] = []
+    for name in model.model_fields_set:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            out.extend(_set_leaves(value, (*prefix, name)))
+        else:
+            out.append(((*prefix, name), value))
+    return sorted(out, key=lambda item: item[0])
+
+
+def _get(model: BaseModel, path: tuple[str, ...]) -> Any:
+    value: Any = model
+    for part in path:
+        value = getattr(value, part)
+    return value
+
+
+def _set(model: BaseModel, path: tuple[str, ...], value: Any) -> None:
+    target: Any = model
+    for part in path[:-1]:
+        target = getattr(target, part)
+    setattr(target, path[-1], value)
+
+
+def describe(loaded: LoadedConfig) -> dict[str, Any]:
+    """The effective configuration as JSON, for ``hello``."""
+    return {
+        "effective": loaded.config.model_dump(mode="json"),
+        "user_file": str(loaded.user_file) if loaded.user_file else None,
+        "project_file": str(loaded.project_file) if loaded.project_file else None,
+        "trusted": loaded.trusted,
+    }

@@ -1,0 +1,232 @@
+"""The executor: run a planned batch in call order, one result per call, always.
+
+Seed 000 section 3.6.  Calls run one at a time in the order the model wrote
+them; a failure does not stop the batch; every call gets exactly one result.
+Each call runs in its own thread so the executor can stop waiting for it:
+at its time limit (the tool's own, or a shorter ``meta.timeout``) the call
+ends in a timeout error and the batch goes on; on ``cancel`` the running
+call and every later one end as cancelled.  The abandoned thread is told to
+stop through ``ctx.cancel``; tools check it between steps and writing tools
+check it before they commit, so a call that timed out never lands late.
+
+Every result is sanitized and fitted to the output budget, then journaled
+before the next call starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import errors
+from .errors import ToolFailure
+from .journal import Journal
+from .output import fit_json, sanitize_value
+from .planner import PlannedCall, error_result
+from .protocol import Disposition, Event, ToolResult
+from .registry import Session, ToolContext
+from .sandbox import Sandbox
+
+log = logging.getLogger(__name__)
+
+# seed 000 FR-REG-04b: when the caller cannot say how much room is left in
+# the model's context, assume this much.
+DEFAULT_CAPACITY_BYTES = 64 * 1024
+
+EmitFn = Callable[[Event], None]
+
+
+@dataclass
+class Batch:
+    batch_id: str
+    mode: str
+    calls: list[PlannedCall]
+    state: str = "planned"  # planned | executing | done | cancelled
+    cancel: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)
+    current: ToolContext | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    def request_cancel(self) -> None:
+        with self.lock:
+            self.cancel.set()
+            if self.current is not None:
+                self.current.cancel.set()
+            self.wake.set()
+
+
+@dataclass
+class Runner:
+    sandbox: Sandbox
+    config: Any
+    session: Session
+    journal: Journal
+
+    def run(
+        self,
+        batch: Batch,
+        approved: set[str],
+        denied: dict[str, str],
+        capacity: int | None,
+        emit: EmitFn,
+    ) -> list[dict[str, Any]]:
+        limit = min(self.config.tools.output.max_bytes, capacity or DEFAULT_CAPACITY_BYTES)
+        self.journal.record_state(batch.batch_id, "executing")
+        for planned in batch.calls:
+            result = self._one(batch, planned, approved, denied, limit, emit)
+            self.journal.record_result(batch.batch_id, planned.seq, result)
+            batch.results.append(result)
+        batch.state = "cancelled" if batch.cancel.is_set() else "done"
+        self.journal.record_state(batch.batch_id, batch.state)
+        return batch.results
+
+    def _one(
+        self,
+        batch: Batch,
+        planned: PlannedCall,
+        approved: set[str],
+        denied: dict[str, str],
+        limit: int,
+        emit: EmitFn,
+    ) -> dict[str, Any]:
+        cid, name = planned.call_id, planned.name
+        if planned.disposition is Disposition.RESOLVED:
+            assert planned.result is not None
+            return _fit(planned.result, limit)
+        if batch.cancel.is_set():
+            return _fit(error_result(cid, name, errors.cancelled()), limit)
+        if planned.disposition is Disposition.CONFIRM:
+            if cid in denied:
+                return _fit(error_result(cid, name, errors.user_denied(denied[cid] or None)), limit)
+            if cid not in approved:
+                return _fit(error_result(cid, name, errors.user_denied(None)), limit)
+        elif planned.disposition is not Disposition.EXECUTE:
+            return _fit(
+                error_result(
+                    cid,
+                    name,
+                    errors.bad_args(
+                        "This call was planned for manual handling; it does not run",
+                        recovery=["Wait for the user to supply its result"],
+                    ),
+                ),
+                limit,
+            )
+        emit(Event(batch_id=batch.batch_id, call_id=cid, seq=planned.seq, kind="started"))
+        result = self._run_tool(batch, planned, limit, emit)
+        emit(
+            Event(
+                batch_id=batch.batch_id,
+                call_id=cid,
+                seq=planned.seq,
+                kind="finished",
+                ok=bool(result.get("ok")),
+            )
+        )
+        return result
+
+    def _run_tool(
+        self, batch: Batch, planned: PlannedCall, limit: int, emit: EmitFn
+    ) -> dict[str, Any]:
+        assert planned.tool is not None and planned.args is not None
+        tool, args = planned.tool, planned.args
+        cid = planned.call_id
+
+        def emit_chunk(kind: str, data: str) -> None:
+            if kind in ("stdout", "stderr"):
+                emit(
+                    Event(
+                        batch_id=batch.batch_id,
+                        call_id=cid,
+                        seq=planned.seq,
+                        kind=kind,  # type: ignore[arg-type]
+                        data=data,
+                    )
+                )
+
+        ctx = ToolContext(
+            sandbox=self.sandbox,
+            config=self.config,
+            session=self.session,
+            batch_id=batch.batch_id,
+            call_id=cid,
+            working_dir=planned.working_dir,
+            output_limit=limit,
+            emit=emit_chunk,
+        )
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                box["value"] = tool.execute(args, ctx)
+            except ToolFailure as failure:
+                box["failure"] = failure
+            except BaseException as exc:  # FR-EXE-04b: a crash is a result, not a dead worker
+                log.exception("tool %s crashed on call %s", tool.name, cid)
+                box["failure"] = errors.tool_crashed(tool.name, exc)
+            finally:
+                done.set()
+                batch.wake.set()
+
+        with batch.lock:
+            if batch.cancel.is_set():
+                return _fit(error_result(cid, tool.name, errors.cancelled()), limit)
+            batch.current = ctx
+            batch.wake.clear()
+        timeout = planned.timeout or tool.timeout(self.config)
+        started = time.monotonic()
+        thread = threading.Thread(target=target, name=f"forj-tool-{tool.name}-{cid}", daemon=True)
+        thread.start()
+        deadline = started + timeout
+        while not done.is_set() and not batch.cancel.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            batch.wake.wait(remaining)
+            batch.wake.clear()
+        with batch.lock:
+            batch.current = None
+        if not done.is_set():
+            ctx.cancel.set()  # tell the abandoned call to stop at its next check
+            if batch.cancel.is_set():
+                return _fit(error_result(cid, tool.name, errors.cancelled()), limit)
+            failure = errors.timed_out(tool.name, time.monotonic() - started, timeout)
+            return _fit(error_result(cid, tool.name, failure), limit)
+        if "failure" in box:
+            return _fit(error_result(cid, tool.name, box["failure"]), limit)
+        value = sanitize_value(box.get("value"))
+        wire = ToolResult(id=cid, name=tool.name, ok=True, result=value).wire()
+        if not ctx.allow_truncation:
+            return wire
+        return _fit(wire, limit)
+
+
+def _fit(wire: dict[str, Any], limit: int) -> dict[str, Any]:
+    """Fit a result object into ``limit`` bytes (FR-OUT-04), flagging any cut."""
+    # Leave room for the flag we may add.
+    fitted, cut = fit_json(wire, max(limit - 24, 64))
+    if not cut:
+        return wire
+    if isinstance(fitted, dict):
+        body = fitted.get("result")
+        if isinstance(body, dict):
+            body["truncated"] = True
+        return fitted
+    # The skeleton alone did not fit: say so instead of sending a broken object.
+    return {
+        "id": wire.get("id"),
+        "name": wire.get("name"),
+        "ok": False,
+        "error": {
+            "type": "validation-error",
+            "message": "The result did not fit into the output limit even when cut",
+            "details": {"kind": "ExecutionFailed", "limit": limit},
+            "recovery": ["Ask for less at once (a narrower range, fewer results)"],
+        },
+    }

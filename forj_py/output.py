@@ -1,0 +1,214 @@
+"""What every string leaving the worker goes through: sanitize, redact, truncate.
+
+Tool output is untrusted (seed 000 C-05): a file or a command can carry
+terminal escape sequences or bidi overrides that would make Emacs show
+something other than what the model reads.  :func:`sanitize` removes them.
+:func:`truncate_text` cuts a string to a byte budget with the marker
+*inside* the budget and never through a UTF-8 character (FR-OUT-04a);
+:func:`fit_json` applies that to a whole result object.  :func:`redact`
+blanks out things that look like credentials in summaries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+TRUNCATION_MARKER = "\n\n... [output truncated]"
+
+# ESC-introduced sequences, longest forms first:
+#  - CSI:  ESC [ params intermediates final
+#  - OSC, DCS, SOS, PM, APC: ESC ] / P / X / ^ / _ ... up to BEL or ST (ESC \);
+#    an unterminated one runs to the end of the string (it would swallow the
+#    rest of a terminal's output too, so dropping it is what a terminal does)
+#  - nF / Fp / Fe / Fs: ESC, intermediates 0x20-0x2F, one final byte 0x30-0x7E
+#  - a lone ESC
+# and their 8-bit C1 forms (CSI U+009B, OSC U+009D, DCS U+0090, SOS U+0098,
+# PM U+009E, APC U+009F), then every remaining C0 control but tab and
+# newline, DEL, every C1 control, and the bidi embeddings, overrides and
+# isolates (U+202A-U+202E, U+2066-U+2069).
+_CONTROL_RE = re.compile(
+    r"""
+      (?:\x1b\[|\x9b) [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]?
+    | (?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]) .*? (?:\x07|\x1b\\|\x9c|\Z)
+    | \x1b [\x20-\x2f]* [\x30-\x7e]?
+    | [\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+# Cheap pre-check: almost all text has none of these, and a search with this
+# class is several times faster than running the full alternation.
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_ANY_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def sanitize(text: str) -> str:
+    """Remove terminal controls and bidi overrides, keeping tab and newline.
+
+    Lone surrogates (which JSON can carry but UTF-8 cannot) become U+FFFD so
+    the result always encodes.
+    """
+    if _ANY_CONTROL_RE.search(text) is not None:
+        text = _CONTROL_RE.sub("", text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = _SURROGATE_RE.sub("\ufffd", text)
+    return text
+
+
+def sanitize_value(value: Any) -> Any:
+    """Sanitize every string (keys included) inside a JSON-like value."""
+    if isinstance(value, str):
+        return sanitize(value)
+    if isinstance(value, dict):
+        return {sanitize(str(k)): sanitize_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [sanitize_value(v) for v in value]
+    return value
+
+
+def truncate_text(text: str, max_bytes: int, marker: str = TRUNCATION_MARKER) -> str:
+    """Cut ``text`` so its UTF-8 form, marker included, is at most ``max_bytes``.
+
+    Never splits a character: the cut moves back to a character boundary.
+    When even the marker does not fit, a prefix of the marker is returned.
+    """
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    mark = marker.encode("utf-8")
+    if max_bytes <= len(mark):
+        return mark[: max(max_bytes, 0)].decode("utf-8", "ignore")
+    # errors="ignore" drops the partial character a byte cut may leave at the end.
+    body = data[: max_bytes - len(mark)].decode("utf-8", "ignore")
+    return body + marker
+
+
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON: how results are measured."""
+    return len(dumps(value).encode("utf-8"))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def fit_json(value: Any, max_bytes: int) -> tuple[Any, bool]:
+    """Shrink ``value`` until its JSON is at most ``max_bytes``.
+
+    Cuts the longest strings first (with the truncation marker), then the
+    longest lists.  Returns the fitted value and whether anything was cut.
+    A value that cannot be made to fit (its skeleton alone is too big)
+    comes back as a short string saying so; callers treat that as an error.
+    """
+    size = json_size(value)
+    if size <= max_bytes:
+        return value, False
+    value = _copy(value)
+    for _ in range(64):
+        excess = size - max_bytes
+        if excess <= 0:
+            return value, True
+        if not _cut_longest(value, excess):
+            break
+        size = json_size(value)
+    if size <= max_bytes:
+        return value, True
+    # Nothing left to cut: the skeleton itself is too big for the budget.
+    note = "[output truncated]"[: max(max_bytes - 2, 0)]
+    return note, True
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _cut_longest(root: Any, excess: int) -> bool:
+    """Cut the single biggest string or list in ``root`` by about ``excess`` bytes."""
+    best: tuple[int, Any, Any, str] | None = None  # (size, container, key, "str"|"list")
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            if isinstance(child, str):
+                n = json_size(child)
+                if n > len(TRUNCATION_MARKER) + 8 and (best is None or n > best[0]):
+                    best = (n, node, key, "str")
+            elif isinstance(child, (dict, list)):
+                if isinstance(child, list) and len(child) > 1:
+                    n = json_size(child)
+                    if best is None or n > best[0]:
+                        best = (n, node, key, "list")
+                stack.append(child)
+    if best is None:
+        return False
+    n, container, key, what = best
+    if what == "str":
+        text = container[key]
+        # JSON escaping can make the encoded string longer than its UTF-8
+        # bytes; scale the cut by that ratio so one pass usually suffices.
+        raw = len(text.encode("utf-8")) or 1
+        ratio = n / raw
+        target = max(int((n - excess) / ratio) - 2, 0)
+        cut = truncate_text(text, target)
+        if cut == text:
+            return False
+        container[key] = cut
+        return True
+    items = container[key]
+    keep = max(1, int(len(items) * max(n - excess, 0) / n))
+    if keep >= len(items):
+        keep = len(items) - 1
+    container[key] = items[:keep]
+    return True
+
+
+# --- secrets in summaries -------------------------------------------------------
+
+_SECRET_PATTERNS = [
+    # key=value / key: value where the key names a secret
+    re.compile(
+        r"(?i)((?:api[_-]?key|secret|token|passw(?:or)?d|pwd|auth(?!orization)|credential|private[_-]?key)"
+        r"[\w.-]*\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
+    ),
+    re.compile(r"(?i)(authorization:\s*(?:bearer|basic|token)\s+)\S+"),
+    re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    # well-known credential shapes
+    re.compile(r"()\bAKIA[0-9A-Z]{16}\b"),
+    re.compile(r"()\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"),
+    re.compile(r"()\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"()\bxox[abprs]-[A-Za-z0-9-]{10,}"),
+    re.compile(r"()\bAIza[0-9A-Za-z_-]{30,}"),
+    re.compile(
+        r"()-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"
+    ),
+    # user:password@ in URLs
+    re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+(?=@)"),
+]
+
+REDACTED = "[REDACTED]"
+
+
+def redact(text: str, extra_values: list[str] | None = None) -> str:
+    """Replace credential-looking substrings (and any ``extra_values``) with a marker."""
+    for value in extra_values or []:
+        if len(value) >= 4:
+            text = text.replace(value, REDACTED)
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
+    return text
+
+
+def short_summary(text: str, limit: int = 200) -> str:
+    """One line, redacted, sanitized, at most ``limit`` characters with an ellipsis."""
+    text = sanitize(redact(text)).replace("\n", " ").replace("\t", " ")
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"

@@ -1,0 +1,311 @@
+"""The planner: one disposition for every call of a batch, before anything runs.
+
+Per call, in this order (seed 000 sections 2.6, 2.7, 3.4; the first that
+applies wins):
+
+ 1. tools mode ``disabled``, or policy ``enabled = false``  → resolved
+ 2. a call object that is not ``{id, name, args?, meta?}`` → resolved
+ 3. the tool is denylisted                                  → resolved
+ 4. the tool is unknown                                     → resolved
+ 5. the call id repeats an earlier one in the batch         → resolved
+ 6. limits: calls per batch, argument bytes                 → resolved
+ 7. JSON Schema validation of ``args``                      → resolved
+ 8. typed parse into the tool's ``Args`` model              → resolved
+ 9. sandbox preflight of ``meta.cwd`` and every path arg    → resolved
+10. policy: mode, allowlist, ``prompt_side_effects``        → execute / confirm / resolved
+11. the tool's own ``requires_approval``                    → confirm
+
+Failures become ready error results and never prompt.  A confirm item
+carries its summary, risk and (where the tool can make one) a preview.
+In ``parse_only`` mode a valid call gets ``manual`` instead: nothing runs
+it and the user supplies its result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from . import errors, policy
+from .config import Config
+from .errors import ToolFailure
+from .output import sanitize, sanitize_value, short_summary
+from .protocol import (
+    DenialReason,
+    Disposition,
+    PlanItem,
+    RiskLevel,
+    ToolCall,
+    ToolResult,
+    ToolsMode,
+)
+from .registry import Registry, Session, Tool, ToolContext, format_schema_errors
+from .sandbox import Sandbox
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlannedCall:
+    seq: int
+    call_id: str
+    name: str
+    raw: Any
+    disposition: Disposition
+    summary: str
+    risk: RiskLevel
+    tool: Tool[Any] | None = None
+    args: BaseModel | None = None
+    working_dir: str = ""
+    timeout: float | None = None
+    preview: str | None = None
+    result: dict[str, Any] | None = None  # the ready result of a resolved call
+
+    def item(self) -> PlanItem:
+        return PlanItem(
+            id=self.call_id,
+            name=self.name,
+            disposition=self.disposition,
+            summary=self.summary,
+            risk=self.risk,
+            preview=self.preview,
+            result=self.result,
+        )
+
+
+@dataclass
+class PlanContext:
+    registry: Registry
+    config: Config
+    sandbox: Sandbox
+    session: Session
+    batch_id: str
+    output_limit: int
+    seen_ids: set[str] = field(default_factory=set)
+
+
+def error_result(call_id: str, name: str, failure: ToolFailure) -> dict[str, Any]:
+    # Messages quote what the model sent (paths, names): sanitize like any output.
+    wire: dict[str, Any] = sanitize_value(
+        ToolResult(id=call_id, name=name, ok=False, error=failure.error).wire()
+    )
+    return wire
+
+
+def identify(seq: int, raw: Any) -> tuple[str, str]:
+    """The id and name to answer a call with, even when the call is malformed."""
+    call_id = f"#{seq + 1}"
+    name = ""
+    if isinstance(raw, dict):
+        if isinstance(raw.get("id"), str) and raw["id"]:
+            call_id = sanitize(raw["id"][:256])
+        if isinstance(raw.get("name"), str):
+            name = sanitize(raw["name"][:128])
+    return call_id, name
+
+
+def plan_batch(pc: PlanContext, mode: ToolsMode, raw_calls: list[Any]) -> list[PlannedCall]:
+    return [plan_call(pc, mode, seq, raw) for seq, raw in enumerate(raw_calls)]
+
+
+def plan_call(pc: PlanContext, mode: ToolsMode, seq: int, raw: Any) -> PlannedCall:
+    call_id, name = identify(seq, raw)
+    planned = PlannedCall(
+        seq=seq,
+        call_id=call_id,
+        name=name,
+        raw=raw,
+        disposition=Disposition.RESOLVED,
+        summary=_raw_summary(name, raw),
+        risk=RiskLevel.LOW,
+    )
+    try:
+        _plan(pc, mode, planned)
+    except ToolFailure as failure:
+        planned.disposition = Disposition.RESOLVED
+        planned.preview = None
+        planned.result = error_result(call_id, name, failure)
+    except Exception as exc:  # a bug in a tool's summary/preview must not sink the batch
+        log.exception("planning %s failed", name)
+        planned.disposition = Disposition.RESOLVED
+        planned.preview = None
+        planned.result = error_result(call_id, name, errors.tool_crashed(name or "tool", exc))
+    return planned
+
+
+def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall) -> None:
+    approval = pc.config.tools.approval
+    # 1. global switches
+    if mode is ToolsMode.DISABLED:
+        raise errors.denied_by_policy(
+            "Tools are disabled in this conversation; no tool call can run",
+            DenialReason.DISABLED,
+        )
+    failure = policy.globally_disabled(approval)
+    if failure:
+        raise failure
+    # 2. the call object itself
+    call = _parse_call(planned.raw)
+    # 3. denylist, 4. unknown tool
+    failure = policy.denylisted(approval, call.name)
+    if failure:
+        raise failure
+    entry = pc.registry.get(call.name)
+    if entry is None:
+        raise errors.unknown_tool(call.name, pc.registry.names())
+    tool = entry.tool
+    planned.tool = tool
+    # 5. duplicate ids: the first call with an id runs, later ones do not.
+    if call.id in pc.seen_ids:
+        raise errors.duplicate_call_id(call.id)
+    pc.seen_ids.add(call.id)
+    # 6. limits
+    limits = pc.config.tools
+    if planned.seq >= limits.max_tool_calls_per_batch:
+        raise errors.limits_exceeded(
+            f"Too many tool calls in one message: at most {limits.max_tool_calls_per_batch} "
+            f"run; this is call {planned.seq + 1}",
+            [
+                "Wait for these results, then make the remaining calls in your next message",
+            ],
+            limit=limits.max_tool_calls_per_batch,
+        )
+    args_bytes = len(json.dumps(call.args, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if args_bytes > limits.max_tool_args_bytes:
+        raise errors.limits_exceeded(
+            f"Arguments are {args_bytes} bytes, over the {limits.max_tool_args_bytes}-byte limit",
+            ["Split the work into several smaller calls"],
+            size=args_bytes,
+            limit=limits.max_tool_args_bytes,
+        )
+    # 7. schema, 8. typed parse.  A null argument counts as omitted: models
+    # often spell "not given" that way.
+    raw_args = {k: v for k, v in call.args.items() if v is not None}
+    where = _lone_surrogate(raw_args, "args")
+    if where is not None:
+        raise errors.bad_args(
+            f"{where} is not valid Unicode text (it holds an unpaired surrogate escape)",
+            recovery=["Send text as plain UTF-8; copy paths exactly as list_files printed them"],
+        )
+    problems = format_schema_errors(entry.validator, raw_args)
+    if problems:
+        raise errors.bad_args(
+            f"Invalid arguments for {call.name}: " + "; ".join(problems[:5]),
+            problems=problems[:20],
+        )
+    try:
+        args = tool.parse(raw_args)
+    except ValidationError as exc:
+        messages = [_pydantic_message(e) for e in exc.errors()]
+        raise errors.bad_args(
+            f"Invalid arguments for {call.name}: " + "; ".join(messages[:5]),
+            problems=messages[:20],
+        ) from None
+    planned.args = args
+    planned.summary = short_summary(tool.summary(args))
+    planned.risk = tool.risk(args)
+    # 9. sandbox preflight
+    cwd = pc.sandbox.resolve(call.meta.cwd)
+    if not cwd.exists or not _is_dir(cwd.canonical):
+        raise errors.bad_args(
+            f"meta.cwd {call.meta.cwd!r} is not a directory inside the project",
+            recovery=["Use '.' (the project root) or one of its subdirectories as meta.cwd"],
+        )
+    planned.working_dir = cwd.canonical
+    for path in tool.paths(args):
+        pc.sandbox.resolve(path, planned.working_dir)
+    limit = tool.timeout(pc.config)
+    planned.timeout = min(call.meta.timeout, limit) if call.meta.timeout else limit
+    if mode is ToolsMode.PARSE_ONLY:
+        planned.disposition = Disposition.MANUAL
+        return
+    # 10. policy, 11. tool-level approval
+    outcome = policy.decide(approval, tool)
+    if isinstance(outcome, ToolFailure):
+        raise outcome
+    if outcome is policy.Outcome.CONFIRM:
+        planned.disposition = Disposition.CONFIRM
+        planned.preview = tool.preview(args, _preview_context(pc, planned))
+    else:
+        planned.disposition = Disposition.EXECUTE
+
+
+def _lone_surrogate(value: Any, where: str) -> str | None:
+    """Where in ``value`` a string holds a lone surrogate, if anywhere."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        label = f"{where}[{key!r}]" if isinstance(key, str) else f"{where}[{key}]"
+        found = _lone_surrogate(key, label) if isinstance(key, str) else None
+        found = found or _lone_surrogate(item, label)
+        if found:
+            return found
+    return None
+
+
+def _is_dir(path: str) -> bool:
+    return os.path.isdir(path)
+
+
+def _parse_call(raw: Any) -> ToolCall:
+    if not isinstance(raw, dict):
+        raise errors.bad_args(
+            f"A tool call must be a JSON object, not {type(raw).__name__}",
+            recovery=['Write each call as {"id": "...", "name": "...", "args": {...}}'],
+        )
+    try:
+        return ToolCall.model_validate(raw)
+    except ValidationError as exc:
+        messages = [_pydantic_message(e, prefix="") for e in exc.errors()]
+        raise errors.bad_args(
+            "Malformed tool call: " + "; ".join(messages[:5]),
+            recovery=[
+                'Write each call as {"id": "...", "name": "...", "args": {...}}',
+                "id and name are required strings; args must be an object",
+            ],
+        ) from None
+
+
+def _pydantic_message(err: Any, prefix: str = "args") -> str:
+    loc = "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]" for p in err["loc"])
+    where = (prefix + loc) or "call"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{where}: {msg}" if loc or prefix else msg
+
+
+def _raw_summary(name: str, raw: Any) -> str:
+    args = raw.get("args") if isinstance(raw, dict) else raw
+    try:
+        text = json.dumps(args, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(args)
+    return short_summary(f"{name or '(no name)'} {text}")
+
+
+def _preview_context(pc: PlanContext, planned: PlannedCall) -> ToolContext:
+    return ToolContext(
+        sandbox=pc.sandbox,
+        config=pc.config,
+        session=pc.session,
+        batch_id=pc.batch_id,
+        call_id=planned.call_id,
+        working_dir=planned.working_dir,
+        output_limit=pc.output_limit,
+        cancel=threading.Event(),
+    )

@@ -1,0 +1,64 @@
+"""The approval policy: may a call run, must a human confirm it, or is it denied?
+
+Seed 000 FR-APR-04 and its precedence (FR-APR-05), for one valid call of a
+known tool.  Validation, limits and the sandbox come before this (the
+planner); what is decided here is only the user's standing policy and the
+tool's own demand for approval.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from . import errors
+from .config import ApprovalConfig
+from .errors import ToolFailure
+from .protocol import DenialReason
+from .registry import Tool
+
+
+class Outcome(str, Enum):
+    EXECUTE = "execute"
+    CONFIRM = "confirm"
+
+
+def globally_disabled(policy: ApprovalConfig) -> ToolFailure | None:
+    """FR-APR-04a: ``enabled = false`` resolves every call as an error."""
+    if policy.enabled:
+        return None
+    return errors.denied_by_policy("Tool execution disabled by policy", DenialReason.DISABLED)
+
+
+def denylisted(policy: ApprovalConfig, name: str) -> ToolFailure | None:
+    """FR-APR-04b: the denylist denies whatever the mode."""
+    if name not in policy.denylist:
+        return None
+    return errors.denied_by_policy(
+        f"The tool {name!r} is denylisted by the user's configuration",
+        DenialReason.DENYLISTED,
+        tool=name,
+    )
+
+
+def decide(policy: ApprovalConfig, tool: Tool[Any]) -> Outcome | ToolFailure:
+    """Mode and allowlist (FR-APR-04c/d), then the tool's own flag (FR-APR-04e)."""
+    allowlisted = tool.name in policy.allowlist
+    if policy.mode == "deny" and not allowlisted:
+        return errors.denied_by_policy(
+            f"Approval mode is 'deny' and {tool.name!r} is not in the allowlist",
+            DenialReason.NOT_ALLOWLISTED,
+            tool=tool.name,
+        )
+    outcome = Outcome.EXECUTE
+    if (
+        policy.mode == "prompt"
+        and policy.prompt_side_effects
+        and tool.side_effecting
+        and not allowlisted
+    ):
+        outcome = Outcome.CONFIRM
+    # A tool that demands approval gets it asked for in every mode.
+    if tool.requires_approval:
+        outcome = Outcome.CONFIRM
+    return outcome

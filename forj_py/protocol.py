@@ -1,0 +1,206 @@
+"""The shapes that cross the EPC seam, as pydantic models.
+
+Everything here is data: the tool-call and tool-result objects of the
+fenced-block protocol (seed 001 section 3), the planner's dispositions, and
+the request/response bodies of each worker method.  Nothing here does I/O.
+
+Tool-call objects arrive from a language model, so they are parsed
+leniently (unknown fields ignored, as seed 001 asks) and a broken one turns
+into an error result instead of failing its whole batch; the method request
+bodies come from our own Emacs client and are parsed strictly.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 1
+
+
+class ErrorType(str, Enum):
+    """The fixed set of ``error.type`` values a tool result can carry.
+
+    The first three are seed 001's; the rest split out cases a model should
+    react to differently (read the file again, ask the user, wait).
+    """
+
+    VALIDATION = "validation-error"  # bad arguments, unknown tool, path outside the root
+    FILE = "file-error"  # the file system said no
+    PROCESS = "process-error"  # a command failed or could not start
+    PERMISSION = "permission-error"  # policy or the user denied the call
+    TIMEOUT = "timeout-error"  # the call ran past its time limit
+    CANCELLED = "cancelled"  # the user cancelled the batch
+    STALE_FILE = "stale-file"  # the file changed since the model last read it
+    INTERNAL = "internal-error"  # a bug in forj; the message says what broke
+
+
+class ErrorKind(str, Enum):
+    """Seed 000's error kinds, carried as ``error.details.kind``."""
+
+    BAD_ARGS = "BadArgs"
+    TIMEOUT = "Timeout"
+    SANDBOX_VIOLATION = "SandboxViolation"
+    EXECUTION_FAILED = "ExecutionFailed"
+    CANCELLED = "Cancelled"
+    UNKNOWN_TOOL = "UnknownTool"
+    DUPLICATE_TOOL = "DuplicateTool"
+    DUPLICATE_TOOL_CALL_ID = "DuplicateToolCallId"
+    PATCH_FAILED = "PatchFailed"
+    STALE_FILE = "StaleFile"
+    # forj's own additions: a human said no, or the batch mode forbids running.
+    USER_DENIED = "UserDenied"
+
+
+class DenialReason(str, Enum):
+    """Seed 000's ``DenialReason``, carried as ``error.details.reason``."""
+
+    DENYLISTED = "Denylisted"
+    DISABLED = "Disabled"
+    PATH_OUTSIDE_SANDBOX = "PathOutsideSandbox"
+    DENIED_PATTERN_MATCHED = "DeniedPatternMatched"
+    LIMITS_EXCEEDED = "LimitsExceeded"
+    NOT_ALLOWLISTED = "NotAllowlisted"
+
+
+class RiskLevel(str, Enum):
+    LOW = "low"  # reads only
+    MEDIUM = "medium"  # edits files
+    HIGH = "high"  # runs commands or destroys data
+
+
+class Disposition(str, Enum):
+    EXECUTE = "execute"
+    CONFIRM = "confirm"
+    RESOLVED = "resolved"
+    # Only in parse_only mode: the call is valid, nothing will run it, and the
+    # user is expected to supply its result by hand (seed 000 FR-MODE-02).
+    MANUAL = "manual"
+
+
+class ToolsMode(str, Enum):
+    DISABLED = "disabled"
+    PARSE_ONLY = "parse_only"
+    ENABLED = "enabled"
+
+
+# --- tool calls and results (seed 001 section 3) -----------------------------
+
+
+class CallMeta(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    cwd: str = "."
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class ToolCall(BaseModel):
+    """One call as the model wrote it: ``{id, name, args, meta}``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(min_length=1, max_length=256)
+    name: str = Field(min_length=1, max_length=128)
+    args: dict[str, Any] = Field(default_factory=dict)
+    meta: CallMeta = Field(default_factory=CallMeta)
+
+
+class ToolError(BaseModel):
+    type: ErrorType
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+    recovery: list[str] = Field(min_length=1)
+
+
+class ToolResult(BaseModel):
+    """``{id, name, ok, result}`` or ``{id, name, ok: false, error}``."""
+
+    id: str
+    name: str
+    ok: bool
+    result: Any = None
+    error: ToolError | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON object the model reads, with only the fields that apply."""
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "ok": self.ok}
+        if self.ok:
+            out["result"] = self.result
+        else:
+            assert self.error is not None
+            out["error"] = self.error.model_dump(mode="json")
+        return out
+
+
+# --- worker method bodies (docs/protocol.md) ---------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClientInfo(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = "unknown"
+    version: str = "unknown"
+
+
+class HelloRequest(_Strict):
+    token: str
+    client: ClientInfo = Field(default_factory=ClientInfo)
+
+
+class PlanRequest(_Strict):
+    mode: ToolsMode = ToolsMode.ENABLED
+    # Raw objects: each is parsed on its own so one bad call cannot sink the batch.
+    calls: list[Any] = Field(max_length=10_000)
+
+
+class PlanItem(BaseModel):
+    id: str
+    name: str
+    disposition: Disposition
+    summary: str
+    risk: RiskLevel
+    preview: str | None = None
+    result: dict[str, Any] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class ExecuteRequest(_Strict):
+    batch_id: str
+    approved: list[str] = Field(default_factory=list)
+    denied: dict[str, str] = Field(default_factory=dict)
+    # What the caller can still fit into the model's context, in bytes
+    # (seed 000 FR-REG-04b).  Absent means "unknown": a conservative cap applies.
+    capacity_bytes: int | None = Field(default=None, ge=64)
+
+
+class CancelRequest(_Strict):
+    batch_id: str
+
+
+class EmptyRequest(_Strict):
+    pass
+
+
+EventKind = Literal["started", "stdout", "stderr", "finished"]
+
+
+class Event(BaseModel):
+    """A streamed notice from the worker to Emacs; for display only."""
+
+    batch_id: str
+    call_id: str
+    seq: int
+    kind: EventKind
+    data: str | None = None
+    ok: bool | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,200 @@
+"""Tools, their contexts, and the registry that holds them.
+
+A tool is a class: a pydantic ``Args`` model (the only parse boundary; its
+JSON Schema is what the model sees), a few flags, ``summary`` (pure, no
+I/O), optional ``preview`` (a dry run for the approval view) and
+``execute``.  Adding a tool is one module and one line in
+:func:`forj_py.tools.builtin_tools`.
+
+Schemas are generated once, when the registry is built: pydantic emits
+Draft 2020-12; we inline ``$ref``s and drop ``title`` noise so every
+provider's function-calling dialect can take them as they are.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar, cast
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from pydantic import BaseModel
+
+from . import errors
+from .config import Config
+from .protocol import RiskLevel
+from .sandbox import Sandbox
+
+A = TypeVar("A", bound=BaseModel)
+
+
+class DuplicateToolError(ValueError):
+    """Two tools registered under one name (seed 000 ``DuplicateTool``)."""
+
+
+@dataclass
+class Session:
+    """What the worker remembers across calls for one conversation.
+
+    ``file_reads`` maps a canonical path to the SHA-256 of the content the
+    model last read there (the stale-file rule of the writing tools).
+    """
+
+    file_reads: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record_read(self, canonical: str, sha256: str) -> None:
+        with self.lock:
+            self.file_reads[canonical] = sha256
+
+
+@dataclass
+class ToolContext:
+    """Built fresh for every call (seed 000 FR-REG-04a)."""
+
+    sandbox: Sandbox
+    config: Config
+    session: Session
+    batch_id: str
+    call_id: str
+    working_dir: str
+    # min(configured max output, caller's remaining capacity): FR-OUT-04.
+    output_limit: int
+    cancel: threading.Event = field(default_factory=threading.Event)
+    # A tool that limits its own output (binary reads) turns this off.
+    allow_truncation: bool = True
+    emit: Callable[[str, str], None] = field(default=lambda kind, data: None)
+
+    def check_cancelled(self) -> None:
+        """Long-running tools call this between steps."""
+        if self.cancel.is_set():
+            raise errors.cancelled()
+
+
+class Tool(ABC, Generic[A]):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Args: ClassVar[type[BaseModel]]
+    side_effecting: ClassVar[bool] = False
+    requires_approval: ClassVar[bool] = False
+    # Which [tools.timeouts] entry applies: "file", "shell" or "default".
+    timeout_kind: ClassVar[str] = "default"
+
+    def risk(self, args: A) -> RiskLevel:
+        return RiskLevel.MEDIUM if self.side_effecting else RiskLevel.LOW
+
+    def parse(self, raw: dict[str, Any]) -> A:
+        return cast(A, self.Args.model_validate(raw, strict=True))
+
+    @abstractmethod
+    def summary(self, args: A) -> str:
+        """One line for the approval view; no I/O, secrets redacted by the caller."""
+
+    def paths(self, args: A) -> list[str]:
+        """Path arguments to check in the sandbox at planning time."""
+        return []
+
+    def preview(self, args: A, ctx: ToolContext) -> str | None:
+        """What the call would do, without doing it (a diff for edits)."""
+        return None
+
+    @abstractmethod
+    def execute(self, args: A, ctx: ToolContext) -> Any:
+        """Do the work; return a JSON-able result or raise :class:`ToolFailure`."""
+
+    def timeout(self, config: Config) -> float:
+        t = config.tools.timeouts
+        return {
+            "file": t.file_operations_seconds,
+            "shell": t.shell_commands_seconds,
+        }.get(self.timeout_kind, t.default_seconds)
+
+
+@dataclass(frozen=True)
+class Entry:
+    tool: Tool[Any]
+    definition: dict[str, Any]
+    validator: Draft202012Validator
+
+
+class Registry:
+    def __init__(self, tools: list[Tool[Any]] | None = None) -> None:
+        self._entries: dict[str, Entry] = {}
+        for tool in tools or []:
+            self.register(tool)
+
+    def register(self, tool: Tool[Any]) -> None:
+        if tool.name in self._entries:
+            raise DuplicateToolError(f"tool {tool.name!r} is registered twice")
+        schema = clean_schema(tool.Args.model_json_schema())
+        Draft202012Validator.check_schema(schema)
+        definition = {"name": tool.name, "description": tool.description, "parameters": schema}
+        self._entries[tool.name] = Entry(tool, definition, Draft202012Validator(schema))
+
+    def get(self, name: str) -> Entry | None:
+        return self._entries.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """Every tool's definition, sorted by name (NFR-MAIN-03)."""
+        return [self._entries[name].definition for name in self.names()]
+
+
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Inline ``$defs`` references and drop ``title`` annotations."""
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any, in_properties: bool = False) -> Any:
+        if isinstance(node, dict):
+            node = _drop_null_branch(node)
+            if "$ref" in node and isinstance(node["$ref"], str):
+                target = defs[node["$ref"].split("/")[-1]]
+                merged = {**walk(target), **{k: v for k, v in node.items() if k != "$ref"}}
+                return walk(merged)
+            out = {}
+            for key, value in node.items():
+                if key == "$defs" or (key == "title" and not in_properties):
+                    continue
+                out[key] = walk(value, in_properties=(key == "properties"))
+            return out
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        return node
+
+    result: dict[str, Any] = walk(schema)
+    return result
+
+
+def _drop_null_branch(node: dict[str, Any]) -> dict[str, Any]:
+    """``anyOf: [X, null]`` with default null becomes plain X.
+
+    An omitted argument and a null one mean the same to the planner (it drops
+    nulls before validating), and a plain type is what every provider's
+    function-calling dialect understands.
+    """
+    branches = node.get("anyOf")
+    if not (isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches):
+        return node
+    other = next(b for b in branches if b != {"type": "null"})
+    rest = {k: v for k, v in node.items() if k != "anyOf" and not (k == "default" and v is None)}
+    return {**other, **rest}
+
+
+def format_schema_errors(validator: Draft202012Validator, args: Any) -> list[str]:
+    """Readable messages for every schema violation, most specific first."""
+    messages = []
+    for top in sorted(validator.iter_errors(args), key=lambda e: (list(e.path), e.message)):
+        # For anyOf/oneOf failures the sub-error says what was actually wrong.
+        err = best_match(top.context) if top.context else top
+        where = "args" + "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]" for p in err.path)
+        if err.validator == "additionalProperties":
+            allowed = sorted(err.schema.get("properties", {}))
+            messages.append(f"{where}: {err.message}; allowed: {', '.join(allowed)}")
+        else:
+            messages.append(f"{where}: {err.message}")
+    return messages

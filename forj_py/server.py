@@ -1,0 +1,303 @@
+"""The EPC transport: the worker's methods on one loopback socket.
+
+Built on the ``epc`` package's server (its TCP server, client bookkeeping
+and method table) with three things done differently, each for a reason:
+
+- **Replies never interleave.**  python-epc's threaded handler lets every
+  thread write to the socket unlocked, so two large replies can mix their
+  bytes.  Here every frame is written whole under one lock per connection.
+- **Fast codec.**  Messages are read and printed with :mod:`forj_py.sexp`
+  instead of ``sexpdata``, which is two orders of magnitude slower on the
+  megabyte-sized JSON texts results can be.
+- **Authentication first.**  Until a connection has called ``hello`` with
+  the token from ``FORJ_TOKEN``, every method answers ``unauthenticated``;
+  a wrong token closes the connection.
+
+Each method takes one JSON text and returns one JSON text.  A request the
+worker cannot serve is answered with EPC's ``return-error`` carrying a JSON
+object ``{type, message, recovery}``.  ``hello``, ``ping``, ``cancel``,
+``tool_definitions`` and ``shutdown`` are answered on the connection's own
+thread, so a ``cancel`` is never stuck behind the ``execute`` it cancels;
+``plan`` and ``execute`` run on a thread pool.  Nothing received is ever
+evaluated: the reader builds lists, strings, numbers and symbols, and a
+method name is only looked up in a fixed table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import itertools
+import json
+import logging
+import socket
+import socketserver
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from epc.handler import EPCHandler
+from epc.server import EPCServer
+
+from . import sexp
+from .errors import ProtocolError
+from .output import sanitize_value
+from .protocol import Event, HelloRequest
+from .service import Worker, parse_request
+from .sexp import Symbol
+
+log = logging.getLogger(__name__)
+
+POOL_THREADS = 8
+
+
+@dataclass(frozen=True)
+class Method:
+    func: Callable[[ForjHandler, Any], Any]
+    inline: bool  # answered on the connection's thread: quick, never blocks
+    doc: str
+
+
+def _hello(handler: ForjHandler, body: Any) -> Any:
+    req = parse_request(HelloRequest, body)
+    if not hmac.compare_digest(req.token.encode("utf-8"), handler.server.token.encode("utf-8")):
+        handler.reject_after_reply = True
+        raise ProtocolError(
+            "unauthenticated",
+            "wrong token; closing the connection",
+            ["Connect with the token the worker was started with (FORJ_TOKEN)"],
+        )
+    handler.authenticated = True
+    return handler.server.worker.hello_payload(req.client.model_dump())
+
+
+def _ping(handler: ForjHandler, body: Any) -> Any:
+    return {}
+
+
+def _tool_definitions(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.tool_definitions()
+
+
+def _plan(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.plan(body)
+
+
+def _execute(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.execute(body, handler.emit_event)
+
+
+def _cancel(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.cancel(body)
+
+
+def _shutdown(handler: ForjHandler, body: Any) -> Any:
+    threading.Thread(target=handler.server.stop, name="forj-shutdown", daemon=True).start()
+    return {}
+
+
+METHODS: dict[str, Method] = {
+    "hello": Method(_hello, True, "Authenticate; returns the worker's root, config and tools."),
+    "ping": Method(_ping, True, "Do nothing; for liveness checks and latency measurements."),
+    "tool_definitions": Method(_tool_definitions, True, "The tool definitions, sorted by name."),
+    "plan": Method(_plan, False, "Validate a batch of calls; one disposition per call."),
+    "execute": Method(_execute, False, "Run a planned batch; one result per call, in order."),
+    "cancel": Method(_cancel, True, "Cancel a batch: the running call and all later ones."),
+    "shutdown": Method(_shutdown, True, "Stop the worker."),
+}
+
+
+class ForjHandler(EPCHandler):  # type: ignore[misc]
+    server: ForjServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.write_lock = threading.Lock()
+        self.authenticated = False
+        self.reject_after_reply = False
+        self._uids = itertools.count(1)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def handle(self) -> None:
+        try:
+            while not self.server.stopping.is_set():
+                head = self.rfile.read(6)
+                if len(head) < 6:
+                    return
+                try:
+                    length = sexp.parse_header(head)
+                except sexp.SexpError as exc:
+                    log.warning("closing connection: %s", exc)
+                    return
+                data = self.rfile.read(length)
+                if len(data) < length:
+                    return
+                self._dispatch(data)
+        except (OSError, ValueError):
+            return  # the peer went away
+        finally:
+            self.server.connection_closed(self)
+
+    # --- incoming messages ---------------------------------------------------------
+
+    def _dispatch(self, data: bytes) -> None:
+        try:
+            msg = sexp.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, sexp.SexpError) as exc:
+            self.send(["epc-error", [], f"unreadable message: {exc}"])
+            return
+        if not (isinstance(msg, list) and len(msg) >= 2 and isinstance(msg[0], Symbol)):
+            self.send(["epc-error", [], "a message must be (KIND UID ...)"])
+            return
+        kind, uid = str(msg[0]), msg[1]
+        if kind == "call":
+            if len(msg) != 4 or not isinstance(msg[2], str) or not isinstance(msg[3], list):
+                self.send(["epc-error", uid, "a call must be (call UID METHOD (ARGS...))"])
+                return
+            self._call(uid, str(msg[2]), msg[3])
+        elif kind == "methods":
+            if not self.authenticated:
+                self._reply_error(uid, ProtocolError("unauthenticated", "call hello first"))
+                return
+            listing = [[Symbol(name), [], m.doc] for name, m in sorted(METHODS.items())]
+            self.send([Symbol("return"), uid, listing])
+        elif kind in ("return", "return-error", "epc-error"):
+            # Answers to our event notices; nothing waits for them.
+            pass
+        else:
+            self.send([Symbol("epc-error"), uid, f"unknown message kind {kind!r}"])
+
+    def _call(self, uid: Any, name: str, args: list[Any]) -> None:
+        method = METHODS.get(name)
+        if method is None:
+            self.send([Symbol("epc-error"), uid, f"EPC-ERROR: No such method : {name}"])
+            return
+        if not self.authenticated and name != "hello":
+            self._reply_error(
+                uid,
+                ProtocolError(
+                    "unauthenticated",
+                    f"{name}: call hello with the worker's token first",
+                    ["Call hello with the token from FORJ_TOKEN"],
+                ),
+            )
+            return
+        if len(args) != 1 or not isinstance(args[0], str):
+            self._reply_error(
+                uid, ProtocolError("bad-request", f"{name} takes exactly one JSON text argument")
+            )
+            return
+        if method.inline:
+            self._serve(uid, name, method, args[0])
+        else:
+            try:
+                self.server.pool.submit(self._serve, uid, name, method, args[0])
+            except RuntimeError:  # the pool is shut down: we are stopping
+                self._reply_error(uid, ProtocolError("shutting-down", "the worker is stopping"))
+
+    def _serve(self, uid: Any, name: str, method: Method, text: str) -> None:
+        try:
+            try:
+                body = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ProtocolError(
+                    "bad-request", f"{name}: the argument is not valid JSON: {exc}"
+                ) from None
+            result = method.func(self, body)
+            reply = json.dumps(result, ensure_ascii=False)
+            try:
+                reply.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate slipped through somewhere
+                reply = json.dumps(sanitize_value(result), ensure_ascii=False)
+        except ProtocolError as exc:
+            self._reply_error(uid, exc)
+        except Exception as exc:
+            log.exception("method %s failed", name)
+            self._reply_error(
+                uid,
+                ProtocolError(
+                    "internal-error",
+                    f"{name} failed: {type(exc).__name__}",
+                    ["This is a fault in forj; the worker log has the traceback"],
+                ),
+            )
+        else:
+            try:
+                self.send([Symbol("return"), uid, reply])
+            except (sexp.SexpError, UnicodeError) as exc:
+                self._reply_error(uid, ProtocolError("internal-error", f"{name}: {exc}"))
+        if self.reject_after_reply:
+            self.close()
+
+    def _reply_error(self, uid: Any, exc: ProtocolError) -> None:
+        self.send([Symbol("return-error"), uid, json.dumps(exc.wire(), ensure_ascii=False)])
+
+    # --- outgoing -----------------------------------------------------------------------
+
+    def send(self, message: list[Any]) -> None:
+        """Write one whole frame; frames from different threads never interleave."""
+        if message and isinstance(message[0], str) and not isinstance(message[0], Symbol):
+            message = [Symbol(message[0]), *message[1:]]
+        data = sexp.frame(message)
+        with self.write_lock:
+            try:
+                self.wfile.write(data)
+            except (OSError, ValueError):
+                log.debug("dropping a message: the connection is closed")
+
+    def emit_event(self, event: Event) -> None:
+        """Tell Emacs about progress: ``(call UID event ("{json}"))``; no reply awaited."""
+        self.send([Symbol("call"), next(self._uids), Symbol("event"), [json.dumps(event.wire())]])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+class ForjServer(socketserver.ThreadingMixIn, EPCServer):  # type: ignore[misc]
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, worker: Worker, token: str, host: str = "127.0.0.1") -> None:
+        if not token:
+            raise ValueError("an empty token would let anyone in")
+        EPCServer.__init__(self, (host, 0), RequestHandlerClass=ForjHandler)
+        self.worker = worker
+        self.token = token
+        self.pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="forj-call")
+        self.stopping = threading.Event()
+        self._conn_lock = threading.Lock()
+        self._live: set[ForjHandler] = set()
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def add_client(self, handler: ForjHandler) -> None:
+        super().add_client(handler)
+        with self._conn_lock:
+            self._live.add(handler)
+
+    def connection_closed(self, handler: ForjHandler) -> None:
+        with self._conn_lock:
+            self._live.discard(handler)
+            others = any(h.authenticated for h in self._live)
+        if handler.authenticated and not others:
+            # Nobody is left to receive results: stop what is running (the
+            # journal keeps what finished).
+            self.worker.cancel_all()
+
+    def stop(self) -> None:
+        """Stop serving: cancel running batches, close connections, end serve_forever."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        self.worker.cancel_all()
+        with self._conn_lock:
+            live = list(self._live)
+        for handler in live:
+            handler.close()
+        self.shutdown()
+        self.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,197 @@
+"""The worker's methods, free of any transport: JSON-like dicts in and out.
+
+:mod:`forj_py.server` puts these on the EPC socket; tests and other
+programs can drive them directly.  Each method validates its request body
+with a pydantic model and raises :class:`ProtocolError` for a request it
+cannot serve (unknown batch, a batch run twice); tool failures are never
+protocol errors, they are results.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from . import __version__
+from .config import LoadedConfig, describe
+from .errors import ProtocolError
+from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
+from .journal import Journal
+from .planner import PlanContext, identify, plan_batch
+from .protocol import (
+    PROTOCOL_VERSION,
+    CancelRequest,
+    Disposition,
+    ExecuteRequest,
+    PlanRequest,
+    ToolsMode,
+)
+from .registry import Registry, Session
+from .sandbox import Sandbox
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=BaseModel)
+
+# Planned batches nobody executed (the user closed the review) are kept this
+# long, counted in batches, then forgotten; the journal still has them.
+MAX_BATCHES = 256
+
+_MODE_ORDER = [ToolsMode.DISABLED, ToolsMode.PARSE_ONLY, ToolsMode.ENABLED]
+
+
+def parse_request(model: type[R], body: Any) -> R:
+    if not isinstance(body, dict):
+        raise ProtocolError(
+            "bad-request",
+            f"the request body must be a JSON object, not {type(body).__name__}",
+        )
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise ProtocolError("bad-request", f"invalid request: {problems}") from None
+
+
+class Worker:
+    def __init__(
+        self,
+        root: Path,
+        loaded: LoadedConfig,
+        registry: Registry,
+        journal: Journal,
+    ) -> None:
+        self.loaded = loaded
+        self.config = loaded.config
+        sb = self.config.tools.sandbox
+        self.sandbox = Sandbox(
+            root,
+            sb.allowed_roots,
+            sb.denied_patterns,
+            allow_absolute=sb.allow_absolute,
+            include_default_denies=sb.include_default_denies,
+        )
+        self.root = self.sandbox.project_root
+        self.registry = registry
+        self.journal = journal
+        self.session = Session()
+        self.runner = Runner(self.sandbox, self.config, self.session, journal)
+        self._batches: OrderedDict[str, Batch] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # --- methods ---------------------------------------------------------------
+
+    def hello_payload(self, client: dict[str, Any]) -> dict[str, Any]:
+        log.info("client %s %s connected", client.get("name"), client.get("version"))
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "version": __version__,
+            "root": self.root,
+            "config": describe(self.loaded),
+            "warnings": list(self.loaded.warnings),
+            "journal": str(self.journal.path),
+            "tools": self.registry.definitions(),
+        }
+
+    def tool_definitions(self) -> dict[str, Any]:
+        return {"tools": self.registry.definitions()}
+
+    def plan(self, body: Any) -> dict[str, Any]:
+        req = parse_request(PlanRequest, body)
+        mode = min(req.mode, self.config.tools.mode, key=_MODE_ORDER.index)
+        batch_id = uuid.uuid4().hex
+        idents = [identify(seq, raw) for seq, raw in enumerate(req.calls)]
+        # FR-RES-04: the calls are durable before anything is decided about them.
+        self.journal.record_batch(
+            batch_id,
+            self.root,
+            mode.value,
+            [(cid, name, raw) for (cid, name), raw in zip(idents, req.calls, strict=False)],
+        )
+        pc = PlanContext(
+            registry=self.registry,
+            config=self.config,
+            sandbox=self.sandbox,
+            session=self.session,
+            batch_id=batch_id,
+            output_limit=min(self.config.tools.output.max_bytes, DEFAULT_CAPACITY_BYTES),
+        )
+        calls = plan_batch(pc, mode, req.calls)
+        self.journal.record_plan(
+            batch_id,
+            [c.disposition.value for c in calls],
+            {c.seq: c.result for c in calls if c.result is not None},
+        )
+        batch = Batch(batch_id=batch_id, mode=mode.value, calls=calls)
+        with self._lock:
+            self._batches[batch_id] = batch
+            while len(self._batches) > MAX_BATCHES:
+                self._batches.popitem(last=False)
+        return {
+            "batch_id": batch_id,
+            "mode": mode.value,
+            "items": [c.item().wire() for c in calls],
+        }
+
+    def execute(self, body: Any, emit: EmitFn) -> dict[str, Any]:
+        req = parse_request(ExecuteRequest, body)
+        batch = self._batch(req.batch_id)
+        with batch.lock:
+            if batch.state != "planned":
+                raise ProtocolError(
+                    "bad-request",
+                    f"batch {req.batch_id} was already executed ({batch.state}); a batch runs once",
+                    ["Plan the calls again to run them again"],
+                )
+            if batch.mode == ToolsMode.PARSE_ONLY.value:
+                raise ProtocolError(
+                    "bad-request",
+                    "this batch was planned in parse_only mode; nothing in it executes",
+                    ["Supply the results by hand, or plan again in enabled mode"],
+                )
+            batch.state = "executing"
+        confirm = {c.call_id for c in batch.calls if c.disposition is Disposition.CONFIRM}
+        unknown = (set(req.approved) | set(req.denied)) - {c.call_id for c in batch.calls}
+        if unknown:
+            log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
+        results = self.runner.run(
+            batch,
+            approved=set(req.approved) & confirm,
+            denied={k: v for k, v in req.denied.items() if k in confirm},
+            capacity=req.capacity_bytes,
+            emit=emit,
+        )
+        return {"batch_id": batch.batch_id, "state": batch.state, "results": results}
+
+    def cancel(self, body: Any) -> dict[str, Any]:
+        req = parse_request(CancelRequest, body)
+        # A batch cancelled before it runs still answers execute: every call
+        # that would have run comes back cancelled (one result per call).
+        self._batch(req.batch_id).request_cancel()
+        return {"cancelled": True}
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            batches = list(self._batches.values())
+        for batch in batches:
+            if batch.state == "executing":
+                batch.request_cancel()
+
+    def _batch(self, batch_id: str) -> Batch:
+        with self._lock:
+            batch = self._batches.get(batch_id)
+        if batch is None:
+            raise ProtocolError(
+                "unknown-batch",
+                f"no batch {batch_id!r} in this worker",
+                ["Plan the calls again; batches do not survive a worker restart"],
+            )
+        return batch

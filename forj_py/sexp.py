@@ -1,0 +1,261 @@
+"""A fast reader and printer for the s-expressions EPC messages are made of.
+
+EPC frames each message as six hex digits of length and one s-expression:
+``(call 3 plan ("{...json...}"))``, ``(return 3 "{...}")``.  Our payloads are
+JSON texts inside Lisp strings, so a message is a handful of tokens around
+one long string.  ``sexpdata`` reads such a string one character at a time
+(~180 ms for a megabyte of quotes and backslashes); this module finds string
+bounds with one regular expression and unescapes with ``str`` methods, so
+the same megabyte takes a few milliseconds.
+
+Only what EPC needs is read: lists, strings, integers, floats and symbols
+(``nil`` reads as the empty list, as in Lisp).  Anything else is a
+:class:`SexpError`; the reader never evaluates anything.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+class Symbol(str):
+    """A Lisp symbol (as opposed to a string)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Symbol({str(self)!r})"
+
+
+class SexpError(ValueError):
+    """Input that is not an s-expression this reader accepts."""
+
+
+_TOKEN_RE = re.compile(
+    r"""
+      (?P<ws>\s+|;[^\n]*)
+    | (?P<open>\()
+    | (?P<close>\))
+    | "(?P<str>[^"\\]*(?:\\.[^"\\]*)*)"
+    | (?P<atom>[^\s()"';\[\]\#`,?]+)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_INT_RE = re.compile(r"[+-]?\d+\.?\Z")
+_FLOAT_RE = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:e[+-]?\d+)?\Z", re.IGNORECASE)
+_ESCAPE_RE = re.compile(
+    r"""\\(?:
+        (?P<oct>[0-7]{1,3})
+      | x(?P<hex>[0-9a-fA-F]+)
+      | u(?P<u4>[0-9a-fA-F]{4})
+      | U(?P<u8>[0-9a-fA-F]{8})
+      | N\{U\+(?P<uname>[0-9a-fA-F]+)\}
+      | (?P<skip>[\n ])
+      | (?P<ch>.)
+    )""",
+    re.VERBOSE | re.DOTALL,
+)
+_SIMPLE_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "e": "\x1b",
+    "s": " ",
+    "d": "\x7f",
+}
+_SYMBOL_OK_RE = re.compile(r"[A-Za-z0-9\-+*/_<>=:.!$%&~^]+\Z")
+
+
+def _unescape_general(text: str) -> str:
+    def repl(m: re.Match[str]) -> str:
+        if m.group("skip") is not None:
+            return ""
+        for group, base in (("oct", 8), ("hex", 16), ("u4", 16), ("u8", 16), ("uname", 16)):
+            value = m.group(group)
+            if value is not None:
+                code = int(value, base)
+                if code > 0x10FFFF:
+                    raise SexpError(f"character code {value} out of range")
+                return chr(code)
+        ch = m.group("ch")
+        return _SIMPLE_ESCAPES.get(ch, ch)
+
+    return _ESCAPE_RE.sub(repl, text)
+
+
+def unescape(body: str) -> str:
+    """The characters of a Lisp string literal, given what is between its quotes."""
+    if "\\" not in body:
+        return body
+    # Split on escaped backslashes first: what remains has a backslash only
+    # where an escape starts, and almost always that escape is \" (JSON text
+    # printed by Emacs escapes nothing else).
+    parts = body.split("\\\\")
+    for i, part in enumerate(parts):
+        if "\\" in part:
+            if part.count("\\") == part.count('\\"'):
+                parts[i] = part.replace('\\"', '"')
+            else:
+                parts[i] = _unescape_general(part)
+    return "\\".join(parts)
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _fast_body(body: str) -> str | None:
+    """Decode a string body that uses only the escapes ``\\\\`` and ``\\"``.
+
+    ``unicode_escape`` does the work in C; non-Latin-1 characters are first
+    turned into ``\\uXXXX`` so they survive the byte round trip.  The result
+    is accepted only if printing it again gives back exactly ``body``: that
+    proves the body held no bare quote and no escape but those two.
+    """
+    try:
+        decoded = body.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError:
+        return None
+    return decoded if _escape(decoded) == body else None
+
+
+def loads(text: str) -> Any:
+    """Read exactly one s-expression from ``text``."""
+    first = text.find('"')
+    last = text.rfind('"')
+    if 0 <= first < last and last - first > 256:
+        # EPC messages hold one long string among a few atoms; decode that
+        # string in bulk and read only the short skeleton around it.
+        body = _fast_body(text[first + 1 : last])
+        if body is not None:
+            skeleton = loads(text[: first + 1] + text[last:])
+            if _replace_only_string(skeleton, body):
+                return skeleton
+    value, pos = _read(text, _skip_ws(text, 0))
+    pos = _skip_ws(text, pos)
+    if pos != len(text):
+        raise SexpError(f"trailing data at offset {pos}")
+    return value
+
+
+def _replace_only_string(tree: Any, body: str) -> bool:
+    if not isinstance(tree, list):
+        return False
+    for i, item in enumerate(tree):
+        if isinstance(item, str) and not isinstance(item, Symbol):
+            tree[i] = body
+            return True
+        if _replace_only_string(item, body):
+            return True
+    return False
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text):
+        m = _TOKEN_RE.match(text, pos)
+        if m is None or m.lastgroup != "ws":
+            break
+        pos = m.end()
+    return pos
+
+
+def _read(text: str, pos: int) -> tuple[Any, int]:
+    stack: list[list[Any]] = []
+    while True:
+        m = _TOKEN_RE.match(text, pos)
+        if m is None:
+            if pos >= len(text):
+                raise SexpError("unexpected end of input")
+            raise SexpError(f"unsupported syntax at offset {pos}: {text[pos : pos + 20]!r}")
+        pos = m.end()
+        kind = m.lastgroup
+        value: Any
+        if kind == "ws":
+            continue
+        if kind == "open":
+            stack.append([])
+            continue
+        if kind == "close":
+            if not stack:
+                raise SexpError(f"unbalanced ')' at offset {pos - 1}")
+            value = stack.pop()
+        elif kind == "str":
+            value = unescape(m.group("str"))
+        else:
+            value = _atom(m.group("atom"))
+        if not stack:
+            return value, pos
+        stack[-1].append(value)
+
+
+def _atom(token: str) -> Any:
+    if _INT_RE.match(token):
+        return int(token.rstrip("."))
+    if _FLOAT_RE.match(token):
+        return float(token)
+    if token == "nil":  # noqa: S105 - the Lisp symbol, not a password
+        return []
+    if token == ".":
+        raise SexpError("dotted pairs are not supported")
+    if "\\" in token:
+        raise SexpError(f"escaped symbol {token!r} is not supported")
+    return Symbol(token)
+
+
+def dumps(value: Any) -> str:
+    """Print ``value`` so that Emacs's ``read`` gives it back."""
+    out: list[str] = []
+    _dump(value, out)
+    return "".join(out)
+
+
+def _dump(value: Any, out: list[str]) -> None:
+    if isinstance(value, Symbol):
+        if not _SYMBOL_OK_RE.match(value):
+            raise SexpError(f"cannot print symbol {str(value)!r}")
+        out.append(value)
+    elif isinstance(value, str):
+        out.append('"' + _escape(value) + '"')
+    elif value is None or value is False:
+        out.append("nil")
+    elif value is True:
+        out.append("t")
+    elif isinstance(value, int):
+        out.append(str(value))
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise SexpError("cannot print a non-finite float")
+        out.append(repr(value))
+    elif isinstance(value, (list, tuple)):
+        out.append("(")
+        for i, item in enumerate(value):
+            if i:
+                out.append(" ")
+            _dump(item, out)
+        out.append(")")
+    else:
+        raise SexpError(f"cannot print {type(value).__name__}")
+
+
+# --- EPC framing ------------------------------------------------------------------
+
+MAX_FRAME = 0xFFFFFF  # six hex digits of length
+
+
+def frame(value: Any) -> bytes:
+    """One EPC message: six hex digits of byte length, the s-expression, a newline."""
+    payload = (dumps(value) + "\n").encode("utf-8")
+    if len(payload) > MAX_FRAME:
+        raise SexpError(f"message of {len(payload)} bytes exceeds EPC's {MAX_FRAME}-byte frame")
+    return b"%06x" % len(payload) + payload
+
+
+def parse_header(head: bytes) -> int:
+    if len(head) != 6 or not all(c in b"0123456789abcdefABCDEF" for c in head):
+        raise SexpError(f"bad EPC frame header {head!r}")
+    return int(head, 16)

@@ -1,0 +1,13 @@
+"""The built-in tools, one module per tool (or per family of tools)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..registry import Tool
+from .read_file import ReadFile
+
+
+def builtin_tools() -> list[Tool[Any]]:
+    """Every tool the worker offers, in no particular order (the registry sorts)."""
+    return [ReadFile()]

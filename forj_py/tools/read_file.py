@@ -1,0 +1,208 @@
+"""``read_file``: a file's text (or a line range of it), inside the sandbox.
+
+Semantics are seed 001's arguments with seed 000's rules (FR-TOOL-READ-01):
+1-based inclusive line ranges; ``start_line > end_line`` is a bad argument;
+a range past the end returns through the end; a range scan stops at the
+scan limit with an error that asks for a narrower range; a whole file over
+the read limit is an error that asks for a range.  A file with a NUL byte
+in its first 8 KiB, or that is not UTF-8 there, is binary and comes back
+as base64, limited by the tool itself to fit the output budget.
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import hashlib
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .. import errors
+from ..output import truncate_text
+from ..registry import Tool, ToolContext
+
+SNIFF_BYTES = 8192
+# Room left in the output budget for everything but the content itself.
+RESULT_OVERHEAD = 512
+
+
+class ReadFileArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, description="File path relative to the project root")
+    max_bytes: int = Field(
+        default=100_000,
+        ge=1,
+        le=64 << 20,
+        description="Return at most this many bytes of content; the rest is cut and "
+        "'truncated' is true",
+    )
+    start_line: int | None = Field(
+        default=None, ge=1, description="First line to return, 1-based, inclusive"
+    )
+    end_line: int | None = Field(
+        default=None, ge=1, description="Last line to return, 1-based, inclusive"
+    )
+    include_context: int = Field(
+        default=0,
+        ge=0,
+        le=10_000,
+        description="Extra lines to include before and after the requested range",
+    )
+
+    @model_validator(mode="after")
+    def _range_in_order(self) -> ReadFileArgs:
+        if (
+            self.start_line is not None
+            and self.end_line is not None
+            and self.start_line > self.end_line
+        ):
+            raise ValueError(f"start_line ({self.start_line}) is after end_line ({self.end_line})")
+        return self
+
+    @property
+    def ranged(self) -> bool:
+        return self.start_line is not None or self.end_line is not None
+
+
+class ReadFile(Tool[ReadFileArgs]):
+    name = "read_file"
+    description = (
+        "Read a text file of the project, whole or as a line range (1-based, inclusive). "
+        "Large files must be read in ranges. Binary files come back as base64."
+    )
+    Args = ReadFileArgs
+    timeout_kind = "file"
+
+    def summary(self, args: ReadFileArgs) -> str:
+        if args.ranged:
+            start = args.start_line or 1
+            end = args.end_line if args.end_line is not None else "end"
+            return f"Read {args.path} [lines {start}-{end}]"
+        return f"Read {args.path}"
+
+    def paths(self, args: ReadFileArgs) -> list[str]:
+        return [args.path]
+
+    def execute(self, args: ReadFileArgs, ctx: ToolContext) -> Any:
+        sp = ctx.sandbox.resolve(args.path, ctx.working_dir)
+        fd = ctx.sandbox.open_regular(sp)
+        limits = ctx.config.tools.read_file
+        with os.fdopen(fd, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = fh.read(SNIFF_BYTES)
+            if _is_binary(head):
+                if args.ranged:
+                    raise errors.bad_args(
+                        f"{sp.display} is a binary file; line ranges do not apply",
+                        recovery=["Read it without start_line/end_line to get base64"],
+                        path=sp.display,
+                    )
+                return _binary_result(sp.display, fh, head, size, ctx)
+            if not args.ranged:
+                if size > limits.max_file_read_bytes:
+                    raise errors.bad_args(
+                        f"{sp.display} is {size} bytes, over the {limits.max_file_read_bytes}-byte "
+                        "limit for reading a whole file",
+                        recovery=[
+                            "Read it in line ranges: start_line=1, end_line=200, then onwards",
+                            "Use search to find the lines you need first",
+                        ],
+                        path=sp.display,
+                        size=size,
+                        limit=limits.max_file_read_bytes,
+                    )
+                data = head + fh.read()
+                ctx.session.record_read(sp.canonical, hashlib.sha256(data).hexdigest())
+                text = data.decode("utf-8", "replace")
+                content = truncate_text(text, args.max_bytes)
+                return {
+                    "path": sp.display,
+                    "encoding": "utf-8",
+                    "content": content,
+                    "truncated": content != text,
+                    "size": size,
+                    "total_lines": _count_lines(text),
+                }
+            fh.seek(0)
+            return _range_result(sp.display, fh, size, args, limits.max_scan_bytes, ctx)
+
+
+def _is_binary(head: bytes) -> bool:
+    if b"\x00" in head:
+        return True
+    try:
+        # final=False: a multi-byte character cut by the sniff window is fine.
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _count_lines(text: str) -> int:
+    if not text:
+        return 0
+    return text.count("\n") + (0 if text.endswith("\n") else 1)
+
+
+def _binary_result(display: str, fh: Any, head: bytes, size: int, ctx: ToolContext) -> Any:
+    # FR-TOOL-READ-01b: the framework must not cut base64; fit it ourselves.
+    ctx.allow_truncation = False
+    budget = max(ctx.output_limit - RESULT_OVERHEAD, 4)
+    nbytes = budget // 4 * 3
+    data = (head + fh.read(max(nbytes - len(head), 0)))[:nbytes]
+    return {
+        "path": display,
+        "encoding": "base64",
+        "binary": True,
+        "content": base64.b64encode(data).decode("ascii"),
+        "truncated": len(data) < size,
+        "size": size,
+    }
+
+
+def _range_result(
+    display: str, fh: Any, size: int, args: ReadFileArgs, max_scan: int, ctx: ToolContext
+) -> Any:
+    want_start = args.start_line or 1
+    start = max(1, want_start - args.include_context)
+    end = None if args.end_line is None else args.end_line + args.include_context
+    lines: list[bytes] = []
+    scanned = 0
+    lineno = 0
+    for raw in fh:
+        lineno += 1
+        scanned += len(raw)
+        if scanned > max_scan:
+            raise errors.bad_args(
+                f"Reading to line {end or 'the end'} of {display} would scan more than "
+                f"{max_scan} bytes",
+                recovery=[
+                    "Narrow the range (a smaller end_line, or fewer lines at a time)",
+                    "Use search to find the line numbers you need",
+                ],
+                path=display,
+                scan_limit=max_scan,
+            )
+        if lineno >= start:
+            lines.append(raw)
+        if end is not None and lineno >= end:
+            break
+        if lineno % 4096 == 0:
+            ctx.check_cancelled()
+    text = b"".join(lines).decode("utf-8", "replace")
+    content = truncate_text(text, args.max_bytes)
+    last = start + len(lines) - 1
+    result: dict[str, Any] = {
+        "path": display,
+        "encoding": "utf-8",
+        "content": content,
+        "truncated": content != text,
+        "size": size,
+        "range": {"start_line": start, "end_line": last},
+    }
+    if end is None or lineno < end:
+        result["total_lines"] = lineno
+    return result

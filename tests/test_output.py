@@ -1,0 +1,152 @@
+"""Output rules (seed 000 FR-OUT-02, FR-OUT-04): sanitize, truncate, fit, redact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forj_py.output import (
+    REDACTED,
+    TRUNCATION_MARKER,
+    fit_json,
+    json_size,
+    redact,
+    sanitize,
+    short_summary,
+    truncate_text,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("plain text\twith tab\nand newline", "plain text\twith tab\nand newline"),
+        ("\x1b[31mred\x1b[0m", "red"),
+        ("\x1b[?1049h\x1b[2J\x1b[H", ""),
+        ("a\x1b]0;set title\x07b", "ab"),
+        ("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b", "alinkb"),
+        ("a\x1bPq#0;2;0;0;0\x1b\\b", "ab"),
+        ("a\x1b_apc payload\x1b\\b", "ab"),
+        ("a\x1b^pm\x1b\\b", "ab"),
+        ("a\x1bXsos\x1b\\b", "ab"),
+        ("a\x1b(Bb", "ab"),
+        ("a\x1b#8b", "ab"),
+        ("a\x1bcb", "ab"),
+        ("a\x1b", "a"),
+        ("a\x9b31mb", "ab"),
+        ("a\x9d0;title\x9cb", "ab"),
+        ("a\x85b\x90dcs\x9c", "ab"),
+        ("nul\x00 bel\x07 bs\x08 cr\r del\x7f", "nul bel bs cr del"),
+        ("safe \u202eevil\u202c text", "safe evil text"),
+        ("\u2066iso\u2069 \u202a\u202b\u202d", "iso "),
+        ("unclosed \x1b]0;title forever", "unclosed "),
+        ("keeps é 中 😀 and \u200d joiner", "keeps é 中 😀 and \u200d joiner"),
+        ("lone \udce9 surrogate", "lone \ufffd surrogate"),
+    ],
+)
+def test_t_out_02_sanitization_removes_terminal_controls(raw: str, clean: str) -> None:
+    assert sanitize(raw) == clean
+
+
+@given(st.text())
+def test_t_out_02_property_no_control_survives(text: str) -> None:
+    out = sanitize(text)
+    out.encode("utf-8")
+    for ch in out:
+        code = ord(ch)
+        assert ch in "\t\n" or not (code < 0x20 or 0x7F <= code <= 0x9F)
+        assert not (0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069)
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=["Cc", "Cs"])))
+def test_sanitize_keeps_printable_text_unchanged(text: str) -> None:
+    text = "".join(c for c in text if not (0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069))
+    assert sanitize(text) == text
+
+
+@settings(max_examples=500)
+@given(text=st.text(), limit=st.integers(min_value=0, max_value=200))
+def test_t_out_01_truncation_marker_within_effective_limit(text: str, limit: int) -> None:
+    text = sanitize(text)
+    out = truncate_text(text, limit)
+    assert len(out.encode("utf-8")) <= limit
+    if len(text.encode("utf-8")) <= limit:
+        assert out == text
+    elif limit >= len(TRUNCATION_MARKER):
+        assert out.endswith(TRUNCATION_MARKER)
+        assert text.startswith(out[: -len(TRUNCATION_MARKER)])
+    else:
+        assert TRUNCATION_MARKER.startswith(out)
+
+
+def test_truncation_never_splits_a_character() -> None:
+    text = "€" * 100  # three bytes each
+    for limit in range(len(TRUNCATION_MARKER), 120):
+        out = truncate_text(text, limit)
+        out.encode("utf-8")
+        assert len(out.encode()) <= limit
+        assert set(out[: -len(TRUNCATION_MARKER)]) <= {"€"}
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=300),
+    lambda children: st.lists(children, max_size=8) | st.dictionaries(st.text(max_size=5), children, max_size=5),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300)
+@given(value=_json, limit=st.integers(min_value=16, max_value=2000))
+def test_fit_json_never_exceeds_the_limit(value: object, limit: int) -> None:
+    fitted, cut = fit_json(value, limit)
+    assert json_size(fitted) <= limit
+    if not cut:
+        assert fitted == value
+
+
+def test_fit_json_cuts_the_big_string_and_keeps_the_skeleton() -> None:
+    value = {"id": "1", "result": {"path": "a.txt", "content": 'x"\\' * 10_000, "size": 30000}}
+    fitted, cut = fit_json(value, 2000)
+    assert cut
+    assert fitted["id"] == "1" and fitted["result"]["path"] == "a.txt"
+    assert fitted["result"]["content"].endswith(TRUNCATION_MARKER)
+    assert 1500 < len(json.dumps(fitted, separators=(",", ":"))) <= 2000
+
+
+def test_fit_json_shortens_long_lists() -> None:
+    value = {"files": [{"path": f"f{i}.txt", "size": i} for i in range(1000)]}
+    fitted, cut = fit_json(value, 1000)
+    assert cut and 0 < len(fitted["files"]) < 1000
+    assert json_size(fitted) <= 1000
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "AKIAIOSFODNN7EXAMPLE",
+        "sk-proj-abcdefghijklmnop1234",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123",
+        "xoxb-1234567890-abcdef",
+        "AIzaSyA1234567890abcdefghijklmnopqrstu",
+    ],
+)
+def test_fr_apr_01_summaries_redact_credentials(secret: str) -> None:
+    out = redact(f"run with {secret} please")
+    assert secret not in out and REDACTED in out
+
+
+def test_redact_key_value_and_urls() -> None:
+    assert redact("password=hunter2 x") == f"password={REDACTED} x"
+    assert redact('API_KEY: "abc def"') == f'API_KEY: {REDACTED}'
+    assert redact("Authorization: Bearer abc.def.ghi") == f"Authorization: Bearer {REDACTED}"
+    assert redact("https://user:pa55@host/x") == f"https://user:{REDACTED}@host/x"
+    assert redact("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----") == REDACTED
+    assert redact("nothing to see") == "nothing to see"
+
+
+def test_short_summary_is_one_line_and_capped() -> None:
+    s = short_summary("a\nb\tc " + "z" * 500)
+    assert "\n" not in s and len(s) == 200 and s.endswith("…")

@@ -1,0 +1,161 @@
+"""read_file (seed 001 section 4.1, seed 000 FR-TOOL-READ-01) through the real worker."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from conftest import MakeWorker, call, run, user_config, write_tree
+
+
+def _read(worker, **args):  # type: ignore[no-untyped-def]
+    _, result = run(worker, [call("r", "read_file", **args)], capacity_bytes=10_000_000)
+    return result["results"][0]
+
+
+def test_forj_test_tools_read_file_basic(make_worker: MakeWorker, project: Path) -> None:
+    worker = make_worker()
+    r = _read(worker, path="README.md")
+    assert r == {
+        "id": "r",
+        "name": "read_file",
+        "ok": True,
+        "result": {
+            "path": "README.md",
+            "encoding": "utf-8",
+            "content": "# demo\n",
+            "truncated": False,
+            "size": 7,
+            "total_lines": 1,
+        },
+    }
+    canonical = str((project / "README.md").resolve())
+    assert worker.session.file_reads[canonical] == hashlib.sha256(b"# demo\n").hexdigest()
+
+
+def test_t_read_01_line_ranges_and_bad_ranges(make_worker: MakeWorker) -> None:
+    worker = make_worker()
+    r = _read(worker, path="src/main.py", start_line=3, end_line=5)["result"]
+    assert r["content"] == "line 3\nline 4\nline 5\n"
+    assert r["range"] == {"start_line": 3, "end_line": 5}
+    # past the end: through the end
+    r = _read(worker, path="src/main.py", start_line=99, end_line=500)["result"]
+    assert r["content"] == "line 99\nline 100\n"
+    assert r["range"] == {"start_line": 99, "end_line": 100}
+    assert r["total_lines"] == 100
+    # only a start
+    r = _read(worker, path="src/main.py", start_line=100)["result"]
+    assert r["content"] == "line 100\n"
+    # context around a range
+    r = _read(worker, path="src/main.py", start_line=10, end_line=10, include_context=2)["result"]
+    assert r["content"] == "line 8\nline 9\nline 10\nline 11\nline 12\n"
+    assert r["range"] == {"start_line": 8, "end_line": 12}
+    # start after end is BadArgs
+    bad = _read(worker, path="src/main.py", start_line=5, end_line=4)
+    assert bad["error"]["details"]["kind"] == "BadArgs"
+    assert bad["error"]["type"] == "validation-error"
+    zero = _read(worker, path="src/main.py", start_line=0)
+    assert zero["error"]["details"]["kind"] == "BadArgs"
+
+
+def test_t_read_02_scan_limit_enforced_for_large_files(make_worker: MakeWorker, project: Path) -> None:
+    user_config("[tools.read_file]\nmax_scan_bytes = 4096\n")
+    (project / "big.txt").write_text("".join(f"{i:09d}\n" for i in range(10_000)))
+    worker = make_worker()
+    ok = _read(worker, path="big.txt", start_line=1, end_line=300)
+    assert ok["ok"] and ok["result"]["range"]["end_line"] == 300
+    far = _read(worker, path="big.txt", start_line=5000, end_line=5001)
+    assert far["ok"] is False
+    assert "Narrow the range" in far["error"]["recovery"][0]
+    assert far["error"]["details"]["scan_limit"] == 4096
+
+
+def test_whole_file_over_read_limit_asks_for_a_range(make_worker: MakeWorker, project: Path) -> None:
+    user_config("[tools.read_file]\nmax_file_read_bytes = 2048\n")
+    (project / "big.txt").write_text("x\n" * 5000)
+    r = _read(make_worker(), path="big.txt")
+    assert r["ok"] is False
+    assert "limit for reading a whole file" in r["error"]["message"]
+    assert any("start_line" in step for step in r["error"]["recovery"])
+
+
+def test_max_bytes_truncates_content_without_splitting_characters(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    (project / "u.txt").write_text("é" * 100)
+    r = _read(make_worker(), path="u.txt", max_bytes=51)["result"]
+    assert r["truncated"] is True
+    assert len(r["content"].encode()) <= 51
+    assert r["content"].startswith("é") and "\ufffd" not in r["content"]
+
+
+def test_output_limit_truncates_the_whole_result(make_worker: MakeWorker, project: Path) -> None:
+    (project / "q.txt").write_text('"\\' * 20_000)  # doubles under JSON escaping
+    worker = make_worker()
+    _, result = run(worker, [call("r", "read_file", path="q.txt")], capacity_bytes=4000)
+    r = result["results"][0]
+    import json
+
+    assert len(json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode()) <= 4000
+    assert r["result"]["truncated"] is True
+    assert r["result"]["content"].endswith("... [output truncated]")
+
+
+def test_binary_files_come_back_as_self_limited_base64(make_worker: MakeWorker, project: Path) -> None:
+    blob = bytes(range(256)) * 200
+    (project / "img.bin").write_bytes(blob)
+    worker = make_worker()
+    _, result = run(worker, [call("b", "read_file", path="img.bin")], capacity_bytes=8000)
+    r = result["results"][0]["result"]
+    assert r["encoding"] == "base64" and r["binary"] is True
+    assert r["truncated"] is True
+    data = base64.b64decode(r["content"])
+    assert blob.startswith(data) and len(data) > 4000
+    ranged = _read(worker, path="img.bin", start_line=1, end_line=2)
+    assert "binary" in ranged["error"]["message"]
+
+
+def test_non_utf8_text_is_binary(make_worker: MakeWorker, project: Path) -> None:
+    (project / "latin.txt").write_bytes("café\n".encode("latin-1"))
+    r = _read(make_worker(), path="latin.txt")["result"]
+    assert r["encoding"] == "base64"
+
+
+def test_file_errors_are_precise(make_worker: MakeWorker, project: Path) -> None:
+    worker = make_worker()
+    missing = _read(worker, path="nope.txt")
+    assert missing["error"]["type"] == "file-error"
+    assert missing["error"]["message"] == "File not found: nope.txt"
+    directory = _read(worker, path="src")
+    assert "is a directory" in directory["error"]["message"]
+    assert "list_files" in directory["error"]["recovery"][0]
+    os.mkfifo(project / "fifo")
+    fifo = _read(worker, path="fifo")  # must not hang waiting for a writer
+    assert "not a regular file" in fifo["error"]["message"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_permission_denied_is_a_file_error(make_worker: MakeWorker, project: Path) -> None:
+    path = project / "locked.txt"
+    path.write_text("x")
+    path.chmod(0)
+    r = _read(make_worker(), path="locked.txt")
+    assert r["error"]["message"] == "Permission denied: locked.txt"
+
+
+def test_non_utf8_file_names_are_reachable_and_reported(make_worker: MakeWorker, project: Path) -> None:
+    raw = os.fsencode(str(project)) + b"/caf\xe9.txt"
+    with open(raw, "wb") as fh:
+        fh.write(b"hello\n")
+    # Python names it with a surrogate escape; the model can never send that.
+    r = _read(make_worker(), path=os.fsdecode(raw).rsplit("/", 1)[1])
+    assert r["error"]["details"]["kind"] == "BadArgs"
+
+
+def test_terminal_controls_in_files_are_sanitized(make_worker: MakeWorker, project: Path) -> None:
+    write_tree(project, {"evil.txt": "ok\x1b]0;title\x07 \x1b[2Jclear\u202eevil\n"})
+    r = _read(make_worker(), path="evil.txt")["result"]
+    assert r["content"] == "ok clearevil\n"
