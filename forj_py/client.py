@@ -82,8 +82,9 @@ class Client:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
         self._reader.join(timeout=2)
+        self._rfile.close()
+        self.sock.close()
 
     def send_raw(self, data: bytes) -> None:
         with self._wlock:
@@ -119,6 +120,8 @@ class Client:
                         self.on_event(json.loads(msg[3][0]))
                     self.send_raw(sexp.frame([Symbol("return"), uid, []]))
                     continue
+                if not isinstance(uid, int):
+                    continue  # an error about a message that had no readable uid
                 with self._lock:
                     fut = self._pending.pop(uid, None)
                 if fut is None:
@@ -184,9 +187,9 @@ class WorkerProcess:
         self.stop()
 
     def stop(self, timeout: float = 5.0) -> int:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # the worker stops when its stdin closes
         if self.proc.poll() is None:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -25,7 +25,7 @@ from typing import Any
 from . import errors
 from .errors import ToolFailure
 from .journal import Journal
-from .output import fit_json, sanitize_value
+from .output import dumps, fit_json_text, sanitize_value
 from .planner import PlannedCall, error_result
 from .protocol import Disposition, Event, ToolResult
 from .registry import Session, ToolContext
@@ -50,7 +50,7 @@ class Batch:
     wake: threading.Event = field(default_factory=threading.Event)
     current: ToolContext | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[Finished] = field(default_factory=list)
 
     def request_cancel(self) -> None:
         with self.lock:
@@ -74,13 +74,20 @@ class Runner:
         denied: dict[str, str],
         capacity: int | None,
         emit: EmitFn,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Finished]:
         limit = min(self.config.tools.output.max_bytes, capacity or DEFAULT_CAPACITY_BYTES)
         self.journal.record_state(batch.batch_id, "executing")
         for planned in batch.calls:
-            result = self._one(batch, planned, approved, denied, limit, emit)
-            self.journal.record_result(batch.batch_id, planned.seq, result)
-            batch.results.append(result)
+            wire, truncatable = self._one(batch, planned, approved, denied, limit, emit)
+            finished = _finish(wire, limit, truncatable)
+            self.journal.record_result(
+                batch.batch_id,
+                planned.seq,
+                planned.call_id,
+                bool(finished.wire.get("ok")),
+                finished.text,
+            )
+            batch.results.append(finished)
         batch.state = "cancelled" if batch.cancel.is_set() else "done"
         self.journal.record_state(batch.batch_id, batch.state)
         return batch.results
@@ -93,32 +100,23 @@ class Runner:
         denied: dict[str, str],
         limit: int,
         emit: EmitFn,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bool]:
+        """The call's result, and whether the framework may cut it to fit."""
         cid, name = planned.call_id, planned.name
         if planned.disposition is Disposition.RESOLVED:
             assert planned.result is not None
-            return _fit(planned.result, limit)
+            return planned.result, True
         if batch.cancel.is_set():
-            return _fit(error_result(cid, name, errors.cancelled()), limit)
+            return error_result(cid, name, errors.cancelled()), True
+        # The service refuses to execute parse_only batches, so no MANUAL here.
+        assert planned.disposition in (Disposition.CONFIRM, Disposition.EXECUTE)
         if planned.disposition is Disposition.CONFIRM:
             if cid in denied:
-                return _fit(error_result(cid, name, errors.user_denied(denied[cid] or None)), limit)
+                return error_result(cid, name, errors.user_denied(denied[cid] or None)), True
             if cid not in approved:
-                return _fit(error_result(cid, name, errors.user_denied(None)), limit)
-        elif planned.disposition is not Disposition.EXECUTE:
-            return _fit(
-                error_result(
-                    cid,
-                    name,
-                    errors.bad_args(
-                        "This call was planned for manual handling; it does not run",
-                        recovery=["Wait for the user to supply its result"],
-                    ),
-                ),
-                limit,
-            )
+                return error_result(cid, name, errors.user_denied(None)), True
         emit(Event(batch_id=batch.batch_id, call_id=cid, seq=planned.seq, kind="started"))
-        result = self._run_tool(batch, planned, limit, emit)
+        result, truncatable = self._run_tool(batch, planned, limit, emit)
         emit(
             Event(
                 batch_id=batch.batch_id,
@@ -128,11 +126,11 @@ class Runner:
                 ok=bool(result.get("ok")),
             )
         )
-        return result
+        return result, truncatable
 
     def _run_tool(
         self, batch: Batch, planned: PlannedCall, limit: int, emit: EmitFn
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bool]:
         assert planned.tool is not None and planned.args is not None
         tool, args = planned.tool, planned.args
         cid = planned.call_id
@@ -176,7 +174,7 @@ class Runner:
 
         with batch.lock:
             if batch.cancel.is_set():
-                return _fit(error_result(cid, tool.name, errors.cancelled()), limit)
+                return error_result(cid, tool.name, errors.cancelled()), True
             batch.current = ctx
             batch.wake.clear()
         timeout = planned.timeout or tool.timeout(self.config)
@@ -195,31 +193,39 @@ class Runner:
         if not done.is_set():
             ctx.cancel.set()  # tell the abandoned call to stop at its next check
             if batch.cancel.is_set():
-                return _fit(error_result(cid, tool.name, errors.cancelled()), limit)
+                return error_result(cid, tool.name, errors.cancelled()), True
             failure = errors.timed_out(tool.name, time.monotonic() - started, timeout)
-            return _fit(error_result(cid, tool.name, failure), limit)
+            return error_result(cid, tool.name, failure), True
         if "failure" in box:
-            return _fit(error_result(cid, tool.name, box["failure"]), limit)
+            return error_result(cid, tool.name, box["failure"]), True
         value = sanitize_value(box.get("value"))
         wire = ToolResult(id=cid, name=tool.name, ok=True, result=value).wire()
-        if not ctx.allow_truncation:
-            return wire
-        return _fit(wire, limit)
+        return wire, ctx.allow_truncation
 
 
-def _fit(wire: dict[str, Any], limit: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Finished:
+    """A final result and its JSON text, encoded once for journal and reply alike."""
+
+    wire: dict[str, Any]
+    text: str
+
+
+def _finish(wire: dict[str, Any], limit: int, truncatable: bool) -> Finished:
     """Fit a result object into ``limit`` bytes (FR-OUT-04), flagging any cut."""
+    if not truncatable:  # the tool limited itself (binary reads, FR-TOOL-READ-01b)
+        return Finished(wire, dumps(wire))
     # Leave room for the flag we may add.
-    fitted, cut = fit_json(wire, max(limit - 24, 64))
+    fitted, text, cut = fit_json_text(wire, max(limit - 24, 64))
     if not cut:
-        return wire
+        return Finished(wire, text)
     if isinstance(fitted, dict):
         body = fitted.get("result")
         if isinstance(body, dict):
             body["truncated"] = True
-        return fitted
+        return Finished(fitted, dumps(fitted))
     # The skeleton alone did not fit: say so instead of sending a broken object.
-    return {
+    failed = {
         "id": wire.get("id"),
         "name": wire.get("name"),
         "ok": False,
@@ -230,3 +236,4 @@ def _fit(wire: dict[str, Any], limit: int) -> dict[str, Any]:
             "recovery": ["Ask for less at once (a narrower range, fewer results)"],
         },
     }
+    return Finished(failed, dumps(failed))

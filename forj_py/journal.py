@@ -158,9 +158,20 @@ class Journal:
             ]
         )
 
-    def record_result(self, batch_id: str, seq: int, result: dict[str, Any]) -> None:
-        """One result, committed before the next call starts (FR-RES-04b)."""
-        self._tx([self._result_stmt(batch_id, seq, result, time.time())])
+    def record_result(self, batch_id: str, seq: int, call_id: str, ok: bool, text: str) -> None:
+        """One result, committed before the next call starts (FR-RES-04b).
+
+        ``text`` is the result's JSON exactly as it goes back to the client,
+        so the record is what the model reads.
+        """
+        self._tx(
+            [
+                (
+                    "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)",
+                    (batch_id, seq, call_id, 1 if ok else 0, text, time.time()),
+                )
+            ]
+        )
 
     @staticmethod
     def _result_stmt(

@@ -96,29 +96,35 @@ def dumps(value: Any) -> str:
 
 
 def fit_json(value: Any, max_bytes: int) -> tuple[Any, bool]:
+    """Shrink ``value`` until its JSON is at most ``max_bytes``; see :func:`fit_json_text`."""
+    fitted, _, cut = fit_json_text(value, max_bytes)
+    return fitted, cut
+
+
+def fit_json_text(value: Any, max_bytes: int) -> tuple[Any, str, bool]:
     """Shrink ``value`` until its JSON is at most ``max_bytes``.
 
     Cuts the longest strings first (with the truncation marker), then the
-    longest lists.  Returns the fitted value and whether anything was cut.
-    A value that cannot be made to fit (its skeleton alone is too big)
-    comes back as a short string saying so; callers treat that as an error.
+    longest lists.  Returns the fitted value, its compact JSON text (so
+    callers need not encode it again) and whether anything was cut.  A value
+    that cannot be made to fit (its skeleton alone is too big) comes back as
+    a short string saying so; callers treat that as an error.
     """
-    size = json_size(value)
+    text = dumps(value)
+    size = len(text.encode("utf-8"))
     if size <= max_bytes:
-        return value, False
+        return value, text, False
     value = _copy(value)
     for _ in range(64):
-        excess = size - max_bytes
-        if excess <= 0:
-            return value, True
-        if not _cut_longest(value, excess):
+        if not _cut_longest(value, size - max_bytes):
             break
-        size = json_size(value)
-    if size <= max_bytes:
-        return value, True
+        text = dumps(value)
+        size = len(text.encode("utf-8"))
+        if size <= max_bytes:
+            return value, text, True
     # Nothing left to cut: the skeleton itself is too big for the budget.
     note = "[output truncated]"[: max(max_bytes - 2, 0)]
-    return note, True
+    return note, dumps(note), True
 
 
 def _copy(value: Any) -> Any:

@@ -45,7 +45,7 @@ from . import sexp
 from .errors import ProtocolError
 from .output import sanitize_value
 from .protocol import Event, HelloRequest
-from .service import Worker, parse_request
+from .service import Encoded, Worker, parse_request
 from .sexp import Symbol
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def _cancel(handler: ForjHandler, body: Any) -> Any:
 
 
 def _shutdown(handler: ForjHandler, body: Any) -> Any:
-    threading.Thread(target=handler.server.stop, name="forj-shutdown", daemon=True).start()
+    handler.stop_after_reply = True  # the caller gets its answer before the socket closes
     return {}
 
 
@@ -117,6 +117,7 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
         self.write_lock = threading.Lock()
         self.authenticated = False
         self.reject_after_reply = False
+        self.stop_after_reply = False
         self._uids = itertools.count(1)
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -206,11 +207,10 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
                     "bad-request", f"{name}: the argument is not valid JSON: {exc}"
                 ) from None
             result = method.func(self, body)
-            reply = json.dumps(result, ensure_ascii=False)
-            try:
-                reply.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate slipped through somewhere
-                reply = json.dumps(sanitize_value(result), ensure_ascii=False)
+            if isinstance(result, Encoded) and result.text:
+                reply = result.text
+            else:
+                reply = json.dumps(result, ensure_ascii=False)
         except ProtocolError as exc:
             self._reply_error(uid, exc)
         except Exception as exc:
@@ -226,10 +226,14 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
         else:
             try:
                 self.send([Symbol("return"), uid, reply])
-            except (sexp.SexpError, UnicodeError) as exc:
+            except UnicodeEncodeError:  # a lone surrogate slipped through somewhere
+                self.send([Symbol("return"), uid, json.dumps(sanitize_value(result))])
+            except sexp.SexpError as exc:
                 self._reply_error(uid, ProtocolError("internal-error", f"{name}: {exc}"))
         if self.reject_after_reply:
             self.close()
+        if self.stop_after_reply:
+            threading.Thread(target=self.server.stop, name="forj-shutdown", daemon=True).start()
 
     def _reply_error(self, uid: Any, exc: ProtocolError) -> None:
         self.send([Symbol("return-error"), uid, json.dumps(exc.wire(), ensure_ascii=False)])

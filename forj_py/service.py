@@ -9,6 +9,7 @@ protocol errors, they are results.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -59,6 +60,12 @@ def parse_request(model: type[R], body: Any) -> R:
             f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:5]
         )
         raise ProtocolError("bad-request", f"invalid request: {problems}") from None
+
+
+class Encoded(dict[str, Any]):
+    """A reply that also carries its own JSON text, ready for the wire."""
+
+    text: str = ""
 
 
 class Worker:
@@ -162,14 +169,23 @@ class Worker:
         unknown = (set(req.approved) | set(req.denied)) - {c.call_id for c in batch.calls}
         if unknown:
             log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
-        results = self.runner.run(
+        finished = self.runner.run(
             batch,
             approved=set(req.approved) & confirm,
             denied={k: v for k, v in req.denied.items() if k in confirm},
             capacity=req.capacity_bytes,
             emit=emit,
         )
-        return {"batch_id": batch.batch_id, "state": batch.state, "results": results}
+        reply = Encoded(
+            batch_id=batch.batch_id, state=batch.state, results=[f.wire for f in finished]
+        )
+        # The results are already JSON text: splice them in rather than encode
+        # megabytes a second time.
+        reply.text = (
+            f'{{"batch_id":{json.dumps(batch.batch_id)},"state":{json.dumps(batch.state)},'
+            f'"results":[{",".join(f.text for f in finished)}]}}'
+        )
+        return reply
 
     def cancel(self, body: Any) -> dict[str, Any]:
         req = parse_request(CancelRequest, body)

@@ -193,18 +193,18 @@ def _read(text: str, pos: int) -> tuple[Any, int]:
         stack[-1].append(value)
 
 
-def _atom(token: str) -> Any:
-    if _INT_RE.match(token):
-        return int(token.rstrip("."))
-    if _FLOAT_RE.match(token):
-        return float(token)
-    if token == "nil":  # noqa: S105 - the Lisp symbol, not a password
+def _atom(atom: str) -> Any:
+    if _INT_RE.match(atom):
+        return int(atom.rstrip("."))
+    if _FLOAT_RE.match(atom):
+        return float(atom)
+    if atom == "nil":
         return []
-    if token == ".":
+    if atom == ".":
         raise SexpError("dotted pairs are not supported")
-    if "\\" in token:
-        raise SexpError(f"escaped symbol {token!r} is not supported")
-    return Symbol(token)
+    if "\\" in atom:
+        raise SexpError(f"escaped symbol {atom!r} is not supported")
+    return Symbol(atom)
 
 
 def dumps(value: Any) -> str:

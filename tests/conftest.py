@@ -22,7 +22,9 @@ from forj_py.tools import builtin_tools
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_env(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No test reads the developer's own config or writes their journal."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("FORJ_CONFIG", str(home / "config.toml"))

@@ -62,16 +62,31 @@ def test_every_section_of_seed_000_is_accepted(project: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("[tools.approval]\nmode = 'yolo'\n", "tools.approval.mode: got 'yolo'; Input should be 'auto', 'prompt' or 'deny'"),
-        ("[tools]\nmode = 'on'\n", "tools.mode: got 'on'; allowed values: disabled, parse_only, enabled"),
-        ("[tools.approval]\nmod = 'auto'\n", "tools.approval.mod: unknown key; allowed here: allowlist, denylist, enabled, mode, prompt_side_effects"),
+        (
+            "[tools.approval]\nmode = 'yolo'\n",
+            "tools.approval.mode: got 'yolo'; Input should be 'auto', 'prompt' or 'deny'",
+        ),
+        (
+            "[tools]\nmode = 'on'\n",
+            "tools.mode: got 'on'; allowed values: disabled, parse_only, enabled",
+        ),
+        (
+            "[tools.approval]\nmod = 'auto'\n",
+            "tools.approval.mod: unknown key; allowed here: "
+            "allowlist, denylist, enabled, mode, prompt_side_effects",
+        ),
         ("[tool]\nmode = 'x'\n", "tool: unknown key; allowed here: tools, trust"),
-        ("[tools]\nmax_tool_calls_per_batch = 0\n", "tools.max_tool_calls_per_batch: got 0; Input should be greater than or equal to 1"),
+        (
+            "[tools]\nmax_tool_calls_per_batch = 0\n",
+            "tools.max_tool_calls_per_batch: got 0; Input should be greater than or equal to 1",
+        ),
         ("[tools.sandbox]\nallow_absolute = 'yes'\n", "tools.sandbox.allow_absolute: got 'yes'"),
         ("[tools\n", "not valid TOML"),
     ],
 )
-def test_bad_key_or_value_names_file_key_and_allowed_values(project: Path, text: str, expected: str) -> None:
+def test_bad_key_or_value_names_file_key_and_allowed_values(
+    project: Path, text: str, expected: str
+) -> None:
     user_config(text)
     with pytest.raises(ConfigError) as exc:
         load(project)
@@ -137,8 +152,16 @@ LOOSENINGS = {
         ("approval", "prompt_side_effects"),
         True,
     ),
-    "roots": ("[tools.sandbox]\nallowed_roots = ['..', '/']\n", ("sandbox", "allowed_roots"), ["."]),
-    "allow_absolute": ("[tools.sandbox]\nallow_absolute = true\n", ("sandbox", "allow_absolute"), False),
+    "roots": (
+        "[tools.sandbox]\nallowed_roots = ['..', '/']\n",
+        ("sandbox", "allowed_roots"),
+        ["."],
+    ),
+    "allow_absolute": (
+        "[tools.sandbox]\nallow_absolute = true\n",
+        ("sandbox", "allow_absolute"),
+        False,
+    ),
     "default denies": (
         "[tools.sandbox]\ninclude_default_denies = false\n",
         ("sandbox", "include_default_denies"),
@@ -206,7 +229,10 @@ def test_project_lists_add_to_denylists_and_never_remove(project: Path) -> None:
 
 def test_trusted_project_may_loosen(project: Path) -> None:
     user_config(f"[trust]\nprojects = [{str(project)!r}]\n")
-    project_config(project, "[tools.approval]\nmode = 'auto'\n[tools.sandbox]\ninclude_default_denies = false\n")
+    project_config(
+        project,
+        "[tools.approval]\nmode = 'auto'\n[tools.sandbox]\ninclude_default_denies = false\n",
+    )
     loaded = load(project)
     assert loaded.trusted
     assert loaded.config.tools.approval.mode == "auto"
@@ -215,7 +241,9 @@ def test_trusted_project_may_loosen(project: Path) -> None:
 
 
 def test_project_cannot_trust_itself(project: Path) -> None:
-    project_config(project, f"[trust]\nprojects = [{str(project)!r}]\n[tools.approval]\nmode = 'auto'\n")
+    project_config(
+        project, f"[trust]\nprojects = [{str(project)!r}]\n[tools.approval]\nmode = 'auto'\n"
+    )
     loaded = load(project)
     assert not loaded.trusted
     assert loaded.config.tools.approval.mode == "prompt"
@@ -223,7 +251,10 @@ def test_project_cannot_trust_itself(project: Path) -> None:
 
 
 def test_non_safety_settings_are_free_for_the_project(project: Path) -> None:
-    project_config(project, "[tools.timeouts]\ndefault_seconds = 120\n[tools.read_file]\nmax_file_read_bytes = 4096\n")
+    project_config(
+        project,
+        "[tools.timeouts]\ndefault_seconds = 120\n[tools.read_file]\nmax_file_read_bytes = 4096\n",
+    )
     cfg = load(project).config
     assert cfg.tools.timeouts.default_seconds == 120
     assert cfg.tools.read_file.max_file_read_bytes == 4096
@@ -247,9 +278,21 @@ def test_loosening_is_reported_in_hello(make_worker: MakeWorker, project: Path) 
 
 # --- fuzz: any TOML document is either a valid config or a clear error ----------
 
-_scalar = st.one_of(st.booleans(), st.integers(-5, 10**9), st.text(max_size=12), st.floats(allow_nan=False))
+_scalar = st.one_of(
+    st.booleans(), st.integers(-5, 10**9), st.text(max_size=12), st.floats(allow_nan=False)
+)
 _keys = st.sampled_from(
-    ["mode", "allowlist", "denylist", "enabled", "max_bytes", "allowed_roots", "allow_absolute", "x", "default_seconds"]
+    [
+        "mode",
+        "allowlist",
+        "denylist",
+        "enabled",
+        "max_bytes",
+        "allowed_roots",
+        "allow_absolute",
+        "x",
+        "default_seconds",
+    ]
 )
 
 
@@ -257,18 +300,40 @@ def _toml(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').encode("unicode_escape").decode().replace("\\\\", "\\") + '"'
+        return (
+            '"'
+            + value.replace("\\", "\\\\")
+            .replace('"', '\\"')
+            .encode("unicode_escape")
+            .decode()
+            .replace("\\\\", "\\")
+            + '"'
+        )
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return repr(value)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
-    section=st.sampled_from(["tools", "tools.approval", "tools.sandbox", "tools.output", "tools.timeouts", "trust", "nope"]),
+    section=st.sampled_from(
+        [
+            "tools",
+            "tools.approval",
+            "tools.sandbox",
+            "tools.output",
+            "tools.timeouts",
+            "trust",
+            "nope",
+        ]
+    ),
     entries=st.dictionaries(_keys, st.one_of(_scalar, st.lists(_scalar, max_size=3)), max_size=4),
 )
-def test_fuzz_config_files_validate_or_fail_clearly(project: Path, section: str, entries: dict) -> None:
+def test_fuzz_config_files_validate_or_fail_clearly(
+    project: Path, section: str, entries: dict
+) -> None:
     body = "\n".join(f"{k} = {_toml(v)}" for k, v in entries.items())
     project_config(project, f"[{section}]\n{body}\n")
     try:

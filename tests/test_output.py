@@ -63,7 +63,9 @@ def test_t_out_02_property_no_control_survives(text: str) -> None:
 
 @given(st.text(alphabet=st.characters(blacklist_categories=["Cc", "Cs"])))
 def test_sanitize_keeps_printable_text_unchanged(text: str) -> None:
-    text = "".join(c for c in text if not (0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069))
+    text = "".join(
+        c for c in text if not (0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069)
+    )
     assert sanitize(text) == text
 
 
@@ -93,7 +95,9 @@ def test_truncation_never_splits_a_character() -> None:
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=300),
-    lambda children: st.lists(children, max_size=8) | st.dictionaries(st.text(max_size=5), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=8) | st.dictionaries(st.text(max_size=5), children, max_size=5)
+    ),
     max_leaves=40,
 )
 
@@ -140,10 +144,12 @@ def test_fr_apr_01_summaries_redact_credentials(secret: str) -> None:
 
 def test_redact_key_value_and_urls() -> None:
     assert redact("password=hunter2 x") == f"password={REDACTED} x"
-    assert redact('API_KEY: "abc def"') == f'API_KEY: {REDACTED}'
+    assert redact('API_KEY: "abc def"') == f"API_KEY: {REDACTED}"
     assert redact("Authorization: Bearer abc.def.ghi") == f"Authorization: Bearer {REDACTED}"
     assert redact("https://user:pa55@host/x") == f"https://user:{REDACTED}@host/x"
-    assert redact("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----") == REDACTED
+    assert (
+        redact("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----") == REDACTED
+    )
     assert redact("nothing to see") == "nothing to see"
 
 

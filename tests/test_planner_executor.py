@@ -111,7 +111,7 @@ def test_t_apr_02_approve_selected_executes_only_selected(make_worker: MakeWorke
 
 def test_approval_for_non_confirm_call_cannot_run_a_resolved_call(make_worker: MakeWorker) -> None:
     worker = make_worker()
-    plan, result = run(worker, [call("x", "nope")], approved=["x"])
+    _plan, result = run(worker, [call("x", "nope")], approved=["x"])
     assert result["results"][0]["error"]["details"]["kind"] == "UnknownTool"
 
 
@@ -341,10 +341,16 @@ def test_fr_exe_04b_tool_crash_becomes_sanitized_error(make_worker: MakeWorker) 
 
 def test_fr_exe_01_results_in_call_order_one_per_call(make_worker: MakeWorker) -> None:
     worker = make_worker()
-    calls = [call(str(i), "read_file", path="src/main.py", start_line=i, end_line=i) for i in (3, 1, 2)]
+    calls = [
+        call(str(i), "read_file", path="src/main.py", start_line=i, end_line=i) for i in (3, 1, 2)
+    ]
     _, result = run(worker, calls)
     assert [r["id"] for r in result["results"]] == ["3", "1", "2"]
-    assert [r["result"]["content"] for r in result["results"]] == ["line 3\n", "line 1\n", "line 2\n"]
+    assert [r["result"]["content"] for r in result["results"]] == [
+        "line 3\n",
+        "line 1\n",
+        "line 2\n",
+    ]
 
 
 def test_a_batch_runs_once(make_worker: MakeWorker) -> None:
@@ -362,7 +368,9 @@ def test_events_started_precede_finished(make_worker: MakeWorker) -> None:
     assert events == [("a", "started"), ("a", "finished")]
 
 
-def test_meta_cwd_must_be_a_directory_inside_the_root(make_worker: MakeWorker, project: Path) -> None:
+def test_meta_cwd_must_be_a_directory_inside_the_root(
+    make_worker: MakeWorker, project: Path
+) -> None:
     worker = make_worker()
     calls = [
         {"id": "1", "name": "read_file", "args": {"path": "main.py"}, "meta": {"cwd": "src"}},

@@ -61,7 +61,9 @@ def test_t_read_01_line_ranges_and_bad_ranges(make_worker: MakeWorker) -> None:
     assert zero["error"]["details"]["kind"] == "BadArgs"
 
 
-def test_t_read_02_scan_limit_enforced_for_large_files(make_worker: MakeWorker, project: Path) -> None:
+def test_t_read_02_scan_limit_enforced_for_large_files(
+    make_worker: MakeWorker, project: Path
+) -> None:
     user_config("[tools.read_file]\nmax_scan_bytes = 4096\n")
     (project / "big.txt").write_text("".join(f"{i:09d}\n" for i in range(10_000)))
     worker = make_worker()
@@ -73,7 +75,9 @@ def test_t_read_02_scan_limit_enforced_for_large_files(make_worker: MakeWorker, 
     assert far["error"]["details"]["scan_limit"] == 4096
 
 
-def test_whole_file_over_read_limit_asks_for_a_range(make_worker: MakeWorker, project: Path) -> None:
+def test_whole_file_over_read_limit_asks_for_a_range(
+    make_worker: MakeWorker, project: Path
+) -> None:
     user_config("[tools.read_file]\nmax_file_read_bytes = 2048\n")
     (project / "big.txt").write_text("x\n" * 5000)
     r = _read(make_worker(), path="big.txt")
@@ -104,7 +108,9 @@ def test_output_limit_truncates_the_whole_result(make_worker: MakeWorker, projec
     assert r["result"]["content"].endswith("... [output truncated]")
 
 
-def test_binary_files_come_back_as_self_limited_base64(make_worker: MakeWorker, project: Path) -> None:
+def test_binary_files_come_back_as_self_limited_base64(
+    make_worker: MakeWorker, project: Path
+) -> None:
     blob = bytes(range(256)) * 200
     (project / "img.bin").write_bytes(blob)
     worker = make_worker()
@@ -146,7 +152,9 @@ def test_permission_denied_is_a_file_error(make_worker: MakeWorker, project: Pat
     assert r["error"]["message"] == "Permission denied: locked.txt"
 
 
-def test_non_utf8_file_names_are_reachable_and_reported(make_worker: MakeWorker, project: Path) -> None:
+def test_non_utf8_file_names_are_reachable_and_reported(
+    make_worker: MakeWorker, project: Path
+) -> None:
     raw = os.fsencode(str(project)) + b"/caf\xe9.txt"
     with open(raw, "wb") as fh:
         fh.write(b"hello\n")

@@ -134,7 +134,9 @@ def test_fr_val_04a_resolution_is_canonical_and_absolute(tree: tuple[Path, Path]
         ("x" * 5000, "longer than"),
     ],
 )
-def test_bad_path_text_is_a_validation_error(tree: tuple[Path, Path], path: str, message: str) -> None:
+def test_bad_path_text_is_a_validation_error(
+    tree: tuple[Path, Path], path: str, message: str
+) -> None:
     root, _ = tree
     with pytest.raises(ToolFailure) as exc:
         Sandbox(root).resolve(path)
@@ -156,12 +158,32 @@ def test_symlink_loop_is_rejected_or_fails_safely(tree: tuple[Path, Path]) -> No
 # --- property: nothing generated ever lands outside the root --------------------
 
 _segments = st.sampled_from(
-    ["a.txt", "sub", "deep", "c.txt", "..", ".", "", "in_link", "out_link", "out_file",
-     "dangling_out", "loop", "new", "secret.txt", "/", "~", "...", "sub\\..\\.."]
+    [
+        "a.txt",
+        "sub",
+        "deep",
+        "c.txt",
+        "..",
+        ".",
+        "",
+        "in_link",
+        "out_link",
+        "out_file",
+        "dangling_out",
+        "loop",
+        "new",
+        "secret.txt",
+        "/",
+        "~",
+        "...",
+        "sub\\..\\..",
+    ]
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(parts=st.lists(_segments, min_size=1, max_size=6), absolute=st.booleans())
 def test_property_no_generated_path_resolves_outside_the_root(
     tree: tuple[Path, Path], parts: list[str], absolute: bool
@@ -183,9 +205,13 @@ def test_property_no_generated_path_resolves_outside_the_root(
         os.close(sb.open_regular(sp))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(path=st.text(max_size=60))
-def test_property_arbitrary_text_never_escapes_or_crashes(tree: tuple[Path, Path], path: str) -> None:
+def test_property_arbitrary_text_never_escapes_or_crashes(
+    tree: tuple[Path, Path], path: str
+) -> None:
     root, _ = tree
     try:
         sp = Sandbox(root).resolve(path)
@@ -278,7 +304,14 @@ def test_denied_and_outside_paths_through_the_worker_touch_nothing(
     root, _ = tree
     user_config("")
     worker = make_worker(root)
-    paths = ["../outside/secret.txt", "/etc/passwd", "out_link/secret.txt", ".env", "a\x00b", "innocent.txt"]
+    paths = [
+        "../outside/secret.txt",
+        "/etc/passwd",
+        "out_link/secret.txt",
+        ".env",
+        "a\x00b",
+        "innocent.txt",
+    ]
     _, result = run(worker, [call(str(i), "read_file", path=p) for i, p in enumerate(paths)])
     assert all(not r["ok"] for r in result["results"])
     assert all(r["error"]["recovery"] for r in result["results"])

@@ -1,0 +1,231 @@
+"""Worker benchmarks: `make bench`.  Reports medians; asserts nothing.
+
+Measures, on this machine, in one run:
+- worker start to ready (spawn, port printed, connected, hello answered);
+- no-op round trip (``ping``) from forj's Python client and from python-epc's;
+- a 1 MB ``read_file`` round trip (plan + execute) from both clients;
+- a small ``read_file`` round trip (plan + execute, journal writes included);
+- sandbox validation per path;
+- the EPC codec against sexpdata on a megabyte of quotes and backslashes.
+
+Prints a Markdown table (with machine and date) and writes it to
+bench/results/latest.md for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import sexpdata
+from epc.client import EPCClient
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from forj_py import sexp  # noqa: E402
+from forj_py.client import Client, WorkerProcess  # noqa: E402
+from forj_py.sandbox import Sandbox  # noqa: E402
+
+
+def median_of(fn: Callable[[], object], runs: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    py = platform.python_version()
+    return f"{cpu}, {os.cpu_count()} cores, Python {py}, {platform.system()} {platform.release()}"
+
+
+def calibration() -> float:
+    """A fixed pure-Python loop: how fast this machine was during this run."""
+
+    def spin() -> None:
+        total = 0
+        for i in range(1_000_000):
+            total += i
+
+    return median_of(spin, 7, warmup=1)
+
+
+def main() -> None:
+    rows: list[tuple[str, str, str]] = []
+    rows.append(("CPU reference: 10⁶ Python additions", f"{calibration() * 1000:.0f} ms", "—"))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "project"
+        (root / "src").mkdir(parents=True)
+        line = 'say "hi" \\ path\\to\\file and some text é\n'
+        (root / "big.txt").write_text(line * (1_000_000 // len(line.encode())))
+        # A megabyte of ordinary source code: the standard library's own.
+        source = "".join(
+            p.read_text(encoding="utf-8", errors="replace")
+            for p in sorted(Path(os.__file__).parent.glob("*.py"))
+        )
+        (root / "code.py").write_text(source[:1_000_000])
+        (root / "small.txt").write_text("hello\n" * 20)
+        (root / "src" / "deep" / "er").mkdir(parents=True)
+        (root / "src" / "deep" / "er" / "mod.py").write_text("x = 1\n")
+        cfg = Path(tmp) / "config.toml"
+        cfg.write_text(
+            "[tools.output]\nmax_bytes = 4000000\n"
+            "[tools.read_file]\nmax_file_read_bytes = 4000000\n"
+        )
+        env = dict(os.environ, FORJ_CONFIG=str(cfg), FORJ_STATE_DIR=str(Path(tmp) / "state"))
+
+        # --- start to ready (stopping is not part of it)
+        starts = []
+        for i in range(17):
+            t0 = time.perf_counter()
+            proc = WorkerProcess(root, env=env)
+            with Client(proc.port) as c:
+                c.call("hello", {"token": proc.token})
+                if i >= 2:
+                    starts.append(time.perf_counter() - t0)
+            proc.stop()
+        t = statistics.median(starts)
+        rows.append(
+            ("worker start to ready (spawn → port → hello)", f"{t * 1000:.0f} ms", "≤ 300 ms")
+        )
+
+        with WorkerProcess(root, env=env) as proc, Client(proc.port) as c:
+            c.call("hello", {"token": proc.token})
+            epc = EPCClient(("127.0.0.1", proc.port))
+            epc.call_sync("hello", [json.dumps({"token": proc.token})], timeout=10)
+
+            t = median_of(lambda: c.call("ping"), 3000, warmup=100)
+            rows.append(("no-op round trip, forj client", f"{t * 1000:.3f} ms", "≤ 0.5 ms"))
+            t = median_of(lambda: epc.call_sync("ping", ["{}"], timeout=10), 1000, warmup=50)
+            rows.append(("no-op round trip, python-epc client", f"{t * 1000:.3f} ms", "—"))
+
+            def read(client_call: Callable[[str, dict], dict], path: str) -> None:
+                plan = client_call(
+                    "plan",
+                    {
+                        "calls": [
+                            {
+                                "id": "1",
+                                "name": "read_file",
+                                "args": {"path": path, "max_bytes": 4000000},
+                            }
+                        ]
+                    },
+                )
+                res = client_call(
+                    "execute", {"batch_id": plan["batch_id"], "capacity_bytes": 4000000}
+                )
+                assert res["results"][0]["ok"], res
+
+            def forj_call(method: str, body: dict) -> dict:
+                return c.call(method, body)
+
+            def epc_call(method: str, body: dict) -> dict:
+                return json.loads(epc.call_sync(method, [json.dumps(body)], timeout=30))
+
+            size = (root / "code.py").stat().st_size
+            t = median_of(lambda: read(forj_call, "code.py"), 40)
+            rows.append(
+                (
+                    f"read_file round trip, {size / 1e6:.1f} MB of Python source, forj client",
+                    f"{t * 1000:.1f} ms",
+                    "≤ 30 ms",
+                )
+            )
+            size = (root / "big.txt").stat().st_size
+            t = median_of(lambda: read(forj_call, "big.txt"), 40)
+            rows.append(
+                (
+                    f"read_file round trip, {size / 1e6:.1f} MB of quotes and backslashes, "
+                    "forj client",
+                    f"{t * 1000:.1f} ms",
+                    "≤ 30 ms",
+                )
+            )
+            t = median_of(lambda: read(epc_call, "big.txt"), 10, warmup=1)
+            rows.append(
+                (
+                    f"read_file round trip, {size / 1e6:.1f} MB of quotes and backslashes, "
+                    "python-epc client",
+                    f"{t * 1000:.0f} ms",
+                    "—",
+                )
+            )
+            t = median_of(lambda: read(forj_call, "small.txt"), 300)
+            rows.append(
+                (
+                    "read_file round trip, 120 B (plan + execute + journal)",
+                    f"{t * 1000:.2f} ms",
+                    "—",
+                )
+            )
+            epc.close()
+            epc.socket.close()
+
+    # --- sandbox validation
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "src" / "deep" / "er").mkdir(parents=True)
+        (root / "src" / "deep" / "er" / "mod.py").write_text("x")
+        sb = Sandbox(root)
+        for path, label in [
+            ("src/deep/er/mod.py", "existing file, 4 deep"),
+            ("src/new/file.py", "new file"),
+        ]:
+            n = 20000
+            t0 = time.perf_counter()
+            for _ in range(n):
+                sb.resolve(path)
+            per = (time.perf_counter() - t0) / n
+            rows.append((f"sandbox validation, {label}", f"{per * 1e6:.1f} µs", "≤ 50 µs"))
+
+    # --- codec
+    payload = json.dumps({"content": 'say "hi" \\ path\\to\n' * 55000})
+    message = sexp.dumps([sexp.Symbol("return"), 1, payload])
+    ours = median_of(lambda: sexp.loads(message), 20)
+    theirs = median_of(lambda: sexpdata.loads(message), 3, warmup=1)
+    rows.append(
+        (
+            f"decode a {len(message) / 1e6:.1f} MB EPC reply: forj_py.sexp vs sexpdata",
+            f"{ours * 1000:.1f} ms vs {theirs * 1000:.0f} ms ({theirs / ours:.0f}×)",
+            "—",
+        )
+    )
+
+    lines = [
+        f"Machine: {machine()}  ",
+        f"Date: {time.strftime('%Y-%m-%d')}",
+        "",
+        "| measurement (median) | result | aim |",
+        "| --- | --- | --- |",
+        *[f"| {a} | {b} | {c} |" for a, b, c in rows],
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
