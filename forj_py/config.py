@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import pathspec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .protocol import ToolsMode
 
@@ -54,6 +55,24 @@ class SandboxConfig(_Section):
     allow_absolute: bool = False
     include_default_denies: bool = True
 
+    @field_validator("denied_patterns")
+    @classmethod
+    def _no_negation(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if pattern.lstrip().startswith("!"):
+                raise ValueError(
+                    f"{pattern!r}: a pattern cannot be negated with '!' (lists are merged "
+                    "across files and may only add denials); to allow a file the defaults "
+                    "deny, set include_default_denies = false and list the patterns you want"
+                )
+            try:
+                pathspec.PathSpec.from_lines("gitignore", [pattern])
+            except ValueError as exc:
+                raise ValueError(
+                    f"{pattern!r} is not a valid gitignore-style pattern: {exc}"
+                ) from None
+        return patterns
+
 
 class TimeoutsConfig(_Section):
     default_seconds: float = Field(default=30, gt=0, le=86_400)
@@ -62,7 +81,8 @@ class TimeoutsConfig(_Section):
 
 
 class OutputConfig(_Section):
-    max_bytes: int = Field(default=102_400, ge=1024, le=64 << 20)
+    # EPC frames hold at most 16 MiB, and JSON inside a Lisp string can double.
+    max_bytes: int = Field(default=102_400, ge=1024, le=8 << 20)
 
 
 class EnvironmentConfig(_Section):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -117,9 +118,21 @@ class Sandbox:
         patterns = list(DEFAULT_DENIES if include_default_denies else ()) + list(
             denied_patterns or []
         )
+        negated = [p for p in patterns if p.lstrip().startswith("!")]
+        if negated:
+            # A "!pattern" would un-deny what another pattern denies; lists that
+            # are merged from several files must only ever add denials.
+            raise ValueError(f"denied patterns cannot be negated: {negated}")
         self.denied_patterns = patterns
-        self._denied = pathspec.PathSpec.from_lines("gitignore", patterns)
         self._each = [(p, pathspec.PathSpec.from_lines("gitignore", [p])) for p in patterns]
+        # Every path of every call is checked: one combined regex, not a loop.
+        regexes = [
+            regex.pattern
+            for _, spec in self._each
+            for compiled in spec.patterns
+            if (regex := getattr(compiled, "regex", None)) is not None
+        ]
+        self._combined = re.compile("|".join(f"(?:{r})" for r in regexes) or "(?!)")
 
     # --- validation (FR-VAL-04) ----------------------------------------------
 
@@ -161,7 +174,9 @@ class Sandbox:
                 attempted=path,
                 resolved=canonical,
             )
-        rel = os.path.relpath(canonical, root).replace(os.sep, "/")
+        rel = "." if canonical == root else canonical[len(root.rstrip(os.sep)) + 1 :]
+        if os.sep != "/":  # pragma: no cover - Windows
+            rel = rel.replace(os.sep, "/")
         # Step 7: denied patterns, on the canonical path (and the path as
         # written, so a symlink named .env cannot hide what it is).
         pattern = self.denied_pattern(rel)
@@ -195,7 +210,7 @@ class Sandbox:
         """The first denied pattern matching ``rel`` (a directory also as ``rel/``)."""
         if rel in ("", "."):
             return None
-        if not (self._denied.match_file(rel) or self._denied.match_file(rel + "/")):
+        if not (self._combined.match(rel) or self._combined.match(rel + "/")):
             return None
         for pattern, spec in self._each:
             if spec.match_file(rel) or spec.match_file(rel + "/"):
@@ -205,8 +220,9 @@ class Sandbox:
     def display(self, canonical: str) -> str:
         if canonical == self.project_root:
             return "."
-        if canonical.startswith(self.project_root + os.sep):
-            return os.path.relpath(canonical, self.project_root).replace(os.sep, "/")
+        prefix = self.project_root.rstrip(os.sep) + os.sep
+        if canonical.startswith(prefix):
+            return canonical[len(prefix) :].replace(os.sep, "/")
         return canonical
 
     # --- symlink-safe I/O (FR-VAL-06) ------------------------------------------

@@ -82,6 +82,14 @@ def test_every_section_of_seed_000_is_accepted(project: Path) -> None:
         ),
         ("[tools.sandbox]\nallow_absolute = 'yes'\n", "tools.sandbox.allow_absolute: got 'yes'"),
         ("[tools\n", "not valid TOML"),
+        (
+            "[tools.sandbox]\ndenied_patterns = ['!keep.pem']\n",
+            "'!keep.pem': a pattern cannot be negated",
+        ),
+        (
+            '[tools.sandbox]\ndenied_patterns = ["\\\\"]\n',
+            "is not a valid gitignore-style pattern",
+        ),
     ],
 )
 def test_bad_key_or_value_names_file_key_and_allowed_values(

@@ -97,6 +97,12 @@ def test_include_default_denies_false_drops_only_the_defaults(tree: tuple[Path, 
         sb.resolve("cert.pem")
 
 
+def test_negated_denied_patterns_are_refused(tree: tuple[Path, Path]) -> None:
+    root, _ = tree
+    with pytest.raises(ValueError, match="cannot be negated"):
+        Sandbox(root, denied_patterns=["!cert.pem"])
+
+
 def test_symlinks_out_of_the_root_are_rejected(tree: tuple[Path, Path]) -> None:
     root, _ = tree
     sb = Sandbox(root)

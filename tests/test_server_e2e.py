@@ -454,3 +454,54 @@ def test_cancel_over_the_wire_stops_a_running_batch(project: Path) -> None:
         kinds = [r["ok"] or r["error"]["details"]["kind"] for r in res["results"]]
         assert kinds[-1] == "Cancelled"
         assert res["state"] == "cancelled"
+
+
+def test_it_jrn_02_crash_mid_execution_leaves_a_record_and_nothing_reruns(
+    project: Path, tmp_path: Path
+) -> None:
+    """SIGKILL the worker while the second call runs; the journal has it all."""
+    import sqlite3
+
+    (project / "huge.txt").write_text("z\n" * 4_000_000)
+    config = tmp_path / "cfg.toml"
+    config.write_text("[tools.read_file]\nmax_scan_bytes = 1000000000\n")
+    state = tmp_path / "state"
+    started = threading.Event()
+
+    def on_event(event: dict) -> None:
+        if event["call_id"] == "slow" and event["kind"] == "started":
+            started.set()
+
+    calls = [
+        {"id": "quick", "name": "read_file", "args": {"path": "README.md"}},
+        {"id": "slow", "name": "read_file", "args": {"path": "huge.txt", "start_line": 3_999_999}},
+        {"id": "never", "name": "read_file", "args": {"path": "README.md"}},
+    ]
+    with (
+        WorkerProcess(project, config=config, state_dir=state) as proc,
+        Client(proc.port, on_event=on_event) as c,
+    ):
+        c.call("hello", {"token": proc.token})
+        plan = c.call("plan", {"calls": calls})
+        c.call_async("execute", {"batch_id": plan["batch_id"]})
+        assert started.wait(10)
+        proc.proc.kill()
+        proc.proc.wait()
+    db = sqlite3.connect(state / "journal.sqlite3")
+    state_row = db.execute("SELECT state FROM batches WHERE batch_id=?", (plan["batch_id"],))
+    assert state_row.fetchone()[0] == "executing"
+    recorded = db.execute(
+        "SELECT call_id, raw FROM calls WHERE batch_id=? ORDER BY seq", (plan["batch_id"],)
+    ).fetchall()
+    assert [json.loads(raw) for _, raw in recorded] == calls
+    done = db.execute("SELECT call_id FROM results WHERE batch_id=?", (plan["batch_id"],))
+    assert [r[0] for r in done.fetchall()] == ["quick"]
+    db.close()
+    # A new worker on the same journal runs nothing by itself.
+    with WorkerProcess(project, config=config, state_dir=state) as proc, Client(proc.port) as c:
+        c.call("hello", {"token": proc.token})
+        time.sleep(0.3)
+    db = sqlite3.connect(state / "journal.sqlite3")
+    done = db.execute("SELECT call_id FROM results WHERE batch_id=?", (plan["batch_id"],))
+    assert [r[0] for r in done.fetchall()] == ["quick"]
+    db.close()
