@@ -226,8 +226,6 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
         else:
             try:
                 self.send([Symbol("return"), uid, reply])
-            except UnicodeEncodeError:  # a lone surrogate slipped through somewhere
-                self.send([Symbol("return"), uid, json.dumps(sanitize_value(result))])
             except sexp.SexpError as exc:
                 self._reply_error(uid, ProtocolError("internal-error", f"{name}: {exc}"))
         if self.reject_after_reply:
@@ -244,7 +242,10 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
         """Write one whole frame; frames from different threads never interleave."""
         if message and isinstance(message[0], str) and not isinstance(message[0], Symbol):
             message = [Symbol(message[0]), *message[1:]]
-        data = sexp.frame(message)
+        try:
+            data = sexp.frame(message)
+        except UnicodeEncodeError:  # a lone surrogate slipped through: never drop a reply
+            data = sexp.frame(sanitize_value(message))
         with self.write_lock:
             try:
                 self.wfile.write(data)
