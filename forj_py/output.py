@@ -43,13 +43,25 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _ANY_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+_ASCII_CONTROLS = bytes(range(0x09)) + bytes(range(0x0B, 0x20)) + b"\x7f"
+
+
+def _has_controls(text: str) -> bool:
+    if text.isascii():
+        # Most source code is ASCII: deleting the control bytes in C and
+        # comparing lengths is several times faster than a regex search.
+        data = text.encode("ascii")
+        return len(data.translate(None, _ASCII_CONTROLS)) != len(data)
+    return _ANY_CONTROL_RE.search(text) is not None
+
+
 def sanitize(text: str) -> str:
     """Remove terminal controls and bidi overrides, keeping tab and newline.
 
     Lone surrogates (which JSON can carry but UTF-8 cannot) become U+FFFD so
     the result always encodes.
     """
-    if _ANY_CONTROL_RE.search(text) is not None:
+    if _has_controls(text):
         text = _CONTROL_RE.sub("", text)
     try:
         text.encode("utf-8")
@@ -86,6 +98,10 @@ def truncate_text(text: str, max_bytes: int, marker: str = TRUNCATION_MARKER) ->
     return body + marker
 
 
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
 def json_size(value: Any) -> int:
     """Bytes of ``value`` as compact UTF-8 JSON: how results are measured."""
     return len(dumps(value).encode("utf-8"))
@@ -111,7 +127,7 @@ def fit_json_text(value: Any, max_bytes: int) -> tuple[Any, str, bool]:
     a short string saying so; callers treat that as an error.
     """
     text = dumps(value)
-    size = len(text.encode("utf-8"))
+    size = _utf8_len(text)
     if size <= max_bytes:
         return value, text, False
     value = _copy(value)
@@ -119,7 +135,7 @@ def fit_json_text(value: Any, max_bytes: int) -> tuple[Any, str, bool]:
         if not _cut_longest(value, size - max_bytes):
             break
         text = dumps(value)
-        size = len(text.encode("utf-8"))
+        size = _utf8_len(text)
         if size <= max_bytes:
             return value, text, True
     # Nothing left to cut: the skeleton itself is too big for the budget.
