@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     for warning in loaded.warnings:
         log.warning("%s", warning)
-    worker = Worker(root, loaded, Registry(builtin_tools()), journal)
+    worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+    threading.Thread(target=worker.backups.prune, name="forj-prune", daemon=True).start()
     server = ForjServer(worker, token)
     stop = server.stop
     _watch_parent(stop)

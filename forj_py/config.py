@@ -98,6 +98,16 @@ class ApprovalConfig(_Section):
     prompt_side_effects: bool = True
 
 
+class BackupsConfig(_Section):
+    max_age_days: float = Field(default=14, gt=0, le=3650)
+    max_total_mb: float = Field(default=512, gt=0, le=1 << 20)
+
+
+class ListingConfig(_Section):
+    # list_files, glob and search stop after this many entries and say so.
+    max_entries: int = Field(default=5000, ge=10, le=1_000_000)
+
+
 class ReadFileConfig(_Section):
     max_file_read_bytes: int = Field(default=204_800, ge=1024, le=1 << 30)
     max_scan_bytes: int = Field(default=2_097_152, ge=1024, le=1 << 34)
@@ -118,6 +128,8 @@ class ToolsConfig(_Section):
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     approval: ApprovalConfig = Field(default_factory=ApprovalConfig)
     read_file: ReadFileConfig = Field(default_factory=ReadFileConfig)
+    backups: BackupsConfig = Field(default_factory=BackupsConfig)
+    listing: ListingConfig = Field(default_factory=ListingConfig)
 
 
 class TrustConfig(_Section):

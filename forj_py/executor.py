@@ -24,6 +24,7 @@ from typing import Any
 
 from . import errors
 from .errors import ToolFailure
+from .fsops import Backups
 from .journal import Journal
 from .output import dumps, fit_json_text, sanitize_value
 from .planner import PlannedCall, error_result
@@ -66,6 +67,7 @@ class Runner:
     config: Any
     session: Session
     journal: Journal
+    backups: Backups | None = None
 
     def run(
         self,
@@ -156,6 +158,7 @@ class Runner:
             working_dir=planned.working_dir,
             output_limit=limit,
             emit=emit_chunk,
+            backups=self.backups,
         )
         box: dict[str, Any] = {}
         done = threading.Event()

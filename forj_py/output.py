@@ -130,14 +130,14 @@ def fit_json_text(value: Any, max_bytes: int) -> tuple[Any, str, bool]:
     size = _utf8_len(text)
     if size <= max_bytes:
         return value, text, False
-    value = _copy(value)
+    value = [_copy(value)]  # a box, so a top-level string can be cut in place too
     for _ in range(64):
         if not _cut_longest(value, size - max_bytes):
             break
-        text = dumps(value)
+        text = dumps(value[0])
         size = _utf8_len(text)
         if size <= max_bytes:
-            return value, text, True
+            return value[0], text, True
     # Nothing left to cut: the skeleton itself is too big for the budget.
     note = "[output truncated]"[: max(max_bytes - 2, 0)]
     return note, dumps(note), True
@@ -154,6 +154,8 @@ def _copy(value: Any) -> Any:
 def _cut_longest(root: Any, excess: int) -> bool:
     """Cut the single biggest string or list in ``root`` by about ``excess`` bytes."""
     best: tuple[int, Any, Any, str] | None = None  # (size, container, key, "str"|"list")
+    if not isinstance(root, (dict, list)):
+        return False
     stack: list[Any] = [root]
     while stack:
         node = stack.pop()

@@ -226,7 +226,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall) -> None:
         planned.disposition = Disposition.MANUAL
         return
     # 10. policy, 11. tool-level approval
-    outcome = policy.decide(approval, tool)
+    outcome = policy.decide(approval, tool, args)
     if isinstance(outcome, ToolFailure):
         raise outcome
     if outcome is policy.Outcome.CONFIRM:

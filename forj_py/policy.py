@@ -41,7 +41,7 @@ def denylisted(policy: ApprovalConfig, name: str) -> ToolFailure | None:
     )
 
 
-def decide(policy: ApprovalConfig, tool: Tool[Any]) -> Outcome | ToolFailure:
+def decide(policy: ApprovalConfig, tool: Tool[Any], args: Any) -> Outcome | ToolFailure:
     """Mode and allowlist (FR-APR-04c/d), then the tool's own flag (FR-APR-04e)."""
     allowlisted = tool.name in policy.allowlist
     if policy.mode == "deny" and not allowlisted:
@@ -54,7 +54,7 @@ def decide(policy: ApprovalConfig, tool: Tool[Any]) -> Outcome | ToolFailure:
     if (
         policy.mode == "prompt"
         and policy.prompt_side_effects
-        and tool.side_effecting
+        and tool.mutates(args)
         and not allowlisted
     ):
         outcome = Outcome.CONFIRM

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from . import errors
 from .config import Config
+from .fsops import Backups
 from .protocol import RiskLevel
 from .sandbox import Sandbox
 
@@ -67,6 +68,8 @@ class ToolContext:
     # A tool that limits its own output (binary reads) turns this off.
     allow_truncation: bool = True
     emit: Callable[[str, str], None] = field(default=lambda kind, data: None)
+    # Where writing tools keep copies of files before changing them.
+    backups: Backups | None = None
 
     def check_cancelled(self) -> None:
         """Long-running tools call this between steps."""
@@ -83,8 +86,12 @@ class Tool(ABC, Generic[A]):
     # Which [tools.timeouts] entry applies: "file", "shell" or "default".
     timeout_kind: ClassVar[str] = "default"
 
+    def mutates(self, args: A) -> bool:
+        """Whether this call changes anything (a dry run does not)."""
+        return self.side_effecting
+
     def risk(self, args: A) -> RiskLevel:
-        return RiskLevel.MEDIUM if self.side_effecting else RiskLevel.LOW
+        return RiskLevel.MEDIUM if self.mutates(args) else RiskLevel.LOW
 
     def parse(self, raw: dict[str, Any]) -> A:
         return cast(A, self.Args.model_validate(raw, strict=True))

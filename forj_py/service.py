@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from . import __version__
 from .config import LoadedConfig, describe
 from .errors import ProtocolError
+from .fsops import Backups
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
 from .journal import Journal
 from .planner import PlanContext, identify, plan_batch
@@ -75,6 +76,7 @@ class Worker:
         loaded: LoadedConfig,
         registry: Registry,
         journal: Journal,
+        state_dir: Path,
     ) -> None:
         self.loaded = loaded
         self.config = loaded.config
@@ -90,7 +92,11 @@ class Worker:
         self.registry = registry
         self.journal = journal
         self.session = Session()
-        self.runner = Runner(self.sandbox, self.config, self.session, journal)
+        b = self.config.tools.backups
+        self.backups = Backups.for_project(
+            state_dir, self.sandbox.project_root, b.max_age_days, b.max_total_mb
+        )
+        self.runner = Runner(self.sandbox, self.config, self.session, journal, self.backups)
         self._batches: OrderedDict[str, Batch] = OrderedDict()
         self._lock = threading.Lock()
 

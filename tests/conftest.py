@@ -165,7 +165,7 @@ def make_worker(project: Path) -> Iterator[MakeWorker]:
         journal = Journal(Path(os.environ["FORJ_STATE_DIR"]) / "journal.sqlite3")
         journals.append(journal)
         tools = builtin_tools() + (extra_tools or [])
-        return Worker(root, loaded, Registry(tools), journal)
+        return Worker(root, loaded, Registry(tools), journal, Path(os.environ["FORJ_STATE_DIR"]))
 
     yield make
     for journal in journals:

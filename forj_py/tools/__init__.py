@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..registry import Tool
+from .edit import Edit
+from .edit_region import EditRegion
+from .multi_edit import MultiEdit
 from .read_file import ReadFile
+from .write_file import WriteFile
 
 
 def builtin_tools() -> list[Tool[Any]]:
     """Every tool the worker offers, in no particular order (the registry sorts)."""
-    return [ReadFile()]
+    return [ReadFile(), WriteFile(), EditRegion(), MultiEdit(), Edit()]

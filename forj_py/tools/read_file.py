@@ -24,6 +24,9 @@ from ..output import truncate_text
 from ..registry import Tool, ToolContext
 
 SNIFF_BYTES = 8192
+# Files up to this size are hashed whole even when read by range, so they
+# can be edited afterwards; larger ones must be edited after a whole read.
+HASH_WHOLE_FILE_LIMIT = 64 << 20
 # Room left in the output budget for everything but the content itself.
 RESULT_OVERHEAD = 512
 
@@ -127,7 +130,16 @@ class ReadFile(Tool[ReadFileArgs]):
                     "total_lines": _count_lines(text),
                 }
             fh.seek(0)
-            return _range_result(sp.display, fh, size, args, limits.max_scan_bytes, ctx)
+            result = _range_result(sp.display, fh, size, args, limits.max_scan_bytes, ctx)
+            if size <= HASH_WHOLE_FILE_LIMIT:
+                # The stale-file rule compares whole files: a range read counts
+                # as a read of the file it came from.
+                fh.seek(0)
+                digest = hashlib.sha256()
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+                ctx.session.record_read(sp.canonical, digest.hexdigest())
+            return result
 
 
 def _is_binary(head: bytes) -> bool:

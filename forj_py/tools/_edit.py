@@ -1,0 +1,249 @@
+"""What every writing tool shares: the stale-file rule, diffs, the ``.el`` check, commit.
+
+The stale-file rule (seed 000 FR-TOOL-PATCH-02, generalised to every
+writing tool): an existing file may only be changed if the model read it in
+this session and it has not changed since (SHA-256 of the whole content).
+New files are exempt.  After a successful write the worker records the new
+content's hash, so the model can edit the same file again without
+re-reading what it just wrote.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from dataclasses import dataclass
+
+from .. import errors
+from ..elcheck import check as check_elisp
+from ..errors import ToolFailure
+from ..fsops import atomic_write, ensure_parents, read_bytes, sha256
+from ..protocol import ErrorKind, ErrorType
+from ..registry import ToolContext
+from ..sandbox import SafePath
+
+DIFF_CONTEXT = 3
+
+
+@dataclass
+class Loaded:
+    """A file as a writing tool found it."""
+
+    sp: SafePath
+    data: bytes | None  # None: the file does not exist yet
+    text: str  # "" for a new file
+    newline: str  # the file's line ending, for new lines written into it
+
+    @property
+    def exists(self) -> bool:
+        return self.data is not None
+
+
+def stale(message: str, sp: SafePath, reason: str) -> ToolFailure:
+    return ToolFailure(
+        ErrorType.STALE_FILE,
+        message,
+        kind=ErrorKind.STALE_FILE,
+        recovery=[
+            f"Call read_file on {sp.display} (whole, or the lines you will change) and retry",
+            "Base the change on what the file contains now",
+        ],
+        path=sp.display,
+        reason=reason,
+    )
+
+
+def load(ctx: ToolContext, path: str, *, must_exist: bool, enforce_read: bool = True) -> Loaded:
+    """Resolve ``path`` and read it, applying the stale-file rule to existing files."""
+    sp = ctx.sandbox.resolve(path, ctx.working_dir)
+    if not sp.exists:
+        if must_exist:
+            raise errors.file_error(
+                f"File not found: {sp.display}",
+                sp.display,
+                recovery=[
+                    "Check the path; list_files or glob show what exists",
+                    "To create a new file, use write_file",
+                ],
+            )
+        return Loaded(sp, None, "", "\n")
+    data = read_bytes(ctx.sandbox, sp)
+    if enforce_read:
+        known = ctx.session.file_reads.get(sp.canonical)
+        if known is None:
+            raise stale(
+                f"{sp.display} was not read in this session; read it before changing it",
+                sp,
+                "File was not read before editing",
+            )
+        if known != sha256(data):
+            raise stale(
+                f"{sp.display} changed since it was last read; read it again before changing it",
+                sp,
+                "File content changed since last read",
+            )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise errors.file_error(
+            f"{sp.display} is not UTF-8 text; forj edits UTF-8 files only",
+            sp.display,
+            recovery=["Leave this file to the user, or rewrite it whole with write_file"],
+        ) from None
+    newline = "\r\n" if text.count("\r\n") > text.count("\n") // 2 and "\r\n" in text else "\n"
+    return Loaded(sp, data, text, newline)
+
+
+def with_newlines(text: str, newline: str) -> str:
+    """Model-written text uses "\\n"; give it the file's own line ending."""
+    if newline == "\n":
+        return text
+    return text.replace("\r\n", "\n").replace("\n", newline)
+
+
+def unified_diff(display: str, old: str, new: str, existed: bool = True) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"a/{display}" if existed else "/dev/null",
+        tofile=f"b/{display}",
+        n=DIFF_CONTEXT,
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def validate(sp: SafePath, new_text: str) -> None:
+    """Refuse ``.el`` text that Emacs could not read (seed 001's paren check)."""
+    if not sp.display.endswith(".el"):
+        return
+    problem = check_elisp(new_text)
+    if problem is not None:
+        raise errors.bad_args(
+            f"The new content of {sp.display} is not readable Emacs Lisp: {problem.describe()}",
+            recovery=[
+                "Balance the parentheses/brackets and close every string, then retry",
+                "Line and column point at where the reader gives up",
+            ],
+            path=sp.display,
+            line=problem.line,
+            column=problem.column,
+            problem=problem.message,
+        )
+
+
+def commit(ctx: ToolContext, loaded: Loaded, new_text: str, *, backup: bool = True) -> str | None:
+    """Back up, write atomically, record the new hash; return the backup's path."""
+    data = new_text.encode("utf-8")
+    backup_path = None
+    if loaded.exists and backup and ctx.backups is not None:
+        assert loaded.data is not None
+        backup_path = ctx.backups.save(loaded.sp, loaded.data)
+    if not loaded.exists:
+        ensure_parents(ctx.sandbox, loaded.sp)
+    ctx.check_cancelled()
+    atomic_write(ctx.sandbox, loaded.sp, data, cancel=ctx.cancel)
+    ctx.session.record_read(loaded.sp.canonical, sha256(data))
+    return backup_path
+
+
+def small_diff(expected: str, actual: str, label: str) -> str:
+    """A short diff of what the model expected against what is there."""
+    lines = list(
+        difflib.unified_diff(
+            expected.splitlines(keepends=True),
+            actual.splitlines(keepends=True),
+            fromfile=f"expected ({label})",
+            tofile=f"actual ({label})",
+            n=1,
+        )
+    )
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines[:40])
+    return text + ("...\n" if len(lines) > 40 else "")
+
+
+# --- line ranges (edit_region, multi_edit) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Region:
+    start_line: int
+    end_line: int  # start_line - 1 means "insert before start_line"
+    new_content: str
+    expected: str | None = None
+
+
+def split_lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def check_region(display: str, lines: list[str], region: Region) -> None:
+    """Bounds and the optional ``expected`` text of one region, against ``lines``."""
+    total = len(lines)
+    start, end = region.start_line, region.end_line
+    if start < 1 or start > total + 1 or end < start - 1 or end > total:
+        raise errors.bad_args(
+            f"Lines {start}-{end} are outside {display}, which has {total} line(s)",
+            recovery=[
+                f"Use 1 <= start_line <= {total + 1} and start_line - 1 <= end_line <= {total}",
+                "end_line = start_line - 1 inserts before start_line without replacing",
+                "Read the file again to see its current lines",
+            ],
+            path=display,
+            total_lines=total,
+        )
+    if region.expected is not None:
+        actual = "".join(lines[start - 1 : end])
+        if _norm(actual) != _norm(region.expected):
+            raise errors.bad_args(
+                f"Lines {start}-{end} of {display} are not what 'expected' says; nothing was "
+                "changed\n" + small_diff(region.expected, actual, f"lines {start}-{end}"),
+                recovery=[
+                    "Read the file again and use its current lines",
+                    "Adjust start_line/end_line so they cover the text you mean",
+                ],
+                path=display,
+            )
+
+
+def _norm(text: str) -> str:
+    # Line endings and a missing final newline are not a mismatch worth failing on.
+    return text.replace("\r\n", "\n").rstrip("\n")
+
+
+def apply_regions(loaded: Loaded, regions: list[Region]) -> str:
+    """Apply regions given against the original line numbers; bottom-up so they stay valid."""
+    lines = split_lines(loaded.text)
+    ordered = sorted(regions, key=lambda r: (r.start_line, r.end_line))
+    for before, after in itertools.pairwise(ordered):
+        if after.start_line <= before.end_line or (
+            after.start_line == before.start_line and after.end_line == before.end_line
+        ):
+            raise errors.bad_args(
+                f"Edits to {loaded.sp.display} overlap: lines {before.start_line}-"
+                f"{before.end_line} and {after.start_line}-{after.end_line}",
+                recovery=["Merge overlapping edits into one, or make their line ranges disjoint"],
+                path=loaded.sp.display,
+            )
+    for region in ordered:
+        check_region(loaded.sp.display, lines, region)
+    for region in reversed(ordered):
+        replacement = with_newlines(region.new_content, loaded.newline)
+        at_eof_without_newline = region.end_line == len(lines) and not (
+            lines and lines[-1].endswith("\n")
+        )
+        if replacement and not replacement.endswith("\n") and not at_eof_without_newline:
+            replacement += loaded.newline
+        if (
+            region.start_line > 1
+            and region.end_line < region.start_line
+            and lines
+            and region.start_line - 1 == len(lines)
+            and not lines[-1].endswith("\n")
+        ):
+            # Appending after a last line that has no newline: give it one.
+            lines[-1] += loaded.newline
+        lines[region.start_line - 1 : region.end_line] = split_lines(replacement)
+    return "".join(lines)

@@ -1,0 +1,201 @@
+"""``multi_edit``: several line-range edits over one or more files (seed 001 section 4.8).
+
+With ``stop_on_error`` (the default) it is all or nothing across every file
+it touches: every edit is staged and validated in memory first; then each
+file is backed up and written atomically; if a write fails, every file
+already written is restored to its original bytes, so the project is never
+left half-edited.  Without it, files whose edits fail are skipped and the
+rest are applied, each file still all or nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ToolFailure
+from ..fsops import atomic_write, sha256
+from ..registry import Tool, ToolContext
+from . import _edit
+
+
+class EditItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, description="File path relative to the project root")
+    start_line: int = Field(ge=1, description="First line to replace, 1-based")
+    end_line: int = Field(ge=0, description="Last line to replace, inclusive")
+    new_content: str = Field(description="Text that takes the place of those lines")
+    expected: str | None = Field(default=None, description="The lines' current text")
+
+
+class MultiEditArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    edits: list[EditItem] = Field(min_length=1, max_length=1000)
+    stop_on_error: bool = Field(
+        default=True,
+        description="All or nothing across every file (default); false applies what it can",
+    )
+    dry_run: bool = Field(default=False, description="Only show the diffs; change nothing")
+
+
+@dataclass
+class _File:
+    loaded: _edit.Loaded | None
+    items: list[tuple[int, EditItem]] = field(default_factory=list)
+    new_text: str | None = None
+    error: str | None = None
+    backup_path: str | None = None
+
+
+class MultiEdit(Tool[MultiEditArgs]):
+    name = "multi_edit"
+    description = (
+        "Apply several line-range edits, to one file or many, as one change: by default "
+        "all of them or none. Line numbers refer to each file as it is now (edits apply "
+        "bottom-up). Every file must have been read first and not changed since."
+    )
+    Args = MultiEditArgs
+    side_effecting = True
+    timeout_kind = "file"
+
+    def mutates(self, args: MultiEditArgs) -> bool:
+        return not args.dry_run
+
+    def summary(self, args: MultiEditArgs) -> str:
+        paths = list(dict.fromkeys(e.path for e in args.edits))
+        shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+        dry = " [dry run]" if args.dry_run else ""
+        return f"Apply {len(args.edits)} edit(s) to {len(paths)} file(s): {shown}{dry}"
+
+    def paths(self, args: MultiEditArgs) -> list[str]:
+        return [e.path for e in args.edits]
+
+    def _stage(self, args: MultiEditArgs, ctx: ToolContext) -> dict[str, _File]:
+        files: dict[str, _File] = {}
+        for index, item in enumerate(args.edits):
+            sp = ctx.sandbox.resolve(item.path, ctx.working_dir)
+            files.setdefault(sp.canonical, _File(None)).items.append((index, item))
+        for entry in files.values():
+            path = entry.items[0][1].path
+            try:
+                entry.loaded = _edit.load(ctx, path, must_exist=True, enforce_read=not args.dry_run)
+                regions = [
+                    _edit.Region(i.start_line, i.end_line, i.new_content, i.expected)
+                    for _, i in entry.items
+                ]
+                entry.new_text = _edit.apply_regions(entry.loaded, regions)
+                _edit.validate(entry.loaded.sp, entry.new_text)
+            except ToolFailure as failure:
+                if args.stop_on_error:
+                    raise _in_batch(failure, path) from None
+                entry.error = failure.error.message
+        return files
+
+    def preview(self, args: MultiEditArgs, ctx: ToolContext) -> str | None:
+        files = self._stage(args, ctx)
+        return _diffs(files)
+
+    def execute(self, args: MultiEditArgs, ctx: ToolContext) -> Any:
+        files = self._stage(args, ctx)
+        preview = _diffs(files)
+        if not args.dry_run:
+            if args.stop_on_error:
+                _commit_all(ctx, [f for f in files.values() if f.error is None])
+            else:
+                for entry in files.values():
+                    if entry.error is None:
+                        try:
+                            _commit_all(ctx, [entry])
+                        except ToolFailure as failure:
+                            entry.error = failure.error.message
+        details: list[dict[str, Any]] = []
+        applied = skipped = 0
+        for entry in files.values():
+            changed = (
+                entry.error is None
+                and entry.loaded is not None
+                and entry.new_text != entry.loaded.text
+            )
+            for index, item in entry.items:
+                detail: dict[str, Any] = {
+                    "index": index,
+                    "path": entry.loaded.sp.display if entry.loaded else item.path,
+                    "start_line": item.start_line,
+                    "end_line": item.end_line,
+                    "backup_path": entry.backup_path,
+                    "changed": changed and not args.dry_run,
+                }
+                if entry.error is not None:
+                    detail["error"] = entry.error
+                    skipped += 1
+                else:
+                    applied += 1
+                details.append(detail)
+        details.sort(key=lambda d: d["index"])
+        return {
+            "applied": 0 if args.dry_run else applied,
+            "skipped": skipped,
+            "dry_run": args.dry_run,
+            "details": details,
+            "preview": preview,
+        }
+
+
+def _in_batch(failure: ToolFailure, path: str) -> ToolFailure:
+    failure.error.message = f"{failure.error.message} (in the edits to {path}; no file was changed)"
+    return failure
+
+
+def _diffs(files: dict[str, _File]) -> str:
+    parts = []
+    for entry in files.values():
+        if entry.loaded is not None and entry.new_text is not None and entry.error is None:
+            parts.append(
+                _edit.unified_diff(entry.loaded.sp.display, entry.loaded.text, entry.new_text)
+            )
+    return "".join(parts)
+
+
+def _commit_all(ctx: ToolContext, entries: list[_File]) -> None:
+    """Write every staged file; if one fails, put back every file already written."""
+    written: list[_File] = []
+    try:
+        for entry in entries:
+            assert entry.loaded is not None and entry.new_text is not None
+            if entry.new_text == entry.loaded.text:
+                continue
+            entry.backup_path = _edit.commit(ctx, entry.loaded, entry.new_text)
+            written.append(entry)
+    except ToolFailure as failure:
+        restored, lost = _restore(ctx, written)
+        failure.error.message += (
+            f"; the {len(restored)} file(s) already written were restored, no file was changed"
+            if not lost
+            else f"; could not restore {', '.join(lost)} (backups are in backup_path)"
+        )
+        failure.error.details["restored"] = restored
+        raise
+    except BaseException:
+        _restore(ctx, written)
+        raise
+
+
+def _restore(ctx: ToolContext, written: list[_File]) -> tuple[list[str], list[str]]:
+    restored, lost = [], []
+    for entry in reversed(written):
+        assert entry.loaded is not None and entry.loaded.data is not None
+        try:
+            # Not through commit(): no new backup, and no cancel check, this must land.
+            # The file is now our own write (a new inode): no identity to compare.
+            sp = dataclasses.replace(entry.loaded.sp, ident=None)
+            atomic_write(ctx.sandbox, sp, entry.loaded.data)
+            ctx.session.record_read(entry.loaded.sp.canonical, sha256(entry.loaded.data))
+            restored.append(entry.loaded.sp.display)
+        except ToolFailure:
+            lost.append(entry.loaded.sp.display)
+    return restored, lost

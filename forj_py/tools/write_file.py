@@ -1,0 +1,82 @@
+"""``write_file``: create, overwrite or append to a file (seed 001 section 4.4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import errors
+from ..registry import Tool, ToolContext
+from . import _edit
+
+
+class WriteFileArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, description="File path relative to the project root")
+    content: str = Field(description="The full new content (or the text to append)")
+    no_backup: bool = Field(default=False, description="Skip the backup of the old content")
+    append: bool = Field(default=False, description="Append content instead of replacing")
+    create_if_missing: bool = Field(
+        default=True, description="Create the file (and its directories) if it does not exist"
+    )
+    dry_run: bool = Field(default=False, description="Only show the diff; change nothing")
+
+
+class WriteFile(Tool[WriteFileArgs]):
+    name = "write_file"
+    description = (
+        "Create a file, replace its whole content, or append to it. An existing file must "
+        "have been read first (read_file) and not changed since. Prefer edit or edit_region "
+        "for changes to part of a file."
+    )
+    Args = WriteFileArgs
+    side_effecting = True
+    timeout_kind = "file"
+
+    def mutates(self, args: WriteFileArgs) -> bool:
+        return not args.dry_run
+
+    def summary(self, args: WriteFileArgs) -> str:
+        verb = "Append to" if args.append else "Write"
+        size = len(args.content.encode("utf-8"))
+        return f"{verb} {args.path} ({size} bytes){' [dry run]' if args.dry_run else ''}"
+
+    def paths(self, args: WriteFileArgs) -> list[str]:
+        return [args.path]
+
+    def _plan(self, args: WriteFileArgs, ctx: ToolContext) -> tuple[_edit.Loaded, str]:
+        loaded = _edit.load(ctx, args.path, must_exist=False, enforce_read=not args.dry_run)
+        if not loaded.exists and not args.create_if_missing:
+            raise errors.file_error(
+                f"File not found: {loaded.sp.display} (create_if_missing is false)",
+                loaded.sp.display,
+                recovery=["Check the path, or set create_if_missing to true to create it"],
+            )
+        content = _edit.with_newlines(args.content, loaded.newline)
+        new_text = loaded.text + content if args.append else content
+        _edit.validate(loaded.sp, new_text)
+        return loaded, new_text
+
+    def preview(self, args: WriteFileArgs, ctx: ToolContext) -> str | None:
+        loaded, new_text = self._plan(args, ctx)
+        return _edit.unified_diff(loaded.sp.display, loaded.text, new_text, loaded.exists)
+
+    def execute(self, args: WriteFileArgs, ctx: ToolContext) -> Any:
+        loaded, new_text = self._plan(args, ctx)
+        preview = _edit.unified_diff(loaded.sp.display, loaded.text, new_text, loaded.exists)
+        backup_path = None
+        if not args.dry_run:
+            backup_path = _edit.commit(ctx, loaded, new_text, backup=not args.no_backup)
+        written = len(new_text.encode("utf-8")) - (
+            len(loaded.text.encode("utf-8")) if args.append else 0
+        )
+        return {
+            "path": loaded.sp.display,
+            "backup_path": backup_path,
+            "bytes_written": 0 if args.dry_run else written,
+            "created": not loaded.exists,
+            "dry_run": args.dry_run,
+            "preview": preview,
+        }
