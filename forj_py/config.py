@@ -108,6 +108,11 @@ class ListingConfig(_Section):
     max_entries: int = Field(default=5000, ge=10, le=1_000_000)
 
 
+class SearchConfig(_Section):
+    # auto: ripgrep when it can be found, else pure Python (same results).
+    engine: Literal["auto", "ripgrep", "python"] = "auto"
+
+
 class ReadFileConfig(_Section):
     max_file_read_bytes: int = Field(default=204_800, ge=1024, le=1 << 30)
     max_scan_bytes: int = Field(default=2_097_152, ge=1024, le=1 << 34)
@@ -130,6 +135,7 @@ class ToolsConfig(_Section):
     read_file: ReadFileConfig = Field(default_factory=ReadFileConfig)
     backups: BackupsConfig = Field(default_factory=BackupsConfig)
     listing: ListingConfig = Field(default_factory=ListingConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
 
 
 class TrustConfig(_Section):

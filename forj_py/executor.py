@@ -159,6 +159,9 @@ class Runner:
             output_limit=limit,
             emit=emit_chunk,
             backups=self.backups,
+            approved_preview=planned.preview
+            if planned.disposition is Disposition.CONFIRM
+            else None,
         )
         box: dict[str, Any] = {}
         done = threading.Event()

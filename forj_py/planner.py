@@ -39,6 +39,7 @@ from .output import sanitize, sanitize_value, short_summary
 from .protocol import (
     DenialReason,
     Disposition,
+    ErrorType,
     PlanItem,
     RiskLevel,
     ToolCall,
@@ -65,6 +66,7 @@ class PlannedCall:
     working_dir: str = ""
     timeout: float | None = None
     preview: str | None = None
+    preview_note: str | None = None  # why there is no preview
     result: dict[str, Any] | None = None  # the ready result of a resolved call
 
     def item(self) -> PlanItem:
@@ -75,6 +77,7 @@ class PlannedCall:
             summary=self.summary,
             risk=self.risk,
             preview=self.preview,
+            preview_note=self.preview_note,
             result=self.result,
         )
 
@@ -231,7 +234,15 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall) -> None:
         raise outcome
     if outcome is policy.Outcome.CONFIRM:
         planned.disposition = Disposition.CONFIRM
-        planned.preview = tool.preview(args, _preview_context(pc, planned))
+        try:
+            planned.preview = tool.preview(args, _preview_context(pc, planned))
+        except ToolFailure as failure:
+            if failure.error.type is not ErrorType.STALE_FILE:
+                raise
+            # An earlier call of this batch may read the file first; the
+            # stale-file rule is applied again when the call runs.
+            planned.preview = None
+            planned.preview_note = failure.error.message
     else:
         planned.disposition = Disposition.EXECUTE
 

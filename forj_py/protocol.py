@@ -166,6 +166,7 @@ class PlanItem(BaseModel):
     summary: str
     risk: RiskLevel
     preview: str | None = None
+    preview_note: str | None = None
     result: dict[str, Any] | None = None
 
     def wire(self) -> dict[str, Any]:

@@ -70,6 +70,9 @@ class ToolContext:
     emit: Callable[[str, str], None] = field(default=lambda kind, data: None)
     # Where writing tools keep copies of files before changing them.
     backups: Backups | None = None
+    # The diff the user approved, if any: a writing tool refuses to apply
+    # anything else (the file may have changed between review and run).
+    approved_preview: str | None = None
 
     def check_cancelled(self) -> None:
         """Long-running tools call this between steps."""

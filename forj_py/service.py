@@ -22,8 +22,8 @@ from pydantic import BaseModel, ValidationError
 from . import __version__
 from .config import LoadedConfig, describe
 from .errors import ProtocolError
-from .fsops import Backups
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
+from .fsops import Backups
 from .journal import Journal
 from .planner import PlanContext, identify, plan_batch
 from .protocol import (

@@ -7,11 +7,22 @@ from typing import Any
 from ..registry import Tool
 from .edit import Edit
 from .edit_region import EditRegion
+from .listing import Glob, ListFiles
 from .multi_edit import MultiEdit
 from .read_file import ReadFile
+from .search import Search
 from .write_file import WriteFile
 
 
 def builtin_tools() -> list[Tool[Any]]:
     """Every tool the worker offers, in no particular order (the registry sorts)."""
-    return [ReadFile(), WriteFile(), EditRegion(), MultiEdit(), Edit()]
+    return [
+        ReadFile(),
+        ListFiles(),
+        Glob(),
+        Search(),
+        WriteFile(),
+        EditRegion(),
+        MultiEdit(),
+        Edit(),
+    ]

@@ -134,6 +134,20 @@ def validate(sp: SafePath, new_text: str) -> None:
         )
 
 
+def check_approved(ctx: ToolContext, preview: str, display: str) -> None:
+    """Refuse to apply a change other than the diff the user approved."""
+    if ctx.approved_preview is not None and preview != ctx.approved_preview:
+        raise ToolFailure(
+            ErrorType.STALE_FILE,
+            f"The change to {display} no longer matches the diff the user approved (the file "
+            "changed in between); nothing was written",
+            kind=ErrorKind.STALE_FILE,
+            recovery=["Read the file again and propose the change anew"],
+            path=display,
+            reason="File changed between approval and execution",
+        )
+
+
 def commit(ctx: ToolContext, loaded: Loaded, new_text: str, *, backup: bool = True) -> str | None:
     """Back up, write atomically, record the new hash; return the backup's path."""
     data = new_text.encode("utf-8")

@@ -86,12 +86,14 @@ class Edit(Tool[EditArgs]):
 
     def execute(self, args: EditArgs, ctx: ToolContext) -> Any:
         loaded, new_text, count = self._plan(args, ctx)
+        preview = _edit.unified_diff(loaded.sp.display, loaded.text, new_text)
+        _edit.check_approved(ctx, preview, loaded.sp.display)
         backup_path = _edit.commit(ctx, loaded, new_text) if new_text != loaded.text else None
         return {
             "path": loaded.sp.display,
             "replacements": count,
             "backup_path": backup_path,
-            "preview": _edit.unified_diff(loaded.sp.display, loaded.text, new_text),
+            "preview": preview,
         }
 
 

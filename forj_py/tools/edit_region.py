@@ -63,6 +63,8 @@ class EditRegion(Tool[EditRegionArgs]):
 
     def execute(self, args: EditRegionArgs, ctx: ToolContext) -> Any:
         loaded, new_text = self._plan(args, ctx)
+        preview = _edit.unified_diff(loaded.sp.display, loaded.text, new_text)
+        _edit.check_approved(ctx, preview, loaded.sp.display)
         changed = new_text != loaded.text
         backup_path = None
         if changed and not args.dry_run:
@@ -74,5 +76,5 @@ class EditRegion(Tool[EditRegionArgs]):
             "backup_path": backup_path,
             "dry_run": args.dry_run,
             "changed": changed,
-            "preview": _edit.unified_diff(loaded.sp.display, loaded.text, new_text),
+            "preview": preview,
         }

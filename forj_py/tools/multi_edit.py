@@ -103,6 +103,7 @@ class MultiEdit(Tool[MultiEditArgs]):
     def execute(self, args: MultiEditArgs, ctx: ToolContext) -> Any:
         files = self._stage(args, ctx)
         preview = _diffs(files)
+        _edit.check_approved(ctx, preview, "the files of this multi_edit")
         if not args.dry_run:
             if args.stop_on_error:
                 _commit_all(ctx, [f for f in files.values() if f.error is None])

@@ -66,6 +66,7 @@ class WriteFile(Tool[WriteFileArgs]):
     def execute(self, args: WriteFileArgs, ctx: ToolContext) -> Any:
         loaded, new_text = self._plan(args, ctx)
         preview = _edit.unified_diff(loaded.sp.display, loaded.text, new_text, loaded.exists)
+        _edit.check_approved(ctx, preview, loaded.sp.display)
         backup_path = None
         if not args.dry_run:
             backup_path = _edit.commit(ctx, loaded, new_text, backup=not args.no_backup)

@@ -1,0 +1,319 @@
+"""``search``: find text in the project (seed 001 section 4.3).
+
+Two engines, one answer.  ripgrep (``rg --json``) when it can be found:
+the one in the worker's own environment (the ``ripgrep`` wheel), else on
+``PATH``; otherwise a pure-Python search over :class:`forj_py.walk.Walker`.
+rg is given flags that make it walk exactly as the walker does (ignore
+files, hidden files, ``.git``, denied patterns, size limit, no symlinks,
+no transcoding), and both return the same matches for the same tree: a
+test checks it on a generated project.  The differences that remain: a
+regex is Rust syntax for rg and Python syntax for the fallback (each
+refuses what it cannot parse, quoting its own message), and a file whose
+first NUL byte comes late may show rg's matches from before the NUL where
+the fallback skips the file as binary.
+
+Matches are ``{path, line, column, match_text, before, after}``: ``line``
+and ``column`` 1-based (column in characters), ``before``/``after`` the
+rest of the matched line on either side (each cut to 200 characters).
+Results are sorted by path, line and column; at most ``max_results``
+come back, with ``truncated`` when there were more.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pathspec
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import errors
+from ..errors import ToolFailure
+from ..protocol import ErrorKind, ErrorType
+from ..registry import Tool, ToolContext
+from ..walk import Walker
+
+SIDE_CONTEXT = 200
+# Past this many matches the search stops reading; which matches come back
+# is then only as deterministic as the engine's order.
+CEILING = 20_000
+
+
+class SearchArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=10_000, description="Text or regex to find")
+    is_regex: bool = Field(default=False, description="Treat query as a regular expression")
+    case_sensitive: bool = Field(default=False, description="Match case exactly")
+    include_paths: list[str] | None = Field(
+        default=None,
+        max_length=100,
+        description="Only files matching one of these gitignore-style globs ('src/**', '*.py')",
+    )
+    exclude_paths: list[str] | None = Field(
+        default=None, max_length=100, description="Skip files matching these globs"
+    )
+    max_results: int = Field(default=200, ge=1, le=10_000)
+
+
+def find_rg() -> str | None:
+    """The rg next to this Python (the ripgrep wheel), else the one on PATH."""
+    here = os.path.dirname(sys.executable)
+    return shutil.which("rg", path=os.pathsep.join([here, os.environ.get("PATH", "")]))
+
+
+class Search(Tool[SearchArgs]):
+    name = "search"
+    description = (
+        "Search the project's files for text (or a regex with is_regex), honouring "
+        ".gitignore/.ignore and skipping binary and huge files. Returns matches "
+        "{path, line, column, match_text, before, after}."
+    )
+    Args = SearchArgs
+    timeout_kind = "file"
+
+    def summary(self, args: SearchArgs) -> str:
+        kind = "regex" if args.is_regex else "text"
+        where = f" in {', '.join(args.include_paths)}" if args.include_paths else ""
+        return f"Search for {kind} {args.query!r}{where}"
+
+    def execute(self, args: SearchArgs, ctx: ToolContext) -> Any:
+        for glob in [*(args.include_paths or []), *(args.exclude_paths or [])]:
+            if glob.startswith("!") or ".." in glob.split("/"):
+                raise errors.bad_args(
+                    f"Path glob {glob!r} may not start with '!' or contain '..'",
+                    recovery=["Use exclude_paths to leave files out"],
+                )
+        engine = ctx.config.tools.search.engine
+        rg = find_rg() if engine in ("auto", "ripgrep") else None
+        if engine == "ripgrep" and rg is None:
+            raise ToolFailure(
+                ErrorType.PROCESS,
+                "ripgrep (rg) was not found, and [tools.search] engine is 'ripgrep'",
+                kind=ErrorKind.EXECUTION_FAILED,
+                recovery=["Ask the user to install ripgrep or set engine = 'auto'"],
+            )
+        if rg is not None:
+            matches, truncated = _search_rg(rg, args, ctx)
+            used = "ripgrep"
+        else:
+            matches, truncated = _search_python(args, ctx)
+            used = "python"
+        matches.sort(key=lambda m: (m["path"], m["line"], m["column"]))
+        if len(matches) > args.max_results:
+            matches = matches[: args.max_results]
+            truncated = True
+        return {"matches": matches, "truncated": truncated, "engine": used}
+
+
+def _match(path: str, line_no: int, line: str, start: int, end: int) -> dict[str, Any]:
+    return {
+        "path": path,
+        "line": line_no,
+        "column": start + 1,
+        "match_text": line[start:end],
+        "before": line[max(0, start - SIDE_CONTEXT) : start],
+        "after": line[end : end + SIDE_CONTEXT],
+    }
+
+
+def _strip_eol(line: str) -> str:
+    return line[:-1] if line.endswith("\n") else line
+
+
+# --- ripgrep ---------------------------------------------------------------------
+
+
+def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext) -> list[str]:
+    cmd = [
+        rg,
+        "--json",
+        "--no-config",
+        "--no-ignore-global",
+        "--no-ignore-parent",
+        "--no-require-git",
+        "--encoding",
+        "none",
+        "--max-filesize",
+        str(ctx.config.tools.read_file.max_scan_bytes),
+        "--max-count",
+        str(args.max_results),
+        "--case-sensitive" if args.case_sensitive else "--ignore-case",
+    ]
+    if not args.is_regex:
+        cmd.append("--fixed-strings")
+    for glob in args.include_paths or []:
+        cmd += ["--glob", glob]
+    for glob in args.exclude_paths or []:
+        cmd += ["--glob", "!" + glob]
+    # Last, so nothing before them can re-include: .git and every denied pattern.
+    for glob in [".git", *ctx.sandbox.denied_patterns]:
+        cmd += ["--glob", "!" + glob]
+    cmd += ["--regexp", args.query, "--", "."]
+    return cmd
+
+
+def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, Any]], bool]:
+    proc = subprocess.Popen(
+        _rg_command(rg, args, ctx),
+        cwd=ctx.sandbox.project_root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    done = threading.Event()
+
+    def stop_on_cancel() -> None:
+        while not done.wait(0.05):
+            if ctx.cancel.is_set():
+                _kill(proc)
+                return
+
+    threading.Thread(target=stop_on_cancel, daemon=True, name="forj-rg-cancel").start()
+    matches: list[dict[str, Any]] = []
+    truncated = False
+    stderr = b""
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        for raw in proc.stdout:
+            message = json.loads(raw)
+            if message.get("type") != "match":
+                continue
+            data = message["data"]
+            path = _rg_text(data["path"])
+            path = path[2:] if path.startswith("./") else path
+            line_bytes = _rg_bytes(data["lines"])
+            line = line_bytes.decode("utf-8", "replace")
+            text = _strip_eol(line)
+            for sub in data["submatches"]:
+                start_b, end_b = sub["start"], sub["end"]
+                if start_b == end_b:
+                    continue
+                start = len(line_bytes[:start_b].decode("utf-8", "replace"))
+                end = start + len(line_bytes[start_b:end_b].decode("utf-8", "replace"))
+                matches.append(_match(path, data["line_number"], text, start, end))
+            if len(matches) >= CEILING:
+                truncated = True
+                _kill(proc)
+                break
+        stderr = proc.stderr.read()
+        code = proc.wait()
+    finally:
+        done.set()
+        _kill(proc)
+        proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    ctx.check_cancelled()
+    if code == 2 and not matches and not truncated:
+        message = stderr.decode("utf-8", "replace").strip()
+        if "regex" in message.lower() or "error parsing" in message.lower():
+            raise errors.bad_args(
+                f"Invalid regex for ripgrep: {message}",
+                recovery=[
+                    "Fix the regex (Rust syntax: no look-around, no backreferences)",
+                    "Or search for plain text with is_regex false",
+                ],
+            )
+        if "glob" in message.lower():
+            raise errors.bad_args(f"Invalid path glob: {message}")
+    return matches, truncated
+
+
+def _rg_text(value: dict[str, Any]) -> str:
+    return value["text"] if "text" in value else _rg_bytes(value).decode("utf-8", "replace")
+
+
+def _rg_bytes(value: dict[str, Any]) -> bytes:
+    if "text" in value:
+        return str(value["text"]).encode("utf-8")
+    return base64.b64decode(value["bytes"])
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+# --- pure Python -----------------------------------------------------------------
+
+
+def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, Any]], bool]:
+    flags = 0 if args.case_sensitive else re.IGNORECASE
+    source = args.query if args.is_regex else re.escape(args.query)
+    try:
+        regex = re.compile(source, flags)
+    except re.error as exc:
+        raise errors.bad_args(
+            f"Invalid regex: {exc}",
+            recovery=["Fix the regex (Python syntax)", "Or search for plain text"],
+        ) from None
+    include = _spec(args.include_paths)
+    exclude = _spec(args.exclude_paths)
+    max_size = ctx.config.tools.read_file.max_scan_bytes
+    walker = Walker(ctx.sandbox)
+    matches: list[dict[str, Any]] = []
+    for count, entry in enumerate(walker.walk("", files_only=True)):
+        if count % 256 == 0:
+            ctx.check_cancelled()
+        if entry.kind != "file" or entry.size > max_size:
+            continue
+        if include is not None and not include.match_file(entry.rel):
+            continue
+        if exclude is not None and exclude.match_file(entry.rel):
+            continue
+        data = _read_regular(os.path.join(ctx.sandbox.project_root, entry.rel), max_size)
+        if data is None:
+            continue
+        if b"\x00" in data:
+            continue  # binary, as rg judges it
+        text = data.decode("utf-8", "replace")
+        matched_lines = 0  # like rg's --max-count: lines, not matches
+        for line_no, line in enumerate(text.split("\n"), start=1):
+            found = False
+            for m in regex.finditer(line):
+                if m.start() == m.end():
+                    continue
+                matches.append(_match(entry.rel, line_no, line, m.start(), m.end()))
+                found = True
+            matched_lines += found
+            if matched_lines >= args.max_results:
+                break
+        if len(matches) >= CEILING:
+            return matches, True
+    return matches, False
+
+
+def _read_regular(path: str, max_size: int) -> bytes | None:
+    """Read a file the walker found, refusing a symlink or FIFO swapped in since."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return fh.read(max_size + 1)
+
+
+def _spec(globs: list[str] | None) -> pathspec.GitIgnoreSpec | None:
+    if not globs:
+        return None
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(globs)
+    except ValueError as exc:
+        raise errors.bad_args(f"Invalid path glob: {exc}") from None

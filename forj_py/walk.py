@@ -1,0 +1,205 @@
+"""Walking the project the way ripgrep does: ignore files, hidden files, no secrets.
+
+``list_files``, ``glob`` and the pure-Python ``search`` share this walker,
+and the ripgrep-backed ``search`` is given flags that make rg walk the same
+way, so both searches see the same files:
+
+- ``.gitignore``, ``.ignore`` and ``.rgignore`` in every directory, with real
+  gitignore semantics (``pathspec``): patterns relative to their file's
+  directory, ``!`` negation, directory-only patterns, and the deepest file
+  that has an opinion about a path decides (within one directory,
+  ``.rgignore`` over ``.ignore`` over ``.gitignore``); plus
+  ``.git/info/exclude`` at the root.  They apply whether or not the project
+  is a git repository, and ignore files above the root or the user's global
+  excludes do not (rg: ``--no-require-git --no-ignore-parent
+  --no-ignore-global``).
+- hidden names (a leading ``.``) are skipped unless asked for; ``.git`` is
+  always skipped;
+- paths matching the sandbox's denied patterns are never listed;
+- symlinks are listed but not followed unless asked, and never out of the
+  project.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pathspec
+
+from .sandbox import Sandbox
+
+IGNORE_FILES = (".gitignore", ".ignore", ".rgignore")  # lowest precedence first
+MAX_IGNORE_FILE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Entry:
+    rel: str  # relative to the project root, forward slashes
+    kind: str  # "file" | "dir" | "symlink" | "other"
+    size: int
+    mtime: int  # seconds since the epoch
+    depth: int  # 1 for a direct child of the walk's start
+
+
+class Walker:
+    def __init__(self, sandbox: Sandbox, *, include_hidden: bool = False) -> None:
+        self.sandbox = sandbox
+        self.root = sandbox.project_root
+        self.include_hidden = include_hidden
+        self._specs: dict[str, pathspec.GitIgnoreSpec | None] = {}
+        self.unreadable_names = 0
+
+    # --- ignore rules ---------------------------------------------------------
+
+    def _spec(self, rel_dir: str) -> pathspec.GitIgnoreSpec | None:
+        if rel_dir in self._specs:
+            return self._specs[rel_dir]
+        lines: list[str] = []
+        base = self.root if rel_dir == "" else os.path.join(self.root, rel_dir)
+        sources = [os.path.join(base, name) for name in IGNORE_FILES]
+        if rel_dir == "":
+            sources.insert(0, os.path.join(self.root, ".git", "info", "exclude"))
+        for path in sources:
+            lines.extend(_read_lines(path))
+        spec = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+        self._specs[rel_dir] = spec
+        return spec
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        """Whether ignore files exclude ``rel`` (its parents are checked by the walk)."""
+        parts = rel.split("/")
+        for depth in range(len(parts) - 1, -1, -1):
+            spec = self._spec("/".join(parts[:depth]))
+            if spec is None:
+                continue
+            sub = "/".join(parts[depth:]) + ("/" if is_dir else "")
+            verdict = spec.check_file(sub).include
+            if verdict is not None:
+                return bool(verdict)
+        return False
+
+    # --- walking -----------------------------------------------------------------
+
+    def walk(
+        self,
+        start_rel: str = "",
+        *,
+        max_depth: int | None = None,
+        follow_symlinks: bool = False,
+        files_only: bool = False,
+    ) -> Iterator[Entry]:
+        """Entries under ``start_rel`` (depth-first, names sorted), filtered as above."""
+        seen: set[tuple[int, int]] = set()
+        start_abs = self.root if start_rel in ("", ".") else os.path.join(self.root, start_rel)
+        try:
+            st = os.stat(start_abs)
+            seen.add((st.st_dev, st.st_ino))
+        except OSError:
+            return
+        yield from self._walk_dir(
+            start_abs,
+            "" if start_rel == "." else start_rel,
+            1,
+            max_depth,
+            follow_symlinks,
+            files_only,
+            seen,
+        )
+
+    def _walk_dir(
+        self,
+        abs_dir: str,
+        rel_dir: str,
+        depth: int,
+        max_depth: int | None,
+        follow: bool,
+        files_only: bool,
+        seen: set[tuple[int, int]],
+    ) -> Iterator[Entry]:
+        try:
+            with os.scandir(abs_dir) as it:
+                children = sorted(it, key=lambda e: e.name)
+        except OSError:
+            return
+        for child in children:
+            name = child.name
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                self.unreadable_names += 1  # not valid UTF-8: the model could not name it
+                continue
+            if name == ".git" or (name.startswith(".") and not self.include_hidden):
+                continue
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            try:
+                is_link = child.is_symlink()
+                is_dir = child.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if self.sandbox.denied_pattern(rel) is not None:
+                continue
+            target_dir = False
+            if is_link and follow:
+                target_dir = self._followable_dir(child.path, seen)
+            if self.ignored(rel, is_dir or target_dir):
+                continue
+            entry = _entry(child, rel, depth, is_link, is_dir)
+            if entry is None:
+                continue
+            is_file = entry.kind == "file" or (entry.kind == "symlink" and not target_dir)
+            if not files_only or is_file:
+                yield entry
+            if (is_dir or target_dir) and (max_depth is None or depth < max_depth):
+                yield from self._walk_dir(
+                    child.path, rel, depth + 1, max_depth, follow, files_only, seen
+                )
+
+    def _followable_dir(self, path: str, seen: set[tuple[int, int]]) -> bool:
+        """A symlinked directory that stays inside the project and was not seen yet."""
+        real = os.path.realpath(path)
+        if not (real == self.root or real.startswith(self.root.rstrip(os.sep) + os.sep)):
+            return False
+        try:
+            st = os.stat(real)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+            return False
+        seen.add((st.st_dev, st.st_ino))
+        return True
+
+
+def _entry(
+    child: os.DirEntry[str], rel: str, depth: int, is_link: bool, is_dir: bool
+) -> Entry | None:
+    try:
+        st = child.stat(follow_symlinks=False)
+    except OSError:
+        return None
+    if is_link:
+        kind = "symlink"
+    elif is_dir:
+        kind = "dir"
+    elif stat.S_ISREG(st.st_mode):
+        kind = "file"
+    else:
+        kind = "other"
+    return Entry(rel, kind, st.st_size, int(st.st_mtime), depth)
+
+
+def _read_lines(path: str) -> list[str]:
+    # No symlinks, no FIFOs: an ignore file planted in a repository must not
+    # make the walk read elsewhere or hang.
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        data = fh.read(MAX_IGNORE_FILE_BYTES)
+    return data.decode("utf-8", "replace").splitlines()
