@@ -124,10 +124,20 @@ def test_binary_files_come_back_as_self_limited_base64(
     assert "binary" in ranged["error"]["message"]
 
 
-def test_non_utf8_text_is_binary(make_worker: MakeWorker, project: Path) -> None:
-    (project / "latin.txt").write_bytes("café\n".encode("latin-1"))
-    r = _read(make_worker(), path="latin.txt")["result"]
-    assert r["encoding"] == "base64"
+def test_encodings_beyond_utf8_are_detected(make_worker: MakeWorker, project: Path) -> None:
+    text = "こんにちは世界。これは日本語のテキストです。\n" * 30
+    (project / "sjis.txt").write_bytes(text.encode("shift_jis"))
+    (project / "u16.txt").write_bytes("héllo\nwörld\n".encode("utf-16"))
+    worker = make_worker()
+    sjis = _read(worker, path="sjis.txt")["result"]
+    assert sjis["encoding"].lower() in ("shift_jis", "cp932")
+    assert sjis["content"] == text
+    u16 = _read(worker, path="u16.txt")["result"]
+    assert u16["encoding"] == "utf-16" and u16["content"] == "héllo\nwörld\n"
+    ranged = _read(worker, path="u16.txt", start_line=2, end_line=2)["result"]
+    assert ranged["content"] == "wörld\n"
+    (project / "noise.bin").write_bytes(bytes(range(1, 256)) * 40)
+    assert _read(worker, path="noise.bin")["result"]["encoding"] == "base64"
 
 
 def test_file_errors_are_precise(make_worker: MakeWorker, project: Path) -> None:
@@ -143,13 +153,64 @@ def test_file_errors_are_precise(make_worker: MakeWorker, project: Path) -> None
     assert "not a regular file" in fifo["error"]["message"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
-def test_permission_denied_is_a_file_error(make_worker: MakeWorker, project: Path) -> None:
-    path = project / "locked.txt"
-    path.write_text("x")
-    path.chmod(0)
-    r = _read(make_worker(), path="locked.txt")
-    assert r["error"]["message"] == "Permission denied: locked.txt"
+def test_permission_denied_is_a_file_error(tmp_path: Path) -> None:
+    """A file the worker's user may not read, for real: as root, the worker runs as nobody."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from forj_py.client import Client
+
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        root, state = base / "project", base / "state"
+        root.mkdir()
+        state.mkdir()
+        for d in (base, root):
+            d.chmod(0o755)
+        state.chmod(0o777)
+        (root / "open.txt").write_text("ok\n")
+        (root / "locked.txt").write_text("secret\n")
+        (root / "locked.txt").chmod(0o600 if os.geteuid() == 0 else 0)
+        cmd = [sys.executable, "-m", "forj_py", "--root", str(root), "--state-dir", str(state)]
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None:
+                pytest.skip("running as root without setpriv to drop privileges")
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        env = dict(os.environ, FORJ_TOKEN="p" * 32, FORJ_CONFIG=str(base / "none.toml"))
+        proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        try:
+            assert proc.stdout is not None
+            port = int(proc.stdout.readline())
+            with Client(port) as c:
+                c.call("hello", {"token": "p" * 32})
+                plan = c.call(
+                    "plan",
+                    {
+                        "calls": [
+                            call("1", "read_file", path="locked.txt"),
+                            call("2", "read_file", path="open.txt"),
+                        ]
+                    },
+                )
+                res = c.call("execute", {"batch_id": plan["batch_id"]})
+            locked, opened = res["results"]
+            assert locked["error"]["type"] == "file-error"
+            assert locked["error"]["message"] == "Permission denied: locked.txt"
+            assert locked["error"]["recovery"] == ["Check file permissions", "Try a different file"]
+            assert opened["result"]["content"] == "ok\n"
+        finally:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(10)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_non_utf8_file_names_are_reachable_and_reported(

@@ -147,13 +147,13 @@ def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext) -> list[str]:
         "--max-filesize",
         str(ctx.config.tools.read_file.max_scan_bytes),
         "--max-count",
-        str(args.max_results),
+        str(args.max_results + 1),  # one more than needed: tells whether there were more
         "--case-sensitive" if args.case_sensitive else "--ignore-case",
     ]
     if not args.is_regex:
         cmd.append("--fixed-strings")
-    for glob in args.include_paths or []:
-        cmd += ["--glob", glob]
+    # include_paths are applied to rg's output instead: an rg --glob would
+    # also re-include files the ignore rules leave out.
     for glob in args.exclude_paths or []:
         cmd += ["--glob", "!" + glob]
     # Last, so nothing before them can re-include: .git and every denied pattern.
@@ -181,6 +181,7 @@ def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[s
                 return
 
     threading.Thread(target=stop_on_cancel, daemon=True, name="forj-rg-cancel").start()
+    include = _spec(args.include_paths)
     matches: list[dict[str, Any]] = []
     truncated = False
     stderr = b""
@@ -193,6 +194,8 @@ def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[s
             data = message["data"]
             path = _rg_text(data["path"])
             path = path[2:] if path.startswith("./") else path
+            if include is not None and not include.match_file(path):
+                continue
             line_bytes = _rg_bytes(data["lines"])
             line = line_bytes.decode("utf-8", "replace")
             text = _strip_eol(line)
@@ -290,7 +293,7 @@ def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, A
                 matches.append(_match(entry.rel, line_no, line, m.start(), m.end()))
                 found = True
             matched_lines += found
-            if matched_lines >= args.max_results:
+            if matched_lines > args.max_results:
                 break
         if len(matches) >= CEILING:
             return matches, True

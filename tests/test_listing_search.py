@@ -1,0 +1,336 @@
+"""list_files, glob and search (seed 001 sections 4.2, 4.3, 4.9) on real trees."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import MakeWorker, call, run, user_config, write_tree
+
+from forj_py.service import Worker
+from forj_py.tools.search import find_rg
+
+
+def _one(worker: Worker, name: str, **args: Any) -> dict[str, Any]:
+    _, result = run(worker, [call("x", name, **args)], capacity_bytes=8_000_000)
+    r = result["results"][0]
+    return r
+
+
+def _paths(r: dict[str, Any]) -> list[str]:
+    assert r["ok"], r
+    return [f["path"] for f in r["result"]["files"]]
+
+
+IGNORE_TREE = {
+    ".gitignore": "*.log\nbuild/\n!keep.log\n/top-only.txt\ndocs/*.tmp\n",
+    "keep.log": "k",
+    "drop.log": "d",
+    "top-only.txt": "t",
+    "build": {"out.bin": "b", "nested": {"x.py": "x"}},
+    "src": {
+        ".gitignore": "generated/\n*.py[co]\n!important.pyc\n",
+        "main.py": "m",
+        "main.pyc": "c",
+        "important.pyc": "i",
+        "top-only.txt": "nested copy is not ignored",
+        "generated": {"g.py": "g"},
+        "deep": {"secret1.txt": "s", "open.txt": "o", "x.log": "l"},
+    },
+    "docs": {"a.tmp": "a", "b.md": "b", "sub": {"c.tmp": "c"}},
+    ".hidden": {"h.txt": "h"},
+    ".env": "SECRET=1",
+    "conf": {"id_rsa": "key", "ok.cfg": "fine"},
+}
+
+
+def _git_visible(root: Path) -> set[str]:
+    """Every file git does not ignore, by asking git itself."""
+    env = dict(
+        os.environ,
+        HOME=str(root.parent),
+        XDG_CONFIG_HOME=str(root.parent / "xdg"),
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True, env=env)
+    out = subprocess.run(
+        ["git", "ls-files", "--others", "--exclude-standard", "-z"],
+        cwd=root,
+        check=True,
+        env=env,
+        capture_output=True,
+    ).stdout.decode()
+    return {p for p in out.split("\0") if p}
+
+
+def test_list_files_gitignore_semantics_match_git_check_ignore(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    write_tree(project, IGNORE_TREE)
+    expected = _git_visible(project)
+    # What forj never shows, whatever git says: hidden names and secrets.
+    expected = {p for p in expected if not any(part.startswith(".") for part in p.split("/"))}
+    expected -= {"conf/id_rsa"}
+    r = _one(make_worker(), "list_files", max_depth=10)
+    files = {f["path"] for f in r["result"]["files"] if f["type"] == "file"}
+    assert files == expected
+    assert "src/top-only.txt" in files and "top-only.txt" not in files
+    assert "keep.log" in files and "src/important.pyc" in files
+
+
+@pytest.mark.skipif(find_rg() is None, reason="ripgrep is not installed")
+def test_list_files_matches_rg_files_with_ignore_and_rgignore(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    write_tree(project, IGNORE_TREE)
+    write_tree(
+        project,
+        {
+            "src": {"deep": {".ignore": "secret*.txt\n!x.log\n"}},
+            "docs": {".rgignore": "b.md\n", ".ignore": "!b.md\n*.md\n"},
+        },
+    )
+    rg = find_rg()
+    assert rg is not None
+    out = subprocess.run(
+        [
+            rg,
+            "--files",
+            "--no-config",
+            "--no-ignore-global",
+            "--no-ignore-parent",
+            "--no-require-git",
+            "--glob",
+            "!**/id_rsa*",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    r = _one(make_worker(), "list_files", max_depth=10)
+    files = {f["path"] for f in r["result"]["files"] if f["type"] == "file"}
+    assert files == set(out)
+    assert "src/deep/secret1.txt" not in files and "src/deep/x.log" in files
+    assert "docs/b.md" not in files
+
+
+def test_list_files_hidden_depth_and_entry_shape(make_worker: MakeWorker, project: Path) -> None:
+    write_tree(project, IGNORE_TREE)
+    worker = make_worker()
+    shallow = _one(worker, "list_files", max_depth=1)
+    assert set(_paths(shallow)) == {"README.md", "conf", "docs", "keep.log", "src"}
+    entry = next(f for f in shallow["result"]["files"] if f["path"] == "README.md")
+    assert entry["type"] == "file" and entry["size"] == 7 and isinstance(entry["mtime"], int)
+    hidden = _paths(_one(worker, "list_files", include_hidden=True, max_depth=2))
+    assert ".hidden/h.txt" in hidden and ".gitignore" in hidden
+    assert ".env" not in hidden
+    assert not any(p == ".git" or p.startswith(".git/") for p in hidden)
+    sub = _paths(_one(worker, "list_files", directory="src", max_depth=1))
+    assert "src/main.py" in sub and "src/generated" not in sub and "src/main.pyc" not in sub
+
+
+def test_list_files_caps_and_says_so(make_worker: MakeWorker, project: Path) -> None:
+    user_config("[tools.listing]\nmax_entries = 10\n")
+    write_tree(project, {"many": {f"f{i:03}.txt": "x" for i in range(50)}})
+    r = _one(make_worker(), "list_files")
+    assert r["result"]["truncated"] is True and len(r["result"]["files"]) == 10
+    assert "Stopped at 10 entries" in r["result"]["note"]
+
+
+def test_list_files_symlinks_stay_inside(
+    make_worker: MakeWorker, project: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    write_tree(outside, {"secret.txt": "s"})
+    (project / "out").symlink_to(outside)
+    (project / "inner").symlink_to(project / "src")
+    (project / "loop").symlink_to(project)
+    worker = make_worker()
+    plain = _one(worker, "list_files")["result"]["files"]
+    assert {f["path"]: f["type"] for f in plain if f["path"] in ("out", "inner")} == {
+        "out": "symlink",
+        "inner": "symlink",
+    }
+    followed = _paths(_one(worker, "list_files", follow_symlinks=True, max_depth=4))
+    assert "inner/main.py" in followed
+    assert not any(p.startswith("out/") for p in followed)
+    assert not any(p.startswith("loop/") for p in followed)
+
+
+def test_list_files_errors(make_worker: MakeWorker) -> None:
+    worker = make_worker()
+    assert _one(worker, "list_files", directory="README.md")["error"]["type"] == "file-error"
+    assert _one(worker, "list_files", directory="missing")["error"]["message"].startswith("No such")
+    assert (
+        _one(worker, "list_files", directory="..")["error"]["details"]["kind"] == "SandboxViolation"
+    )
+
+
+def test_glob_patterns(make_worker: MakeWorker, project: Path) -> None:
+    write_tree(project, IGNORE_TREE)
+    worker = make_worker()
+    assert _paths(_one(worker, "glob", patterns=["**/*.py"])) == ["src/main.py"]
+    assert _paths(_one(worker, "glob", patterns=["*.md"])) == ["README.md"]
+    assert _paths(_one(worker, "glob", patterns=["docs/**", "./src/*.pyc"])) == [
+        "docs/b.md",
+        "docs/sub",
+        "docs/sub/c.tmp",
+        "src/important.pyc",
+    ]
+    assert _paths(_one(worker, "glob", patterns=["src/**/*.{txt,log}"])) == [
+        "src/deep/open.txt",
+        "src/deep/secret1.txt",
+        "src/top-only.txt",
+    ]
+    assert ".hidden/h.txt" in _paths(
+        _one(worker, "glob", patterns=["**/*.txt"], include_hidden=True)
+    )
+    capped = _one(worker, "glob", patterns=["**"], max_results=2)
+    assert capped["result"]["truncated"] is True and len(capped["result"]["files"]) == 2
+    assert _one(worker, "glob", patterns=["../*"])["error"]["type"] == "validation-error"
+
+
+# --- search ---------------------------------------------------------------------------
+
+needs_rg = pytest.mark.skipif(find_rg() is None, reason="ripgrep is not installed")
+
+
+def _search(worker: Worker, **args: Any) -> dict[str, Any]:
+    r = _one(worker, "search", **args)
+    assert r["ok"], r
+    return r["result"]
+
+
+def _engines(make_worker: MakeWorker) -> tuple[Worker, Worker]:
+    user_config("[tools.search]\nengine = 'ripgrep'\n")
+    rg = make_worker()
+    user_config("[tools.search]\nengine = 'python'\n")
+    py = make_worker()
+    return rg, py
+
+
+def _generated_tree(root: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    words = [
+        "alpha",
+        "Beta",
+        "gamma",
+        "delta",
+        "TODO",
+        "fixme",
+        "naïve",
+        "café",
+        "x",
+        "(paren)",
+        "a.b",
+        "tab\there",
+        "ÉCOLE",
+        "foo_bar",
+        "foobar",
+        "FooBar",
+    ]
+    tree: dict[str, Any] = {".gitignore": "ignored/\n*.tmp\n"}
+    for d in range(6):
+        sub: dict[str, Any] = {}
+        for f in range(8):
+            lines = [
+                " ".join(rng.choice(words) for _ in range(rng.randint(0, 8)))
+                for _ in range(rng.randint(0, 30))
+            ]
+            ext = rng.choice([".py", ".txt", ".md", ".tmp", ".el"])
+            sub[f"file{f}{ext}"] = "\n".join(lines) + rng.choice(["", "\n"])
+        tree[f"dir{d}"] = sub
+    tree["ignored"] = {"hit.txt": "alpha TODO\n"}
+    tree["bin.dat"] = b"alpha\x00TODO\x00binary"
+    tree[".hidden.txt"] = "alpha hidden\n"
+    tree[".env"] = "alpha=secret\n"
+    tree["crlf.txt"] = "alpha\r\nTODO\r\n"
+    write_tree(root, tree)
+
+
+@needs_rg
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_search_ripgrep_and_fallback_agree_on_a_generated_tree(
+    make_worker: MakeWorker, project: Path, seed: int
+) -> None:
+    _generated_tree(project, seed)
+    rg, py = _engines(make_worker)
+    queries: list[dict[str, Any]] = [
+        {"query": "alpha"},
+        {"query": "todo"},
+        {"query": "TODO", "case_sensitive": True},
+        {"query": "(paren)"},
+        {"query": "a.b"},
+        {"query": "foo_?bar", "is_regex": True},
+        {"query": "^Beta", "is_regex": True},
+        {"query": "é", "case_sensitive": False},
+        {"query": "école"},
+        {"query": "alpha", "include_paths": ["dir1/**", "*.md"]},
+        {"query": "alpha", "exclude_paths": ["*.py", "dir2/"]},
+        {"query": "gamma", "max_results": 7},
+        {"query": "x", "max_results": 3},
+    ]
+    for q in queries:
+        a, b = _search(rg, **q), _search(py, **q)
+        assert a["engine"] == "ripgrep" and b["engine"] == "python"
+        assert a["matches"] == b["matches"], q
+        assert a["truncated"] == b["truncated"], q
+        paths = {m["path"] for m in a["matches"]}
+        assert not paths & {"ignored/hit.txt", "bin.dat", ".hidden.txt", ".env"}, q
+
+
+@pytest.mark.parametrize("engine", ["ripgrep", "python"])
+def test_forj_test_tools_search_matches_capped(
+    make_worker: MakeWorker, project: Path, engine: str
+) -> None:
+    if engine == "ripgrep" and find_rg() is None:
+        pytest.skip("ripgrep is not installed")
+    user_config(f"[tools.search]\nengine = '{engine}'\n")
+    r = _search(make_worker(), query="line", max_results=5)
+    assert len(r["matches"]) == 5 and r["truncated"] is True
+    first = r["matches"][0]
+    assert first == {
+        "path": "src/main.py",
+        "line": 1,
+        "column": 1,
+        "match_text": "line",
+        "before": "",
+        "after": " 1",
+    }
+
+
+@pytest.mark.parametrize("engine", ["ripgrep", "python"])
+def test_search_bad_regex_quotes_the_engine(make_worker: MakeWorker, engine: str) -> None:
+    if engine == "ripgrep" and find_rg() is None:
+        pytest.skip("ripgrep is not installed")
+    user_config(f"[tools.search]\nengine = '{engine}'\n")
+    r = _one(make_worker(), "search", query="(unclosed", is_regex=True)
+    assert r["error"]["type"] == "validation-error"
+    assert "Invalid regex" in r["error"]["message"]
+    assert ("unclosed" in r["error"]["message"].lower()) or (
+        "missing" in r["error"]["message"].lower()
+    )
+
+
+@pytest.mark.parametrize("engine", ["ripgrep", "python"])
+def test_search_skips_huge_files(make_worker: MakeWorker, project: Path, engine: str) -> None:
+    if engine == "ripgrep" and find_rg() is None:
+        pytest.skip("ripgrep is not installed")
+    user_config(f"[tools.search]\nengine = '{engine}'\n[tools.read_file]\nmax_scan_bytes = 4096\n")
+    (project / "huge.txt").write_text("needle\n" + "x" * 10_000)
+    (project / "small.txt").write_text("needle\n")
+    r = _search(make_worker(), query="needle")
+    assert [m["path"] for m in r["matches"]] == ["small.txt"]
+
+
+def test_search_columns_count_characters(make_worker: MakeWorker, project: Path) -> None:
+    (project / "u.txt").write_text("café naïve target\n")
+    rg, py = _engines(make_worker)
+    for worker in (rg, py):
+        (m,) = _search(worker, query="target")["matches"]
+        assert m["column"] == 12 and m["before"] == "café naïve "
