@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("%s", warning)
     worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
     threading.Thread(target=worker.backups.prune, name="forj-prune", daemon=True).start()
+    worker.watcher.start()
     server = ForjServer(worker, token)
     stop = server.stop
     _watch_parent(stop)
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.stopping.set()
+        worker.watcher.stop()
         worker.cancel_all()
         server.server_close()
         journal.close()

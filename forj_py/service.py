@@ -36,6 +36,7 @@ from .protocol import (
 )
 from .registry import Registry, Session
 from .sandbox import Sandbox
+from .watcher import Watcher
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class Worker:
             state_dir, self.sandbox.project_root, b.max_age_days, b.max_total_mb
         )
         self.runner = Runner(self.sandbox, self.config, self.session, journal, self.backups)
+        self.watcher = Watcher(self.root, self.session)
         self._batches: OrderedDict[str, Batch] = OrderedDict()
         self._lock = threading.Lock()
 

@@ -485,3 +485,33 @@ def test_symlinked_target_is_replaced_not_followed(
     assert r["error"]["details"]["reason"] == "PathOutsideSandbox"
     assert outside.read_text() == "outside\n"
     assert os.path.islink(project / "link.txt")
+
+
+def test_outside_changes_drop_the_recorded_read_at_once(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    import time
+
+    worker = make_worker()
+    worker.watcher.start()
+    try:
+        assert worker.watcher.ready.wait(5)
+        _read(worker, "README.md")
+        _read(worker, "src/main.py")
+        canonical = str((project / "README.md").resolve())
+        # Our own write is not an outside change: the file stays known.
+        (r,) = _exec(worker, call("w", "write_file", path="src/main.py", content="mine\n"))
+        assert r["ok"]
+        (project / "README.md").write_text("edited in Emacs\n")
+        deadline = time.monotonic() + 5
+        while canonical in worker.session.file_reads and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert canonical not in worker.session.file_reads
+        assert str((project / "src/main.py").resolve()) in worker.session.file_reads
+        (r,) = _exec(
+            worker, call("e", "edit", path="README.md", old_string="Emacs", new_string="x")
+        )
+        assert r["error"]["type"] == "stale-file"
+    finally:
+        worker.watcher.stop()
+        worker.watcher.thread.join(5)
