@@ -22,6 +22,10 @@ _DELIMITERS = set(" \t\n\r\f()[]\";'`,")
 # else right after one (``?ab``) is the "?" syntax error Emacs 27+ signals.
 _AFTER_CHAR = set(" \t\n\r\f()[]\";'`,#?.")
 _MODIFIERS = set("CMSHsA")
+# What Emacs's reader accepts after a "#" that starts a token: #'f, #(...),
+# #[...], #s(...), #&N"...", #@N, #$, #:sym, #_, ##, #xFF, #o7, #b1, #24r1,
+# #1= / #1#, #^[...], and a #! line.
+_AFTER_HASH = set("'([s&@$:_#xXoObB0123456789^!")
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,11 @@ def check(text: str) -> ElispProblem | None:
     i = 0
     n = len(text)
     line_starts = _LineIndex(text)
+    after_char = False  # "?a?b": a "?" right after a character literal starts another
     while i < n:
         c = text[i]
+        starts_char = c == "?" and (after_char or _token_start(text, i))
+        after_char = False
         if c == ";":
             j = text.find("\n", i)
             i = n if j < 0 else j + 1
@@ -49,10 +56,22 @@ def check(text: str) -> ElispProblem | None:
             j = _string_end(text, i + 1)
             if j < 0:
                 return line_starts.problem("unterminated string", i)
+            if j >= n or text[j] != '"':
+                return line_starts.problem("bad \\u or \\U escape in string", j)
             i = j + 1
         elif c == "\\":
             i += 2  # an escaped character inside a symbol: never syntax
-        elif c == "?" and _token_start(text, i):
+        elif c == "#" and _token_start(text, i):
+            if i + 1 >= n or text[i + 1] not in _AFTER_HASH:
+                return line_starts.problem("invalid '#' syntax", i)
+            # "#(" and "#[" open a list or vector that must be balanced.
+            i += 1 if text[i + 1] in "([" else 2
+        elif c == "." and _standalone_dot(text, i):
+            k = _skip_blank(text, i + 1)
+            if k >= n or text[k] in ")]":
+                return line_starts.problem("nothing after '.' in a dotted pair", i)
+            i += 1
+        elif starts_char:
             j = _char_literal_end(text, i + 1)
             # ``? `` (a literal space or tab) ends at once, whatever follows.
             spaced = j == i + 2 and text[i + 1] in " \t"
@@ -61,6 +80,7 @@ def check(text: str) -> ElispProblem | None:
             ):
                 return line_starts.problem("bad character literal", i)
             i = j
+            after_char = True
         elif c in "([":
             stack.append((c, i))
             i += 1
@@ -83,17 +103,51 @@ def check(text: str) -> ElispProblem | None:
 
 
 def _string_end(text: str, i: int) -> int:
-    """Offset of the closing quote of a string whose body starts at ``i``, or -1."""
+    """Offset of the closing quote of a string whose body starts at ``i``, or -1.
+
+    A ``\\u`` or ``\\U`` escape without its 4 or 8 hex digits returns the
+    offset of the escape instead (the caller sees no quote there).
+    """
     n = len(text)
     while i < n:
         c = text[i]
         if c == "\\":
+            if i + 1 < n and text[i + 1] in "uU":
+                digits = 4 if text[i + 1] == "u" else 8
+                hexes = text[i + 2 : i + 2 + digits]
+                if len(hexes) < digits or any(h not in _HEX for h in hexes):
+                    return i
+                i += 2 + digits
+                continue
             i += 2
         elif c == '"':
             return i
         else:
             i += 1
     return -1
+
+
+_HEX = set("0123456789abcdefABCDEF")
+
+
+def _standalone_dot(text: str, i: int) -> bool:
+    """A "." that is a token of its own (the dot of a dotted pair)."""
+    before = text[i - 1] if i > 0 else " "
+    after = text[i + 1] if i + 1 < len(text) else " "
+    return (before.isspace() or before in "([") and (after.isspace() or after in ")]([\"';")
+
+
+def _skip_blank(text: str, i: int) -> int:
+    n = len(text)
+    while i < n:
+        if text[i].isspace():
+            i += 1
+        elif text[i] == ";":
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+        else:
+            break
+    return i
 
 
 def _token_start(text: str, i: int) -> bool:
@@ -123,6 +177,8 @@ def _char_literal_end(text: str, i: int) -> int:
     c = text[i + 1]
     if c in _MODIFIERS and i + 2 < n and text[i + 2] == "-":
         return n if i + 3 >= n else _char_literal_end(text, i + 3)
+    if c in _MODIFIERS and c != "s":
+        return -1  # \C, \M, \S, \H, \A need their "-"
     if c == "^":
         return _char_literal_end(text, i + 2)
     if c == "N" and i + 2 < n and text[i + 2] == "{":
