@@ -212,6 +212,10 @@ def main() -> None:
         )
     )
 
+    import tools  # the file tool benchmarks, beside this file
+
+    rows.extend(tools.main())
+
     lines = [
         f"Machine: {machine()}  ",
         f"Date: {time.strftime('%Y-%m-%d')}",

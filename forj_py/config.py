@@ -65,6 +65,10 @@ class SandboxConfig(_Section):
                     "across files and may only add denials); to allow a file the defaults "
                     "deny, set include_default_denies = false and list the patterns you want"
                 )
+            if pattern.count("**") > 2:
+                # Each "**" multiplies matching work; a repository's config must
+                # not be able to make every path check crawl.
+                raise ValueError(f"{pattern!r}: at most two '**' per pattern")
             try:
                 pathspec.PathSpec.from_lines("gitignore", [pattern])
             except ValueError as exc:
@@ -320,6 +324,12 @@ def _bool_only_to(safe: bool) -> Callable[[Any, Any], tuple[Any, bool]]:
     return rule
 
 
+def _larger_only(user: Any, project: Any) -> tuple[Any, bool]:
+    if project >= user:
+        return project, True
+    return user, False
+
+
 def _union(user: Any, project: Any) -> tuple[Any, bool]:
     return list(dict.fromkeys([*user, *project])), True
 
@@ -341,6 +351,9 @@ _SAFETY_RULES: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     ("tools", "sandbox", "denied_patterns"): _union,
     ("tools", "sandbox", "include_default_denies"): _bool_only_to(True),
     ("tools", "environment", "denylist"): _union,
+    # Backups are the user's undo: a project may keep more of them, not fewer.
+    ("tools", "backups", "max_age_days"): _larger_only,
+    ("tools", "backups", "max_total_mb"): _larger_only,
 }
 _ROOTS_KEY = ("tools", "sandbox", "allowed_roots")
 

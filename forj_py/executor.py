@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 # seed 000 FR-REG-04b: when the caller cannot say how much room is left in
 # the model's context, assume this much.
 DEFAULT_CAPACITY_BYTES = 64 * 1024
+# All results of one execute reply together, as JSON: an EPC frame holds 16 MiB
+# and printing JSON as a Lisp string can double it.
+MAX_BATCH_REPLY_BYTES = 7 * 1024 * 1024
+MIN_RESULT_BYTES = 1024
 
 EmitFn = Callable[[Event], None]
 
@@ -52,6 +56,7 @@ class Batch:
     current: ToolContext | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     results: list[Finished] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def request_cancel(self) -> None:
         with self.lock:
@@ -78,21 +83,36 @@ class Runner:
         emit: EmitFn,
     ) -> list[Finished]:
         limit = min(self.config.tools.output.max_bytes, capacity or DEFAULT_CAPACITY_BYTES)
-        self.journal.record_state(batch.batch_id, "executing")
-        for planned in batch.calls:
-            wire, truncatable = self._one(batch, planned, approved, denied, limit, emit)
-            finished = _finish(wire, limit, truncatable)
-            self.journal.record_result(
-                batch.batch_id,
-                planned.seq,
-                planned.call_id,
-                bool(finished.wire.get("ok")),
-                finished.text,
+        # The whole reply must fit one EPC frame, escaping included.
+        budget = MAX_BATCH_REPLY_BYTES
+        self._journal(batch, lambda: self.journal.record_state(batch.batch_id, "executing"))
+        for index, planned in enumerate(batch.calls):
+            reserve = MIN_RESULT_BYTES * (len(batch.calls) - index - 1)
+            call_limit = max(min(limit, budget - reserve), MIN_RESULT_BYTES)
+            wire, truncatable = self._one(batch, planned, approved, denied, call_limit, emit)
+            finished = _finish(wire, call_limit, truncatable)
+            budget -= len(finished.text.encode("utf-8"))
+            self._journal(
+                batch,
+                lambda f=finished, p=planned: self.journal.record_result(  # type: ignore[misc]
+                    batch.batch_id, p.seq, p.call_id, bool(f.wire.get("ok")), f.text
+                ),
             )
             batch.results.append(finished)
         batch.state = "cancelled" if batch.cancel.is_set() else "done"
-        self.journal.record_state(batch.batch_id, batch.state)
+        self._journal(batch, lambda: self.journal.record_state(batch.batch_id, batch.state))
         return batch.results
+
+    def _journal(self, batch: Batch, write: Callable[[], None]) -> None:
+        """Journal, but never lose results over it: a failure becomes a warning."""
+        try:
+            write()
+        except Exception as exc:
+            log.exception("journal write failed for batch %s", batch.batch_id)
+            batch.warnings.append(
+                f"The journal could not record this batch ({type(exc).__name__}: {exc}); "
+                "results are complete but would not survive a crash"
+            )
 
     def _one(
         self,

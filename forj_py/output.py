@@ -70,6 +70,17 @@ def sanitize(text: str) -> str:
     return text
 
 
+def visible_controls(text: str) -> str:
+    """Show what :func:`sanitize` would remove, as ``<U+XXXX>``, instead of removing it.
+
+    For text a person approves (diffs, summaries): removing an escape sequence
+    or a bidi override there would hide what is really about to be written.
+    """
+    if not _has_controls(text):
+        return text
+    return _ANY_CONTROL_RE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
 def sanitize_value(value: Any) -> Any:
     """Sanitize every string (keys included) inside a JSON-like value."""
     if isinstance(value, str):
@@ -232,7 +243,8 @@ def redact(text: str, extra_values: list[str] | None = None) -> str:
 
 def short_summary(text: str, limit: int = 200) -> str:
     """One line, redacted, sanitized, at most ``limit`` characters with an ellipsis."""
-    text = sanitize(redact(text)).replace("\n", " ").replace("\t", " ")
+    text = visible_controls(redact(text).replace("\n", " ").replace("\t", " "))
+    text = _SURROGATE_RE.sub("\ufffd", text)
     if len(text) <= limit:
         return text
     return text[: limit - 1] + "…"

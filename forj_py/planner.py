@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 from . import errors, policy
 from .config import Config
 from .errors import ToolFailure
-from .output import sanitize, sanitize_value, short_summary
+from .output import sanitize, sanitize_value, short_summary, visible_controls
 from .protocol import (
     DenialReason,
     Disposition,
@@ -128,8 +128,12 @@ def plan_call(pc: PlanContext, mode: ToolsMode, seq: int, raw: Any) -> PlannedCa
         summary=_raw_summary(name, raw),
         risk=RiskLevel.LOW,
     )
+    # Every call's id counts for duplicates, even a call resolved early: two
+    # results must never share an id, and an approval names exactly one call.
+    duplicate = call_id in pc.seen_ids
+    pc.seen_ids.add(call_id)
     try:
-        _plan(pc, mode, planned)
+        _plan(pc, mode, planned, duplicate)
     except ToolFailure as failure:
         planned.disposition = Disposition.RESOLVED
         planned.preview = None
@@ -142,7 +146,7 @@ def plan_call(pc: PlanContext, mode: ToolsMode, seq: int, raw: Any) -> PlannedCa
     return planned
 
 
-def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall) -> None:
+def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: bool) -> None:
     approval = pc.config.tools.approval
     # 1. global switches
     if mode is ToolsMode.DISABLED:
@@ -165,9 +169,8 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall) -> None:
     tool = entry.tool
     planned.tool = tool
     # 5. duplicate ids: the first call with an id runs, later ones do not.
-    if call.id in pc.seen_ids:
+    if duplicate:
         raise errors.duplicate_call_id(call.id)
-    pc.seen_ids.add(call.id)
     # 6. limits
     limits = pc.config.tools
     if planned.seq >= limits.max_tool_calls_per_batch:
@@ -222,7 +225,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall) -> None:
         )
     planned.working_dir = cwd.canonical
     for path in tool.paths(args):
-        pc.sandbox.resolve(path, planned.working_dir)
+        pc.sandbox.resolve(path, planned.working_dir, for_write=tool.mutates(args))
     limit = tool.timeout(pc.config)
     planned.timeout = min(call.meta.timeout, limit) if call.meta.timeout else limit
     if mode is ToolsMode.PARSE_ONLY:
@@ -235,14 +238,15 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall) -> None:
     if outcome is policy.Outcome.CONFIRM:
         planned.disposition = Disposition.CONFIRM
         try:
-            planned.preview = tool.preview(args, _preview_context(pc, planned))
+            preview = tool.preview(args, _preview_context(pc, planned))
+            planned.preview = None if preview is None else visible_controls(preview)
         except ToolFailure as failure:
             if failure.error.type is not ErrorType.STALE_FILE:
                 raise
             # An earlier call of this batch may read the file first; the
             # stale-file rule is applied again when the call runs.
             planned.preview = None
-            planned.preview_note = failure.error.message
+            planned.preview_note = sanitize(failure.error.message)
     else:
         planned.disposition = Disposition.EXECUTE
 
@@ -281,7 +285,7 @@ def _parse_call(raw: Any) -> ToolCall:
             recovery=['Write each call as {"id": "...", "name": "...", "args": {...}}'],
         )
     try:
-        return ToolCall.model_validate(raw)
+        call = ToolCall.model_validate(raw)
     except ValidationError as exc:
         messages = [_pydantic_message(e, prefix="") for e in exc.errors()]
         raise errors.bad_args(
@@ -291,6 +295,15 @@ def _parse_call(raw: Any) -> ToolCall:
                 "id and name are required strings; args must be an object",
             ],
         ) from None
+    for field_name, value in (("id", call.id), ("name", call.name)):
+        if sanitize(value) != value:
+            # The id shown to the user and matched against approvals must be
+            # exactly the id the model sent.
+            raise errors.bad_args(
+                f"The call's {field_name} contains control or invisible formatting characters",
+                recovery=[f"Use a plain {field_name} made of letters, digits, '-' and '_'"],
+            )
+    return call
 
 
 def _pydantic_message(err: Any, prefix: str = "args") -> str:

@@ -179,7 +179,7 @@ class ExecuteRequest(_Strict):
     denied: dict[str, str] = Field(default_factory=dict)
     # What the caller can still fit into the model's context, in bytes
     # (seed 000 FR-REG-04b).  Absent means "unknown": a conservative cap applies.
-    capacity_bytes: int | None = Field(default=None, ge=64)
+    capacity_bytes: int | None = Field(default=None, ge=1024)
 
 
 class CancelRequest(_Strict):

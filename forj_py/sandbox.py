@@ -53,6 +53,7 @@ DEFAULT_DENIES = (
 )
 
 MAX_PATH_CHARS = 4096
+MAX_PATH_COMPONENTS = 64
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -124,20 +125,30 @@ class Sandbox:
             # are merged from several files must only ever add denials.
             raise ValueError(f"denied patterns cannot be negated: {negated}")
         self.denied_patterns = patterns
-        self._each = [(p, pathspec.PathSpec.from_lines("gitignore", [p])) for p in patterns]
+        self._each_re: list[tuple[str, re.Pattern[str]]] = []
+        for pattern in patterns:
+            spec = pathspec.PathSpec.from_lines("gitignore", [pattern])
+            parts = [
+                r.pattern for c in spec.patterns if (r := getattr(c, "regex", None)) is not None
+            ]
+            self._each_re.append(
+                (pattern, re.compile("|".join(f"(?:{r})" for r in parts) or "(?!)", re.IGNORECASE))
+            )
         # Every path of every call is checked: one combined regex, not a loop.
-        regexes = [
-            regex.pattern
-            for _, spec in self._each
-            for compiled in spec.patterns
-            if (regex := getattr(compiled, "regex", None)) is not None
-        ]
-        self._combined = re.compile("|".join(f"(?:{r})" for r in regexes) or "(?!)")
+        regexes = [single.pattern for _, single in self._each_re]
+        # Case-insensitive: on macOS, Windows and casefolded volumes ".ENV" is
+        # ".env"; elsewhere denying both spellings costs nothing.
+        self._combined = re.compile("|".join(f"(?:{r})" for r in regexes) or "(?!)", re.IGNORECASE)
 
     # --- validation (FR-VAL-04) ----------------------------------------------
 
-    def resolve(self, path: str, base: str | None = None) -> SafePath:
-        """Validate ``path`` (relative to ``base``, default the project root)."""
+    def resolve(self, path: str, base: str | None = None, *, for_write: bool = False) -> SafePath:
+        """Validate ``path`` (relative to ``base``, default the project root).
+
+        ``for_write`` also applies the write-only denials: ``.git`` (its hooks
+        and config run code outside the sandbox) and ``.forj`` (the project's
+        own policy) are never written on the model's behalf.
+        """
         _check_text(path)
         # Step 1: absolute paths only when the user allowed them.
         if os.path.isabs(path) and not self.allow_absolute:
@@ -177,11 +188,30 @@ class Sandbox:
         rel = "." if canonical == root else canonical[len(root.rstrip(os.sep)) + 1 :]
         if os.sep != "/":  # pragma: no cover - Windows
             rel = rel.replace(os.sep, "/")
-        # Step 7: denied patterns, on the canonical path (and the path as
-        # written, so a symlink named .env cannot hide what it is).
-        pattern = self.denied_pattern(rel)
-        if pattern is None and not os.path.isabs(path):
-            pattern = self.denied_pattern(os.path.normpath(path).replace(os.sep, "/"))
+        # Step 7: denied patterns, on the canonical path relative to its root
+        # and to the project root (an extra nested root must not move where
+        # the user's anchored patterns apply), and on the path as written, so
+        # a symlink named .env cannot hide what it is.
+        candidates = [rel, self.display(canonical)]
+        if not os.path.isabs(path):
+            candidates.append(os.path.normpath(path).replace(os.sep, "/"))
+        pattern = next((p for c in candidates if (p := self.denied_pattern(c)) is not None), None)
+        if pattern is None and for_write:
+            pattern = next(
+                (p for c in candidates if (p := _write_denied(self.display(canonical), c))), None
+            )
+            if pattern is not None:
+                raise _violation(
+                    f"Writing {path!r} is not allowed ({pattern} holds repository or forj "
+                    "settings that could run code or loosen the user's policy)",
+                    DenialReason.DENIED_PATTERN_MATCHED,
+                    [
+                        "Do not change version-control internals or forj's own configuration",
+                        "Ask the user to make this change themselves if it is needed",
+                    ],
+                    attempted=path,
+                    pattern=pattern,
+                )
         if pattern is not None:
             raise _violation(
                 f"Access to {path!r} is denied by the pattern {pattern!r} (secrets are off limits)",
@@ -212,8 +242,8 @@ class Sandbox:
             return None
         if not (self._combined.match(rel) or self._combined.match(rel + "/")):
             return None
-        for pattern, spec in self._each:
-            if spec.match_file(rel) or spec.match_file(rel + "/"):
+        for pattern, single in self._each_re:
+            if single.match(rel) or single.match(rel + "/"):
                 return pattern
         return None  # pragma: no cover - the combined spec matched, so one does
 
@@ -300,6 +330,19 @@ class Sandbox:
         return fd
 
 
+WRITE_DENIES = (".git", ".forj")
+
+
+def _write_denied(display: str, candidate: str) -> str | None:
+    """The protected directory ``candidate`` lies in, if any."""
+    for text in (display, candidate):
+        parts = text.lower().split("/")
+        for name in WRITE_DENIES:
+            if name in parts:
+                return name + "/"
+    return None
+
+
 def _check_text(path: object) -> None:
     if not isinstance(path, str):
         raise errors.bad_args("Path must be a string")
@@ -313,6 +356,9 @@ def _check_text(path: object) -> None:
         )
     if len(path) > MAX_PATH_CHARS:
         raise errors.bad_args(f"Path is longer than {MAX_PATH_CHARS} characters")
+    if path.count("/") + path.count("\\") >= MAX_PATH_COMPONENTS:
+        # Also what keeps gitignore-style matching of denied patterns fast.
+        raise errors.bad_args(f"Path has more than {MAX_PATH_COMPONENTS} components")
     try:
         os.fsencode(path)
         path.encode("utf-8")

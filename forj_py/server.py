@@ -62,7 +62,8 @@ class Method:
 
 def _hello(handler: ForjHandler, body: Any) -> Any:
     req = parse_request(HelloRequest, body)
-    if not hmac.compare_digest(req.token.encode("utf-8"), handler.server.token.encode("utf-8")):
+    offered = req.token.encode("utf-8", "surrogatepass")
+    if not hmac.compare_digest(offered, handler.server.token.encode("utf-8")):
         handler.reject_after_reply = True
         raise ProtocolError(
             "unauthenticated",
@@ -135,7 +136,13 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
                 data = self.rfile.read(length)
                 if len(data) < length:
                     return
-                self._dispatch(data)
+                try:
+                    self._dispatch(data)
+                except Exception:
+                    # A message we cannot even answer properly (an odd uid, say):
+                    # say so without a uid and keep the connection.
+                    log.warning("unusable message", exc_info=True)
+                    self.send([Symbol("epc-error"), [], "unusable message"])
         except (OSError, ValueError):
             return  # the peer went away
         finally:
@@ -153,6 +160,9 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             self.send(["epc-error", [], "a message must be (KIND UID ...)"])
             return
         kind, uid = str(msg[0]), msg[1]
+        if not isinstance(uid, int) or isinstance(uid, bool) or abs(uid) > 2**61:
+            self.send([Symbol("epc-error"), [], "a message's uid must be a small integer"])
+            return
         if kind == "call":
             if len(msg) != 4 or not isinstance(msg[2], str) or not isinstance(msg[3], list):
                 self.send(["epc-error", uid, "a call must be (call UID METHOD (ARGS...))"])

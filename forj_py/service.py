@@ -185,12 +185,16 @@ class Worker:
             emit=emit,
         )
         reply = Encoded(
-            batch_id=batch.batch_id, state=batch.state, results=[f.wire for f in finished]
+            batch_id=batch.batch_id,
+            state=batch.state,
+            results=[f.wire for f in finished],
+            warnings=batch.warnings,
         )
         # The results are already JSON text: splice them in rather than encode
         # megabytes a second time.
         reply.text = (
             f'{{"batch_id":{json.dumps(batch.batch_id)},"state":{json.dumps(batch.state)},'
+            f'"warnings":{json.dumps(batch.warnings, ensure_ascii=False)},'
             f'"results":[{",".join(f.text for f in finished)}]}}'
         )
         return reply

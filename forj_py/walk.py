@@ -33,6 +33,7 @@ from .sandbox import Sandbox
 
 IGNORE_FILES = (".gitignore", ".ignore", ".rgignore")  # lowest precedence first
 MAX_IGNORE_FILE_BYTES = 1 << 20
+MAX_DEPTH = 60  # below the sandbox's limit on path components
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class Walker:
         self.include_hidden = include_hidden
         self._specs: dict[str, pathspec.GitIgnoreSpec | None] = {}
         self.unreadable_names = 0
+        # Only what lies in an allowed root is listed or searched; directories
+        # above an allowed root are walked through, not shown.
+        self._roots = [r.rstrip(os.sep) for r in sandbox.allowed_roots]
+        self._everything = self.root.rstrip(os.sep) in self._roots
 
     # --- ignore rules ---------------------------------------------------------
 
@@ -63,7 +68,9 @@ class Walker:
         if rel_dir == "":
             sources.insert(0, os.path.join(self.root, ".git", "info", "exclude"))
         for path in sources:
-            lines.extend(_read_lines(path))
+            # Lines with many "**" can make matching crawl (a cloned repository's
+            # .gitignore is untrusted input); rg handles them, we skip them.
+            lines.extend(line for line in _read_lines(path) if line.count("**") <= 2)
         spec = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
         self._specs[rel_dir] = spec
         return spec
@@ -146,21 +153,37 @@ class Walker:
                 target_dir = self._followable_dir(child.path, seen)
             if self.ignored(rel, is_dir or target_dir):
                 continue
+            visible, above = True, False
+            if not self._everything:
+                real = os.path.realpath(child.path) if target_dir else child.path
+                visible = self._inside(real)
+                above = not visible and (is_dir or target_dir) and self._above(real)
+                if not (visible or above):
+                    continue
             entry = _entry(child, rel, depth, is_link, is_dir)
             if entry is None:
                 continue
             is_file = entry.kind == "file" or (entry.kind == "symlink" and not target_dir)
-            if not files_only or is_file:
+            if visible and (not files_only or is_file):
                 yield entry
-            if (is_dir or target_dir) and (max_depth is None or depth < max_depth):
+            deep_enough = depth >= MAX_DEPTH or (max_depth is not None and depth >= max_depth)
+            if (is_dir or target_dir) and not deep_enough:
                 yield from self._walk_dir(
                     child.path, rel, depth + 1, max_depth, follow, files_only, seen
                 )
 
+    def _inside(self, path: str) -> bool:
+        return any(path == r or path.startswith(r + os.sep) for r in self._roots)
+
+    def _above(self, path: str) -> bool:
+        return any(r.startswith(path.rstrip(os.sep) + os.sep) for r in self._roots)
+
     def _followable_dir(self, path: str, seen: set[tuple[int, int]]) -> bool:
-        """A symlinked directory that stays inside the project and was not seen yet."""
+        """A symlinked directory inside the project, not denied, and not seen yet."""
         real = os.path.realpath(path)
         if not (real == self.root or real.startswith(self.root.rstrip(os.sep) + os.sep)):
+            return False
+        if self.sandbox.denied_pattern(self.sandbox.display(real)) is not None:
             return False
         try:
             st = os.stat(real)

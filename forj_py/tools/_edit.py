@@ -18,6 +18,7 @@ from .. import errors
 from ..elcheck import check as check_elisp
 from ..errors import ToolFailure
 from ..fsops import atomic_write, ensure_parents, read_bytes, sha256
+from ..output import visible_controls
 from ..protocol import ErrorKind, ErrorType
 from ..registry import ToolContext
 from ..sandbox import SafePath
@@ -55,7 +56,7 @@ def stale(message: str, sp: SafePath, reason: str) -> ToolFailure:
 
 def load(ctx: ToolContext, path: str, *, must_exist: bool, enforce_read: bool = True) -> Loaded:
     """Resolve ``path`` and read it, applying the stale-file rule to existing files."""
-    sp = ctx.sandbox.resolve(path, ctx.working_dir)
+    sp = ctx.sandbox.resolve(path, ctx.working_dir, for_write=True)
     if not sp.exists:
         if must_exist:
             raise errors.file_error(
@@ -136,7 +137,7 @@ def validate(sp: SafePath, new_text: str) -> None:
 
 def check_approved(ctx: ToolContext, preview: str, display: str) -> None:
     """Refuse to apply a change other than the diff the user approved."""
-    if ctx.approved_preview is not None and preview != ctx.approved_preview:
+    if ctx.approved_preview is not None and visible_controls(preview) != ctx.approved_preview:
         raise ToolFailure(
             ErrorType.STALE_FILE,
             f"The change to {display} no longer matches the diff the user approved (the file "

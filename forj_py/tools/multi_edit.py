@@ -78,7 +78,7 @@ class MultiEdit(Tool[MultiEditArgs]):
     def _stage(self, args: MultiEditArgs, ctx: ToolContext) -> dict[str, _File]:
         files: dict[str, _File] = {}
         for index, item in enumerate(args.edits):
-            sp = ctx.sandbox.resolve(item.path, ctx.working_dir)
+            sp = ctx.sandbox.resolve(item.path, ctx.working_dir, for_write=True)
             files.setdefault(sp.canonical, _File(None)).items.append((index, item))
         for entry in files.values():
             path = entry.items[0][1].path

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import codecs
 import hashlib
+import json
 import os
 import re
 from typing import Any
@@ -32,8 +33,6 @@ _WIDE = re.compile(r"utf[-_]?(16|32)", re.IGNORECASE)
 # Files up to this size are hashed whole even when read by range, so they
 # can be edited afterwards; larger ones must be edited after a whole read.
 HASH_WHOLE_FILE_LIMIT = 64 << 20
-# Room left in the output budget for everything but the content itself.
-RESULT_OVERHEAD = 512
 
 
 class ReadFileArgs(BaseModel):
@@ -123,7 +122,14 @@ class ReadFile(Tool[ReadFileArgs]):
                         size=size,
                         limit=limits.max_file_read_bytes,
                     )
-                data = head + fh.read()
+                # Bounded even if the file grew since fstat.
+                data = head + fh.read(max(limits.max_file_read_bytes + 1 - len(head), 0))
+                if len(data) > limits.max_file_read_bytes:
+                    raise errors.bad_args(
+                        f"{sp.display} grew past the whole-file limit while being read",
+                        recovery=["Read it in line ranges"],
+                        path=sp.display,
+                    )
                 ctx.session.record_read(sp.canonical, hashlib.sha256(data).hexdigest())
                 text = data.decode(encoding, "replace")
                 content = truncate_text(text, args.max_bytes)
@@ -190,7 +196,21 @@ def _count_lines(text: str) -> int:
 def _binary_result(display: str, fh: Any, head: bytes, size: int, ctx: ToolContext) -> Any:
     # FR-TOOL-READ-01b: the framework must not cut base64; fit it ourselves.
     ctx.allow_truncation = False
-    budget = max(ctx.output_limit - RESULT_OVERHEAD, 4)
+    skeleton = {
+        "id": ctx.call_id,
+        "name": "read_file",
+        "ok": True,
+        "result": {
+            "path": display,
+            "encoding": "base64",
+            "binary": True,
+            "content": "",
+            "truncated": True,
+            "size": size,
+        },
+    }
+    overhead = len(json.dumps(skeleton, ensure_ascii=False).encode("utf-8")) + 16
+    budget = max(ctx.output_limit - overhead, 4)
     nbytes = budget // 4 * 3
     data = (head + fh.read(max(nbytes - len(head), 0)))[:nbytes]
     return {
@@ -227,7 +247,9 @@ def _range_result(
         )
         encoding = "utf-8"
     else:
-        source = fh
+        # readline with a size: a file that is one enormous line must not be
+        # pulled into memory whole before the scan limit is checked.
+        source = iter(lambda: fh.readline(max_scan + 1), b"")
     for raw in source:
         lineno += 1
         scanned += len(raw)

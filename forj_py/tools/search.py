@@ -7,7 +7,8 @@ rg is given flags that make it walk exactly as the walker does (ignore
 files, hidden files, ``.git``, denied patterns, size limit, no symlinks,
 no transcoding), and both return the same matches for the same tree: a
 test checks it on a generated project.  The differences that remain: a
-regex is Rust syntax for rg and Python syntax for the fallback (each
+regex is Rust syntax for rg and Python ``regex`` syntax (a superset of
+``re``) for the fallback (each
 refuses what it cannot parse, quoting its own message), and a file whose
 first NUL byte comes late may show rg's matches from before the NUL where
 the fallback skips the file as binary.
@@ -25,7 +26,6 @@ import base64
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import stat
@@ -35,6 +35,7 @@ import threading
 from typing import Any
 
 import pathspec
+import regex
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
@@ -47,6 +48,7 @@ SIDE_CONTEXT = 200
 # Past this many matches the search stops reading; which matches come back
 # is then only as deterministic as the engine's order.
 CEILING = 20_000
+REGEX_TIMEOUT = 2.0
 
 
 class SearchArgs(BaseModel):
@@ -182,6 +184,7 @@ def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[s
 
     threading.Thread(target=stop_on_cancel, daemon=True, name="forj-rg-cancel").start()
     include = _spec(args.include_paths)
+    within = _root_prefixes(ctx)
     matches: list[dict[str, Any]] = []
     truncated = False
     stderr = b""
@@ -195,6 +198,10 @@ def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[s
             path = _rg_text(data["path"])
             path = path[2:] if path.startswith("./") else path
             if include is not None and not include.match_file(path):
+                continue
+            if within is not None and not any(
+                path == p or path.startswith(p + "/") for p in within
+            ):
                 continue
             line_bytes = _rg_bytes(data["lines"])
             line = line_bytes.decode("utf-8", "replace")
@@ -235,6 +242,15 @@ def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[s
     return matches, truncated
 
 
+def _root_prefixes(ctx: ToolContext) -> list[str] | None:
+    """The allowed roots as project-relative prefixes; None when the whole project is."""
+    sandbox = ctx.sandbox
+    shown = [sandbox.display(r) for r in sandbox.allowed_roots]
+    if "." in shown:
+        return None
+    return [p for p in shown if not os.path.isabs(p)]
+
+
 def _rg_text(value: dict[str, Any]) -> str:
     return value["text"] if "text" in value else _rg_bytes(value).decode("utf-8", "replace")
 
@@ -255,14 +271,14 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, Any]], bool]:
-    flags = 0 if args.case_sensitive else re.IGNORECASE
-    source = args.query if args.is_regex else re.escape(args.query)
+    flags = 0 if args.case_sensitive else regex.IGNORECASE
+    source = args.query if args.is_regex else regex.escape(args.query)
     try:
-        regex = re.compile(source, flags)
-    except re.error as exc:
+        pattern = regex.compile(source, flags)
+    except regex.error as exc:
         raise errors.bad_args(
             f"Invalid regex: {exc}",
-            recovery=["Fix the regex (Python syntax)", "Or search for plain text"],
+            recovery=["Fix the regex (Python re syntax)", "Or search for plain text"],
         ) from None
     include = _spec(args.include_paths)
     exclude = _spec(args.exclude_paths)
@@ -287,7 +303,17 @@ def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, A
         matched_lines = 0  # like rg's --max-count: lines, not matches
         for line_no, line in enumerate(text.split("\n"), start=1):
             found = False
-            for m in regex.finditer(line):
+            try:
+                # concurrent: the GIL is released while matching, so a slow
+                # regex cannot stall the worker's other threads; and it is
+                # cut off after a while.
+                hits = list(pattern.finditer(line, concurrent=True, timeout=REGEX_TIMEOUT))
+            except TimeoutError:
+                raise errors.bad_args(
+                    f"The regex took more than {REGEX_TIMEOUT:g} s on one line of {entry.rel}",
+                    recovery=["Simplify the regex (avoid nested repetition like (a+)+)"],
+                ) from None
+            for m in hits:
                 if m.start() == m.end():
                     continue
                 matches.append(_match(entry.rel, line_no, line, m.start(), m.end()))
