@@ -26,7 +26,7 @@ from . import errors
 from .errors import ToolFailure
 from .fsops import Backups
 from .journal import Journal
-from .output import dumps, fit_json_text, sanitize_value
+from .output import dumps, fit_json_text, json_has_controls, sanitize_value
 from .planner import PlannedCall, error_result
 from .protocol import Disposition, Event, ToolResult
 from .registry import Session, ToolContext
@@ -224,7 +224,14 @@ class Runner:
             return error_result(cid, tool.name, failure), True
         if "failure" in box:
             return error_result(cid, tool.name, box["failure"]), True
-        value = sanitize_value(box.get("value"))
+        value = box.get("value")
+        try:
+            # One encode to look for controls beats a walk over every string.
+            clean = not json_has_controls(dumps(value))
+        except (TypeError, ValueError):
+            clean = False
+        if not clean:
+            value = sanitize_value(value)
         wire = ToolResult(id=cid, name=tool.name, ok=True, result=value).wire()
         return wire, ctx.allow_truncation
 

@@ -81,6 +81,22 @@ def visible_controls(text: str) -> str:
     return _ANY_CONTROL_RE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
+# In compact JSON (ensure_ascii=False) a control character shows up either
+# escaped (C0 but tab/newline: \u00XX, \b, \f, \r) or raw (DEL, C1, bidi).
+_JSON_CONTROL_RE = re.compile(
+    r"\\(?:u00(?:0[0-8bcef]|1[0-9a-fA-F])|[bfr])|[\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def json_has_controls(text: str) -> bool:
+    """Whether JSON ``text`` may hold a string that :func:`sanitize` would change.
+
+    False positives (an escaped backslash before "u001b") only cost the slow
+    path; there are no false negatives.
+    """
+    return _JSON_CONTROL_RE.search(text) is not None or _SURROGATE_RE.search(text) is not None
+
+
 def sanitize_value(value: Any) -> Any:
     """Sanitize every string (keys included) inside a JSON-like value."""
     if isinstance(value, str):
@@ -173,7 +189,8 @@ def _cut_longest(root: Any, excess: int) -> bool:
         items = node.items() if isinstance(node, dict) else enumerate(node)
         for key, child in items:
             if isinstance(child, str):
-                n = json_size(child)
+                # A cheap size for ranking (escapes ignored); exact below.
+                n = len(child) + 2
                 if n > len(TRUNCATION_MARKER) + 8 and (best is None or n > best[0]):
                     best = (n, node, key, "str")
             elif isinstance(child, (dict, list)):
@@ -181,10 +198,13 @@ def _cut_longest(root: Any, excess: int) -> bool:
                     n = json_size(child)
                     if best is None or n > best[0]:
                         best = (n, node, key, "list")
+                    if len(child) > 64:
+                        continue  # many small items: the list is what gets cut
                 stack.append(child)
     if best is None:
         return False
-    n, container, key, what = best
+    _, container, key, what = best
+    n = json_size(container[key])
     if what == "str":
         text = container[key]
         # JSON escaping can make the encoded string longer than its UTF-8

@@ -51,6 +51,7 @@ class Walker:
         self.root = sandbox.project_root
         self.include_hidden = include_hidden
         self._specs: dict[str, pathspec.GitIgnoreSpec | None] = {}
+        self._chains: dict[str, list[tuple[int, pathspec.GitIgnoreSpec]]] = {}
         self.unreadable_names = 0
         # Only what lies in an allowed root is listed or searched; directories
         # above an allowed root are walked through, not shown.
@@ -77,13 +78,33 @@ class Walker:
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         """Whether ignore files exclude ``rel`` (its parents are checked by the walk)."""
-        parts = rel.split("/")
-        for depth in range(len(parts) - 1, -1, -1):
-            spec = self._spec("/".join(parts[:depth]))
-            if spec is None:
-                continue
-            sub = "/".join(parts[depth:]) + ("/" if is_dir else "")
-            verdict = spec.check_file(sub).include
+        parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
+        return self._ignored_in(self._specs_above(parent), rel, is_dir)
+
+    def _specs_above(self, rel_dir: str) -> list[tuple[int, pathspec.GitIgnoreSpec]]:
+        """The ignore specs of ``rel_dir`` and its ancestors, deepest first, as
+        (length of the directory prefix to strip, spec)."""
+        cached = self._chains.get(rel_dir)
+        if cached is not None:
+            return cached
+        if rel_dir == "":
+            chain: list[tuple[int, pathspec.GitIgnoreSpec]] = []
+        else:
+            parent = rel_dir.rsplit("/", 1)[0] if "/" in rel_dir else ""
+            chain = list(self._specs_above(parent))
+        spec = self._spec(rel_dir)
+        if spec is not None:
+            chain.insert(0, (len(rel_dir) + 1 if rel_dir else 0, spec))
+        self._chains[rel_dir] = chain
+        return chain
+
+    @staticmethod
+    def _ignored_in(
+        chain: list[tuple[int, pathspec.GitIgnoreSpec]], rel: str, is_dir: bool
+    ) -> bool:
+        suffix = "/" if is_dir else ""
+        for strip, spec in chain:  # deepest first: the nearest file with an opinion decides
+            verdict = spec.check_file(rel[strip:] + suffix).include
             if verdict is not None:
                 return bool(verdict)
         return False
@@ -131,6 +152,7 @@ class Walker:
                 children = sorted(it, key=lambda e: e.name)
         except OSError:
             return
+        chain = self._specs_above(rel_dir)
         for child in children:
             name = child.name
             try:
@@ -151,7 +173,7 @@ class Walker:
             target_dir = False
             if is_link and follow:
                 target_dir = self._followable_dir(child.path, seen)
-            if self.ignored(rel, is_dir or target_dir):
+            if chain and self._ignored_in(chain, rel, is_dir or target_dir):
                 continue
             visible, above = True, False
             if not self._everything:

@@ -156,3 +156,12 @@ def test_redact_key_value_and_urls() -> None:
 def test_short_summary_is_one_line_and_capped() -> None:
     s = short_summary("a\nb\tc " + "z" * 500)
     assert "\n" not in s and len(s) == 200 and s.endswith("…")
+
+
+@settings(max_examples=500)
+@given(st.text())
+def test_json_control_check_never_misses_what_sanitize_would_change(text: str) -> None:
+    from forj_py.output import dumps, json_has_controls
+
+    if sanitize(text) != text:
+        assert json_has_controls(dumps({"k": [text]}))

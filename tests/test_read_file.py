@@ -61,6 +61,23 @@ def test_t_read_01_line_ranges_and_bad_ranges(make_worker: MakeWorker) -> None:
     assert zero["error"]["details"]["kind"] == "BadArgs"
 
 
+def test_t_read_01_ranges_past_the_end_without_a_final_newline(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    (project / "nonl.txt").write_text("a\nb\nc")
+    worker = make_worker()
+    past = _read(worker, path="nonl.txt", start_line=5, end_line=9)["result"]
+    assert past["content"] == "" and past["total_lines"] == 3
+    last = _read(worker, path="nonl.txt", start_line=3)["result"]
+    assert last["content"] == "c" and last["total_lines"] == 3
+    big = "".join(f"{i}\n" for i in range(1, 300_001))
+    (project / "big.txt").write_text(big + "tail")
+    user_config("[tools.read_file]\nmax_scan_bytes = 100000000\n")
+    worker = make_worker()
+    end = _read(worker, path="big.txt", start_line=299_999)["result"]
+    assert end["content"] == "299999\n300000\ntail" and end["total_lines"] == 300_001
+
+
 def test_t_read_02_scan_limit_enforced_for_large_files(
     make_worker: MakeWorker, project: Path
 ) -> None:

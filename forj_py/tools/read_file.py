@@ -27,6 +27,7 @@ from ..output import truncate_text
 from ..registry import Tool, ToolContext
 
 SNIFF_BYTES = 8192
+SKIP_CHUNK = 1 << 20
 # A larger sample for telling one legacy encoding from another.
 DETECT_BYTES = 65536
 _WIDE = re.compile(r"utf[-_]?(16|32)", re.IGNORECASE)
@@ -223,6 +224,46 @@ def _binary_result(display: str, fh: Any, head: bytes, size: int, ctx: ToolConte
     }
 
 
+def _scan_limit(display: str, end: int | None, max_scan: int) -> Exception:
+    return errors.bad_args(
+        f"Reading to line {end or 'the end'} of {display} would scan more than {max_scan} bytes",
+        recovery=[
+            "Narrow the range (a smaller end_line, or fewer lines at a time)",
+            "Use search to find the line numbers you need",
+        ],
+        path=display,
+        scan_limit=max_scan,
+    )
+
+
+def _skip_lines(fh: Any, count: int, max_scan: int, ctx: ToolContext) -> tuple[int, int]:
+    """Move ``fh`` past ``count`` lines; return (lines skipped, bytes scanned)."""
+    skipped = scanned = 0
+    last = b"\n"
+    while skipped < count:
+        chunk = fh.read(SKIP_CHUNK)
+        if not chunk:
+            if last != b"\n":
+                skipped += 1  # a last line without a newline is a line too
+            break
+        last = chunk[-1:]
+        newlines = chunk.count(b"\n")
+        if skipped + newlines < count:
+            skipped += newlines
+            scanned += len(chunk)
+            if scanned > max_scan:
+                return skipped, scanned
+            ctx.check_cancelled()
+            continue
+        at = -1
+        for _ in range(count - skipped):
+            at = chunk.index(b"\n", at + 1)
+        fh.seek(at + 1 - len(chunk), os.SEEK_CUR)
+        scanned += at + 1
+        skipped = count
+    return skipped, scanned
+
+
 def _range_result(
     display: str,
     fh: Any,
@@ -247,23 +288,19 @@ def _range_result(
         )
         encoding = "utf-8"
     else:
-        # readline with a size: a file that is one enormous line must not be
-        # pulled into memory whole before the scan limit is checked.
+        # Skip to the first wanted line a megabyte at a time (counting
+        # newlines in C), then read line by line.  readline with a size: a
+        # file that is one enormous line must not be pulled into memory whole
+        # before the scan limit is checked.
+        lineno, scanned = _skip_lines(fh, start - 1, max_scan, ctx)
+        if scanned > max_scan:
+            raise _scan_limit(display, end, max_scan)
         source = iter(lambda: fh.readline(max_scan + 1), b"")
     for raw in source:
         lineno += 1
         scanned += len(raw)
         if scanned > max_scan:
-            raise errors.bad_args(
-                f"Reading to line {end or 'the end'} of {display} would scan more than "
-                f"{max_scan} bytes",
-                recovery=[
-                    "Narrow the range (a smaller end_line, or fewer lines at a time)",
-                    "Use search to find the line numbers you need",
-                ],
-                path=display,
-                scan_limit=max_scan,
-            )
+            raise _scan_limit(display, end, max_scan)
         if lineno >= start:
             lines.append(raw)
         if end is not None and lineno >= end:
