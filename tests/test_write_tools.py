@@ -515,3 +515,27 @@ def test_outside_changes_drop_the_recorded_read_at_once(
     finally:
         worker.watcher.stop()
         worker.watcher.thread.join(5)
+
+
+def test_write_errors_directory_and_umask(make_worker: MakeWorker, project: Path) -> None:
+    worker = make_worker()
+    (r,) = _exec(worker, call("d", "write_file", path="src", content="x"))
+    assert r["error"]["type"] == "file-error" and "is a directory" in r["error"]["message"]
+    old = os.umask(0o027)
+    try:
+        (r,) = _exec(worker, call("n", "write_file", path="fresh.txt", content="x"))
+    finally:
+        os.umask(old)
+    assert r["ok"]
+    assert stat.S_IMODE((project / "fresh.txt").stat().st_mode) == 0o640
+
+
+def test_backups_are_pruned_by_age(make_worker: MakeWorker, project: Path) -> None:
+    worker = make_worker()
+    _read(worker, "README.md")
+    (r,) = _exec(worker, call("w", "write_file", path="README.md", content="new\n"))
+    batch = Path(r["result"]["backup_path"]).parent
+    old = batch.stat().st_mtime - 30 * 86400
+    os.utime(batch, (old, old))
+    worker.backups.prune()
+    assert not batch.exists()
