@@ -82,8 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     for warning in loaded.warnings:
         log.warning("%s", warning)
     worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
-    threading.Thread(target=worker.backups.prune, name="forj-prune", daemon=True).start()
-    worker.watcher.start()
     server = ForjServer(worker, token)
     stop = server.stop
     _watch_parent(stop)
@@ -92,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: threading.Thread(target=stop, daemon=True).start())
     sys.stdout.write(f"{server.port}\n")
     sys.stdout.flush()
+    # Housekeeping after the port is out, so it never delays the first call.
+    threading.Thread(target=worker.backups.prune, name="forj-prune", daemon=True).start()
+    worker.watcher.start()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -18,8 +18,6 @@ import logging
 import os
 import threading
 
-import watchfiles
-
 from .registry import Session
 
 log = logging.getLogger(__name__)
@@ -43,6 +41,9 @@ class Watcher:
 
     def _run(self) -> None:
         try:
+            # Imported here, on the watcher's own thread, after the port is out.
+            import watchfiles
+
             for changes in watchfiles.watch(
                 self.root,
                 watch_filter=_interesting,
@@ -77,7 +78,7 @@ class Watcher:
             log.info("%s changed outside forj; it must be read again before editing", path)
 
 
-def _interesting(change: watchfiles.Change, path: str) -> bool:
+def _interesting(change: object, path: str) -> bool:
     # Git's own files, and our own temporary files mid-write, are noise.
     return f"{os.sep}.git{os.sep}" not in path and ".forj-" not in os.path.basename(path)
 

@@ -19,7 +19,6 @@ import os
 import re
 from typing import Any
 
-import charset_normalizer
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import errors
@@ -182,6 +181,8 @@ def detect_encoding(head: bytes) -> str | None:
         return "utf-8"
     except UnicodeDecodeError:
         pass
+    import charset_normalizer  # only for the rare file that is not UTF-8: keeps start-up fast
+
     best = charset_normalizer.from_bytes(head).best()
     if best is None or best.encoding is None:
         return None

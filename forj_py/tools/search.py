@@ -35,7 +35,6 @@ import threading
 from typing import Any
 
 import pathspec
-import regex
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
@@ -271,6 +270,8 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, Any]], bool]:
+    import regex  # the fallback engine only: keeps start-up fast
+
     flags = 0 if args.case_sensitive else regex.IGNORECASE
     source = args.query if args.is_regex else regex.escape(args.query)
     try:
