@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import pathspec
 
@@ -36,13 +36,16 @@ MAX_IGNORE_FILE_BYTES = 1 << 20
 MAX_DEPTH = 60  # below the sandbox's limit on path components
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     rel: str  # relative to the project root, forward slashes
     kind: str  # "file" | "dir" | "symlink" | "other"
     size: int
     mtime: int  # seconds since the epoch
     depth: int  # 1 for a direct child of the walk's start
+
+
+def _name(entry: os.DirEntry[str]) -> str:
+    return entry.name
 
 
 class Walker:
@@ -147,52 +150,62 @@ class Walker:
         files_only: bool,
         seen: set[tuple[int, int]],
     ) -> Iterator[Entry]:
-        try:
-            with os.scandir(abs_dir) as it:
-                children = sorted(it, key=lambda e: e.name)
-        except OSError:
-            return
-        chain = self._specs_above(rel_dir)
-        for child in children:
-            name = child.name
-            try:
-                name.encode("utf-8")
-            except UnicodeEncodeError:
-                self.unreadable_names += 1  # not valid UTF-8: the model could not name it
+        # Depth first with an explicit stack: nested generators would pass
+        # every entry up through one frame per directory level.
+        limit = MAX_DEPTH if max_depth is None else min(max_depth, MAX_DEPTH)
+        denied = self.sandbox.denied_pattern
+        stack: list[tuple[str, str, int] | Entry] = [(abs_dir, rel_dir, depth)]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, Entry):
+                yield item
                 continue
-            if name == ".git" or (name.startswith(".") and not self.include_hidden):
-                continue
-            rel = f"{rel_dir}/{name}" if rel_dir else name
+            abs_dir, rel_dir, depth = item
             try:
-                is_link = child.is_symlink()
-                is_dir = child.is_dir(follow_symlinks=False)
+                with os.scandir(abs_dir) as it:
+                    children = sorted(it, key=_name)
             except OSError:
                 continue
-            if self.sandbox.denied_pattern(rel) is not None:
-                continue
-            target_dir = False
-            if is_link and follow:
-                target_dir = self._followable_dir(child.path, seen)
-            if chain and self._ignored_in(chain, rel, is_dir or target_dir):
-                continue
-            visible, above = True, False
-            if not self._everything:
-                real = os.path.realpath(child.path) if target_dir else child.path
-                visible = self._inside(real)
-                above = not visible and (is_dir or target_dir) and self._above(real)
-                if not (visible or above):
+            chain = self._specs_above(rel_dir)
+            pending: list[tuple[str, str, int] | Entry] = []
+            for child in children:
+                name = child.name
+                if not name.isascii():
+                    try:
+                        name.encode("utf-8")
+                    except UnicodeEncodeError:
+                        self.unreadable_names += 1  # the model could not name it
+                        continue
+                if name == ".git" or (name[0] == "." and not self.include_hidden):
                     continue
-            entry = _entry(child, rel, depth, is_link, is_dir)
-            if entry is None:
-                continue
-            is_file = entry.kind == "file" or (entry.kind == "symlink" and not target_dir)
-            if visible and (not files_only or is_file):
-                yield entry
-            deep_enough = depth >= MAX_DEPTH or (max_depth is not None and depth >= max_depth)
-            if (is_dir or target_dir) and not deep_enough:
-                yield from self._walk_dir(
-                    child.path, rel, depth + 1, max_depth, follow, files_only, seen
-                )
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                try:
+                    is_link = child.is_symlink()
+                    is_dir = child.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if denied(rel) is not None:
+                    continue
+                target_dir = False
+                if is_link and follow:
+                    target_dir = self._followable_dir(child.path, seen)
+                if chain and self._ignored_in(chain, rel, is_dir or target_dir):
+                    continue
+                visible = True
+                if not self._everything:
+                    real = os.path.realpath(child.path) if target_dir else child.path
+                    visible = self._inside(real)
+                    if not visible and not ((is_dir or target_dir) and self._above(real)):
+                        continue
+                entry = _entry(child, rel, depth, is_link, is_dir)
+                if entry is None:
+                    continue
+                is_file = entry.kind == "file" or (entry.kind == "symlink" and not target_dir)
+                if visible and (not files_only or is_file):
+                    pending.append(entry)
+                if (is_dir or target_dir) and depth < limit:
+                    pending.append((child.path, rel, depth + 1))
+            stack.extend(reversed(pending))
 
     def _inside(self, path: str) -> bool:
         return any(path == r or path.startswith(r + os.sep) for r in self._roots)
