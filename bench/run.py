@@ -18,32 +18,18 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import sexpdata
+from common import ROOT, median_of  # sets the import path for forj_py
 from epc.client import EPCClient
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from forj_py import sexp  # noqa: E402
-from forj_py.client import Client, WorkerProcess  # noqa: E402
-from forj_py.sandbox import Sandbox  # noqa: E402
-
-
-def median_of(fn: Callable[[], object], runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+from forj_py import sexp
+from forj_py.client import Client, WorkerProcess
+from forj_py.sandbox import Sandbox
 
 
 def machine() -> str:

@@ -11,31 +11,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import median_of  # sets the import path for forj_py
 
-from forj_py.client import Client, WorkerProcess  # noqa: E402
-from forj_py.tools.search import find_rg  # noqa: E402
-
-
-def median_of(fn: Callable[[], object], runs: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+from forj_py.client import Client, WorkerProcess
+from forj_py.tools.search import find_rg
 
 
 def run_calls(

@@ -379,16 +379,19 @@ def test_worker_exits_when_its_parent_dies(project: Path, tmp_path: Path) -> Non
             parent.kill()
 
 
-def test_worker_refuses_to_start_without_a_token(project: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "FORJ_TOKEN"}
-    out = subprocess.run(
-        [sys.executable, "-m", "forj_py", "--root", str(project)],
+def _start_fails(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "forj_py", "--root", str(root)],
         env=env,
         capture_output=True,
         text=True,
         timeout=30,
         stdin=subprocess.DEVNULL,
     )
+
+
+def test_worker_refuses_to_start_without_a_token(project: Path) -> None:
+    out = _start_fails(project, {k: v for k, v in os.environ.items() if k != "FORJ_TOKEN"})
     assert out.returncode == 2
     assert "FORJ_TOKEN is not set" in out.stderr
     assert out.stdout == ""
@@ -397,29 +400,13 @@ def test_worker_refuses_to_start_without_a_token(project: Path) -> None:
 def test_worker_refuses_to_start_on_a_bad_config(project: Path) -> None:
     (project / ".forj").mkdir()
     (project / ".forj" / "config.toml").write_text("[tools.approval]\nmode = 'yolo'\n")
-    env = dict(os.environ, FORJ_TOKEN="x" * 32)
-    out = subprocess.run(
-        [sys.executable, "-m", "forj_py", "--root", str(project)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-    )
+    out = _start_fails(project, dict(os.environ, FORJ_TOKEN="x" * 32))
     assert out.returncode == 2
     assert "tools.approval.mode: got 'yolo'" in out.stderr
 
 
 def test_worker_refuses_a_root_that_is_not_a_directory(project: Path) -> None:
-    env = dict(os.environ, FORJ_TOKEN="x" * 32)
-    out = subprocess.run(
-        [sys.executable, "-m", "forj_py", "--root", str(project / "README.md")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-    )
+    out = _start_fails(project / "README.md", dict(os.environ, FORJ_TOKEN="x" * 32))
     assert out.returncode == 2 and "not a directory" in out.stderr
 
 
