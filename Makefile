@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EMACS  ?= emacs
 
-.PHONY: install test lint pytest ert bench clean
+.PHONY: install test lint lint-el pytest ert bench clean
 
 install: $(STAMP)
 
@@ -26,14 +26,22 @@ lint: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
 
-ert:
-	@if ls test-el/*-test.el >/dev/null 2>&1; then \
-	  $(EMACS) -Q --batch -L elisp -L test-el \
-	    $(foreach f,$(wildcard test-el/*-test.el),-l $(f)) \
-	    -f ert-run-tests-batch-and-exit; \
-	else echo "ert: no Emacs tests yet"; fi
+ELISP := elisp/forj.el $(filter-out elisp/forj.el,$(wildcard elisp/*.el))
 
-test: lint pytest ert
+# Byte-compile with warnings as errors, then checkdoc and package-lint.
+lint-el:
+	$(EMACS) -Q --batch -L elisp --eval '(setq byte-compile-error-on-warn t)' \
+	  -f batch-byte-compile $(ELISP)
+	rm -f elisp/*.elc
+	$(EMACS) -Q --batch -L elisp -l test-el/lint.el $(ELISP)
+
+# ERT against the real worker, run by the .venv's Python.
+ert: $(STAMP)
+	FORJ_PYTHON=$(abspath $(PY)) $(EMACS) -Q --batch -L elisp -L test-el \
+	  $(foreach f,$(wildcard test-el/*-test.el),-l $(f)) \
+	  -f ert-run-tests-batch-and-exit
+
+test: lint lint-el pytest ert
 
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -104,6 +106,28 @@ def main() -> None:
             rows.append(("no-op round trip, forj client", f"{t * 1000:.3f} ms", "≤ 0.5 ms"))
             t = median_of(lambda: epc.call_sync("ping", ["{}"], timeout=10), 1000, warmup=50)
             rows.append(("no-op round trip, python-epc client", f"{t * 1000:.3f} ms", "—"))
+            emacs = shutil.which("emacs")
+            if emacs:
+                out = subprocess.run(
+                    [
+                        emacs,
+                        "-Q",
+                        "--batch",
+                        "-L",
+                        str(ROOT / "elisp"),
+                        "-l",
+                        str(ROOT / "bench" / "epc-bench.el"),
+                    ],
+                    env=dict(env, FORJ_PYTHON=sys.executable, FORJ_BENCH_ROOT=str(root)),
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                    check=True,
+                )
+                ms = float(out.stdout.strip().splitlines()[-1])
+                rows.append(
+                    ("no-op round trip from Emacs, forj-epc.el", f"{ms:.3f} ms", "≤ 0.5 ms")
+                )
 
             def read(client_call: Callable[[str, dict], dict], path: str) -> None:
                 plan = client_call(

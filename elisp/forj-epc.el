@@ -1,0 +1,296 @@
+;;; forj-epc.el --- EPC connection to the forj worker  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The forj authors
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; One loopback connection to a forj worker, speaking the EPC wire
+;; format: six hex digits of byte length, then one s-expression.  Every
+;; method takes one JSON text and answers one JSON text, so this file
+;; turns plists into JSON on the way out and JSON into plists on the way
+;; back (see docs/protocol.md).
+;;
+;; Modelled on jsonrpc.el rather than the old epc.el: a table of pending
+;; calls with continuations, a timer per call, and when the socket dies
+;; every pending call fails at once with a "worker died" error, so
+;; nothing ever hangs.  Calls from the worker are limited to one method,
+;; `event', handed to the connection's event function; nothing read from
+;; the socket is ever evaluated.  Starting and restarting workers is
+;; forj-worker.el's job.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'json)
+(require 'subr-x)
+(require 'forj)
+
+;;; Options
+
+(defcustom forj-epc-call-timeout 600
+  "Seconds a call to the worker may take before it fails with a timeout.
+Tool calls have their own, shorter limits inside the worker; this only
+guards against a worker that stopped answering."
+  :type 'number
+  :group 'forj)
+
+;;; Connection objects
+
+(cl-defstruct (forj-epc-connection (:constructor forj-epc--make-connection)
+                                   (:copier nil))
+  "A live connection to one worker."
+  (name "" :documentation "A name for messages and buffers.")
+  (process nil :documentation "The network process.")
+  (pending (make-hash-table) :documentation "UID -> (SUCCESS ERROR TIMER).")
+  (next-uid 0 :documentation "The last UID used.")
+  (on-event nil :documentation "Function of one plist, for worker events.")
+  (on-close nil :documentation "Function of the connection and a reason string.")
+  (dead nil :documentation "Why the connection ended, once it has."))
+
+(define-error 'forj-epc-error "forj worker error")
+
+;;; Connecting
+
+(cl-defun forj-epc-connect (port &key (host "127.0.0.1") (name "forj") on-event on-close)
+  "Connect to a worker listening on HOST and PORT; return the connection.
+NAME labels the connection.  ON-EVENT is called with each event the
+worker sends, as a plist.  ON-CLOSE is called with the connection and a
+reason string when the connection ends, for whatever reason."
+  (let* ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
+         (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close))
+         (process (make-network-process
+                   :name (format "forj-epc %s" name)
+                   :host host
+                   :service port
+                   :buffer buffer
+                   :coding 'binary
+                   :noquery t
+                   :filter #'forj-epc--filter
+                   :sentinel #'forj-epc--sentinel)))
+    (with-current-buffer buffer (set-buffer-multibyte nil))
+    (process-put process 'forj-epc-connection conn)
+    (setf (forj-epc-connection-process conn) process)
+    conn))
+
+(defun forj-epc-live-p (conn)
+  "Non-nil if CONN is still connected."
+  (and conn
+       (not (forj-epc-connection-dead conn))
+       (process-live-p (forj-epc-connection-process conn))))
+
+(defun forj-epc-close (conn &optional reason)
+  "Close CONN, failing every pending call with REASON (a string)."
+  (let ((process (forj-epc-connection-process conn)))
+    (forj-epc--shutdown conn (or reason "connection closed"))
+    (when (process-live-p process)
+      (delete-process process))))
+
+;;; Calling the worker
+
+(cl-defun forj-epc-call (conn method body &key success error timeout)
+  "Call METHOD on CONN with BODY, a plist or hash table sent as JSON.
+SUCCESS is called with the decoded reply (a plist).  ERROR is called
+with an error plist (:type :message :recovery).  Both run from the
+process filter or a timer, never before this function returns.
+TIMEOUT, in seconds, defaults to `forj-epc-call-timeout'.  Return the
+call's UID."
+  (let* ((uid (cl-incf (forj-epc-connection-next-uid conn)))
+         (error-fn (or error (lambda (err) (message "forj: %s" (plist-get err :message)))))
+         (timer (run-at-time (or timeout forj-epc-call-timeout) nil
+                             #'forj-epc--time-out conn uid)))
+    (if (not (forj-epc-live-p conn))
+        (progn
+          (cancel-timer timer)
+          (run-at-time 0 nil error-fn
+                       (list :type "worker-died"
+                             :message (format "the worker connection is closed (%s)"
+                                              (or (forj-epc-connection-dead conn) "closed")))))
+      (puthash uid (list success error-fn timer) (forj-epc-connection-pending conn))
+      (forj-epc--send conn (list 'call uid (intern method)
+                                 (list (forj-epc--json-encode body)))))
+    uid))
+
+(cl-defun forj-epc-call-sync (conn method body &key (timeout 10))
+  "Call METHOD on CONN with BODY and wait up to TIMEOUT seconds for the reply.
+Signal `forj-epc-error' with the error plist on failure.  For tests,
+benchmarks and scripts: interactive code uses `forj-epc-call'."
+  (let ((done nil) (value nil) (failure nil))
+    (forj-epc-call conn method body
+                   :timeout timeout
+                   :success (lambda (v) (setq value v done t))
+                   :error (lambda (e) (setq failure e done t)))
+    (while (not done)
+      (accept-process-output (forj-epc-connection-process conn) 0.05))
+    (if failure
+        (signal 'forj-epc-error (list failure))
+      value)))
+
+;;; Internals: sending
+
+(defun forj-epc--json-encode (body)
+  "BODY (a plist, alist or hash table; nil for {}) as a JSON string."
+  (if (null body)
+      "{}"
+    (json-serialize body :null-object nil :false-object :json-false)))
+
+(defun forj-epc--send (conn message)
+  "Frame MESSAGE (an s-expression) and write it to CONN's socket."
+  (let* ((print-escape-newlines nil)
+         (print-escape-control-characters nil)
+         (print-escape-nonascii nil)
+         (print-escape-multibyte nil)
+         (print-length nil)
+         (print-level nil)
+         (print-circle nil)
+         (payload (encode-coding-string (concat (prin1-to-string message) "\n") 'utf-8-unix t)))
+    (when (> (length payload) #xffffff)
+      (error "Message of %d bytes is larger than an EPC frame" (length payload)))
+    (process-send-string (forj-epc-connection-process conn)
+                         (concat (format "%06x" (length payload)) payload))))
+
+;;; Internals: receiving
+
+(defun forj-epc--filter (process output)
+  "Append OUTPUT from PROCESS and handle every complete frame."
+  (let ((conn (process-get process 'forj-epc-connection))
+        (buffer (process-buffer process)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (goto-char (point-max))
+        (insert output)
+        (let ((frames nil))
+          (catch 'incomplete
+            (while t
+              (goto-char (point-min))
+              (when (< (buffer-size) 6) (throw 'incomplete nil))
+              (let* ((head (buffer-substring-no-properties 1 7))
+                     (length (and (string-match-p "\\`[0-9a-fA-F]\\{6\\}\\'" head)
+                                  (string-to-number head 16))))
+                (unless length
+                  (forj-epc-close conn (format "bad frame header %S from the worker" head))
+                  (throw 'incomplete nil))
+                (when (< (buffer-size) (+ 6 length)) (throw 'incomplete nil))
+                (push (buffer-substring-no-properties 7 (+ 7 length)) frames)
+                (delete-region 1 (+ 7 length)))))
+          (dolist (frame (nreverse frames))
+            (forj-epc--dispatch conn frame)))))))
+
+(defun forj-epc--read (frame)
+  "Read the s-expression in FRAME (raw bytes), or nil if it is unreadable."
+  (condition-case nil
+      (let ((read-circle nil))
+        (car (read-from-string (decode-coding-string frame 'utf-8-unix t))))
+    (error nil)))
+
+(defun forj-epc--dispatch (conn frame)
+  "Handle one FRAME received on CONN."
+  (let* ((message (forj-epc--read frame))
+         (kind (car-safe message))
+         (uid (car-safe (cdr-safe message))))
+    (pcase kind
+      ('return (forj-epc--settle conn uid t (nth 2 message)))
+      ((or 'return-error 'epc-error)
+       (forj-epc--settle conn uid nil (forj-epc--error-plist kind (nth 2 message))))
+      ('call (forj-epc--incoming-call conn uid (nth 2 message) (nth 3 message)))
+      (_ (message "forj: ignoring an unreadable message from the worker")))))
+
+(defun forj-epc--settle (conn uid ok value)
+  "Finish pending call UID on CONN: OK means VALUE is the reply text."
+  (let ((entry (and (integerp uid) (gethash uid (forj-epc-connection-pending conn)))))
+    (when entry
+      (remhash uid (forj-epc-connection-pending conn))
+      (cancel-timer (nth 2 entry))
+      (if ok
+          (let ((decoded (condition-case err
+                             (cons t (forj-epc--json-decode value))
+                           (error (cons nil (list :type "bad-reply"
+                                                  :message (format "unreadable reply: %s"
+                                                                   (error-message-string err))))))))
+            (if (car decoded)
+                (when (nth 0 entry) (funcall (nth 0 entry) (cdr decoded)))
+              (funcall (nth 1 entry) (cdr decoded))))
+        (funcall (nth 1 entry) value)))))
+
+(defun forj-epc--error-plist (kind payload)
+  "An error plist from a KIND message carrying PAYLOAD."
+  (or (and (eq kind 'return-error)
+           (stringp payload)
+           (ignore-errors (forj-epc--json-decode payload)))
+      (list :type (symbol-name kind)
+            :message (if (stringp payload) payload (format "%S" payload)))))
+
+(defun forj-epc--json-decode (text)
+  "Decode the JSON TEXT into plists and lists."
+  (unless (stringp text)
+    (error "Expected a JSON text, got %S" (type-of text)))
+  (json-parse-string text :object-type 'plist :array-type 'list
+                     :null-object nil :false-object :json-false))
+
+(defun forj-epc--incoming-call (conn uid method args)
+  "Answer the worker's call UID of METHOD with ARGS on CONN.
+Only `event' exists; any other method gets an EPC error."
+  (if (not (eq method 'event))
+      (forj-epc--send conn (list 'epc-error uid (format "No such method: %S" method)))
+    (forj-epc--send conn (list 'return uid nil))
+    (let ((handler (forj-epc-connection-on-event conn))
+          (event (and (stringp (car-safe args))
+                      (ignore-errors (forj-epc--json-decode (car args))))))
+      (when (and handler event)
+        (condition-case err
+            (funcall handler event)
+          (error (message "forj: event handler failed: %s" (error-message-string err))))))))
+
+;;; Internals: timeouts and death
+
+(defun forj-epc--time-out (conn uid)
+  "Fail pending call UID on CONN: it took too long."
+  (let ((entry (gethash uid (forj-epc-connection-pending conn))))
+    (when entry
+      (remhash uid (forj-epc-connection-pending conn))
+      (funcall (nth 1 entry)
+               (list :type "timeout"
+                     :message "the worker did not answer in time"
+                     :recovery '("M-x forj-worker-restart if it keeps happening"))))))
+
+(defun forj-epc--sentinel (process event)
+  "PROCESS changed state with EVENT: if it is gone, fail everything pending."
+  (unless (process-live-p process)
+    (let ((conn (process-get process 'forj-epc-connection)))
+      (when conn
+        (forj-epc--shutdown conn (string-trim (format "connection lost: %s" event)))))))
+
+(defun forj-epc--shutdown (conn reason)
+  "Mark CONN dead for REASON and fail every pending call, once."
+  (unless (forj-epc-connection-dead conn)
+    (setf (forj-epc-connection-dead conn) reason)
+    (let ((pending nil))
+      (maphash (lambda (uid entry) (push (cons uid entry) pending))
+               (forj-epc-connection-pending conn))
+      (clrhash (forj-epc-connection-pending conn))
+      (dolist (item (sort pending (lambda (a b) (< (car a) (car b)))))
+        (cancel-timer (nth 3 item))
+        (funcall (nth 2 item)
+                 (list :type "worker-died"
+                       :message (format "the worker died (%s)" reason)
+                       :recovery '("The next call starts a new worker"
+                                   "M-x forj-worker-log shows what it printed")))))
+    (let ((buffer (process-buffer (forj-epc-connection-process conn))))
+      (when (buffer-live-p buffer) (kill-buffer buffer)))
+    (when (forj-epc-connection-on-close conn)
+      (funcall (forj-epc-connection-on-close conn) conn reason))))
+
+(provide 'forj-epc)
+;;; forj-epc.el ends here

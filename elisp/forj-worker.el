@@ -1,0 +1,311 @@
+;;; forj-worker.el --- Start, greet and restart the forj worker  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The forj authors
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; One worker process per project root.  `forj-worker-ensure' starts it
+;; lazily (python -m forj_py --root ROOT, with a fresh random token in
+;; FORJ_TOKEN), reads its port from the first line of its stdout,
+;; connects with forj-epc.el and says hello; everything asynchronously,
+;; so Emacs never waits.  The worker's stderr goes to a log buffer
+;; (`forj-worker-log').  When a worker dies the user is told in one
+;; line, and the next `forj-worker-ensure' starts a new one, after a
+;; growing pause if workers keep dying young, so a worker that cannot
+;; start does not spin.  Workers die with Emacs: they watch their stdin
+;; and their parent.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'project)
+(require 'subr-x)
+(require 'forj)
+(require 'forj-epc)
+
+;;; Options
+
+(defcustom forj-worker-python nil
+  "The Python interpreter that runs the worker.
+nil means the .venv of the forj checkout this file was loaded from, if
+it has one, else \"python3\" found on the variable `exec-path'."
+  :type '(choice (const :tag "Automatic" nil)
+                 (file :tag "Python executable"))
+  :group 'forj)
+
+(defcustom forj-worker-arguments nil
+  "Extra command-line arguments for the worker, e.g. (\"--config\" \"FILE\")."
+  :type '(repeat string)
+  :group 'forj)
+
+(defcustom forj-worker-start-timeout 30
+  "Seconds to wait for a starting worker to print its port and say hello."
+  :type 'number
+  :group 'forj)
+
+;;; State
+
+(cl-defstruct (forj-worker (:constructor forj-worker--make) (:copier nil))
+  "A worker process serving one project root."
+  (root nil :documentation "The project root, as an absolute directory name.")
+  (process nil :documentation "The worker process.")
+  (connection nil :documentation "The `forj-epc-connection', once connected.")
+  (token nil :documentation "The secret the worker expects in hello.")
+  (hello nil :documentation "The hello reply: root, config, warnings, tools.")
+  (started nil :documentation "When the process started (float time).")
+  (waiting nil :documentation "Callbacks (SUCCESS . ERROR) waiting for readiness."))
+
+(defvar forj-worker--by-root (make-hash-table :test #'equal)
+  "Project root -> `forj-worker'.")
+
+(defvar forj-worker--failures (make-hash-table :test #'equal)
+  "Project root -> (COUNT . TIME) of workers that died young, for back-off.")
+
+(defconst forj-worker--young 10.0
+  "A worker that dies within this many seconds of starting died young.")
+
+;;; Finding things
+
+(defun forj-worker--source-root ()
+  "The forj checkout this file belongs to, or nil."
+  (let ((here (or load-file-name (locate-library "forj-worker") buffer-file-name)))
+    (when here
+      (let ((dir (file-name-directory (directory-file-name (file-name-directory here)))))
+        (and (file-exists-p (expand-file-name "forj_py/__main__.py" dir)) dir)))))
+
+(defun forj-worker-python-executable ()
+  "Return the Python interpreter for the worker, per `forj-worker-python'.
+Signal a `user-error' if there is none."
+  (let ((choice (or forj-worker-python
+                    (let ((source (forj-worker--source-root)))
+                      (and source
+                           (let ((venv (expand-file-name ".venv/bin/python" source)))
+                             (and (file-executable-p venv) venv))))
+                    "python3")))
+    (or (if (file-name-absolute-p choice)
+            (and (file-executable-p choice) choice)
+          (executable-find choice))
+        (user-error "No Python interpreter at %s; set `forj-worker-python'" choice))))
+
+(defun forj-worker-project-root (&optional directory)
+  "The project root for DIRECTORY (default `default-directory'), or signal."
+  (let* ((dir (or directory default-directory))
+         (project (project-current nil dir)))
+    (unless project
+      (user-error "forj: %s is not inside a project (no version control root found)"
+                  (abbreviate-file-name dir)))
+    (file-name-as-directory (expand-file-name (project-root project)))))
+
+;;; Starting
+
+(defun forj-worker-ensure (root success &optional error)
+  "Make sure a ready worker serves ROOT; then call SUCCESS with it.
+ERROR is called with an error plist if the worker cannot be started."
+  (let* ((root (file-name-as-directory (expand-file-name root)))
+         (worker (gethash root forj-worker--by-root))
+         (error (or error (lambda (err) (message "forj: %s" (plist-get err :message))))))
+    (cond
+     ((and worker (forj-worker-hello worker)
+           (forj-epc-live-p (forj-worker-connection worker)))
+      (run-at-time 0 nil success worker))
+     ((and worker (process-live-p (forj-worker-process worker)))
+      (push (cons success error) (forj-worker-waiting worker)))
+     (t
+      (let ((wait (forj-worker--backoff root)))
+        (if (> wait 0)
+            (run-at-time wait nil #'forj-worker-ensure root success error)
+          (forj-worker--start root success error)))))))
+
+(defun forj-worker--backoff (root)
+  "Seconds to wait before starting a worker for ROOT again."
+  (let ((failures (gethash root forj-worker--failures)))
+    (if (null failures)
+        0
+      (let* ((count (car failures))
+             (due (+ (cdr failures) (min 30 (expt 2 (1- count))))))
+        (max 0 (- due (float-time)))))))
+
+(cl-defun forj-worker--start (root success error)
+  "Start a worker for ROOT; queue SUCCESS and ERROR for when it is ready."
+  (let* ((token (forj-worker--token))
+         (log (get-buffer-create (forj-worker--log-name root)))
+         (process-environment (cons (concat "FORJ_TOKEN=" token) process-environment))
+         (default-directory root)
+         (worker (forj-worker--make :root root :token token :started (float-time)
+                                    :waiting (list (cons success error))))
+         (process
+          (condition-case err
+              (make-process
+               :name (format "forj-worker %s" (abbreviate-file-name root))
+               :command (append (list (forj-worker-python-executable) "-m" "forj_py"
+                                      "--root" (directory-file-name root))
+                                forj-worker-arguments)
+               :connection-type 'pipe
+               :noquery t
+               :coding 'utf-8-unix
+               :stderr log
+               :filter #'forj-worker--port-filter
+               :sentinel #'forj-worker--sentinel)
+            (error
+             (run-at-time 0 nil error
+                          (list :type "start-failed"
+                                :message (format "cannot start the worker: %s"
+                                                 (error-message-string err))
+                                :recovery '("Check `forj-worker-python'")))
+             nil))))
+    (unless process
+      (cl-return-from forj-worker--start nil))
+    (with-current-buffer log
+      (let ((inhibit-read-only t))
+        (goto-char (point-max))
+        (insert (format "\n;; %s: starting the worker for %s\n"
+                        (format-time-string "%F %T") root))))
+    (process-put process 'forj-worker worker)
+    (setf (forj-worker-process worker) process)
+    (puthash root worker forj-worker--by-root)
+    (run-at-time forj-worker-start-timeout nil #'forj-worker--start-timed-out worker)
+    worker))
+
+(defun forj-worker--token ()
+  "A fresh random token: 32 hex digits from the system's entropy source."
+  (let ((bytes (with-temp-buffer
+                 (set-buffer-multibyte nil)
+                 (when (and (file-readable-p "/dev/urandom") (executable-find "head"))
+                   (ignore-errors (call-process "head" "/dev/urandom" t nil "-c" "32")))
+                 (buffer-string))))
+    (when (< (length bytes) 32)
+      ;; No /dev/urandom: `random' seeded from the system is the next best.
+      (random t)
+      (setq bytes (format "%s%s%s%s" (random) (random) (float-time) (emacs-pid))))
+    (substring (secure-hash 'sha256 bytes) 0 32)))
+
+(defun forj-worker--port-filter (process output)
+  "Collect PROCESS OUTPUT until the port line, then connect."
+  (let* ((worker (process-get process 'forj-worker))
+         (seen (concat (or (process-get process 'forj-stdout) "") output)))
+    (process-put process 'forj-stdout seen)
+    (when (and worker (null (forj-worker-connection worker)) (string-match "\\`\\([0-9]+\\)\n" seen))
+      (forj-worker--connect worker (string-to-number (match-string 1 seen))))))
+
+(defun forj-worker--connect (worker port)
+  "Connect to WORKER on PORT and say hello."
+  (condition-case err
+      (let ((conn (forj-epc-connect port
+                                    :name (abbreviate-file-name (forj-worker-root worker))
+                                    :on-close (lambda (_conn reason)
+                                                (forj-worker--lost worker reason)))))
+        (setf (forj-worker-connection worker) conn)
+        (forj-epc-call conn "hello"
+                       (list :token (forj-worker-token worker)
+                             :client (list :name "forj.el" :version forj-version))
+                       :timeout forj-worker-start-timeout
+                       :success (lambda (hello) (forj-worker--ready worker hello))
+                       :error (lambda (e) (forj-worker--fail worker e))))
+    (error (forj-worker--fail worker (list :type "connect-failed"
+                                           :message (error-message-string err))))))
+
+(defun forj-worker--ready (worker hello)
+  "WORKER answered HELLO: run everything waiting for it."
+  (setf (forj-worker-hello worker) hello)
+  (remhash (forj-worker-root worker) forj-worker--failures)
+  (dolist (warning (plist-get hello :warnings))
+    (display-warning 'forj warning :warning))
+  (let ((waiting (reverse (forj-worker-waiting worker))))
+    (setf (forj-worker-waiting worker) nil)
+    (dolist (cb waiting) (funcall (car cb) worker))))
+
+(defun forj-worker--fail (worker err)
+  "WORKER could not become ready because of ERR: tell everyone waiting."
+  (let ((waiting (reverse (forj-worker-waiting worker))))
+    (setf (forj-worker-waiting worker) nil)
+    (when (process-live-p (forj-worker-process worker))
+      (delete-process (forj-worker-process worker)))
+    (dolist (cb waiting) (funcall (cdr cb) err))))
+
+(defun forj-worker--start-timed-out (worker)
+  "Give up on WORKER if it is still not ready."
+  (when (and (null (forj-worker-hello worker)) (forj-worker-waiting worker))
+    (forj-worker--fail worker
+                       (list :type "start-timeout"
+                             :message (format "the worker did not start within %s s; see M-x forj-worker-log"
+                                              forj-worker-start-timeout)))))
+
+;;; Death
+
+(defun forj-worker--sentinel (process event)
+  "The worker PROCESS changed state with EVENT."
+  (unless (process-live-p process)
+    (let ((worker (process-get process 'forj-worker)))
+      (when worker
+        (forj-worker--lost worker (string-trim event))))))
+
+(defun forj-worker--lost (worker reason)
+  "WORKER is gone for REASON: forget it, fail what waits, and say so once."
+  (let ((root (forj-worker-root worker)))
+    (when (eq (gethash root forj-worker--by-root) worker)
+      (remhash root forj-worker--by-root)
+      (when (< (- (float-time) (forj-worker-started worker)) forj-worker--young)
+        (let ((failures (gethash root forj-worker--failures)))
+          (puthash root (cons (1+ (or (car failures) 0)) (float-time)) forj-worker--failures)))
+      (let ((conn (forj-worker-connection worker)))
+        (when conn (forj-epc-close conn reason)))
+      (when (process-live-p (forj-worker-process worker))
+        (delete-process (forj-worker-process worker)))
+      (forj-worker--fail worker (list :type "worker-died"
+                                      :message (format "the worker died (%s); see M-x forj-worker-log"
+                                                       reason)))
+      (message "forj: the worker for %s stopped (%s); the next call starts a new one"
+               (abbreviate-file-name root) reason))))
+
+;;; Commands
+
+(defun forj-worker--log-name (root)
+  "The name of the log buffer for ROOT's worker."
+  (format "*forj-worker-log: %s*" (abbreviate-file-name (directory-file-name root))))
+
+(defun forj-worker-stop (root)
+  "Stop the worker serving ROOT, if there is one."
+  (let ((worker (gethash (file-name-as-directory (expand-file-name root)) forj-worker--by-root)))
+    (when worker
+      (remhash (forj-worker-root worker) forj-worker--by-root)
+      (let ((conn (forj-worker-connection worker)))
+        (when (forj-epc-live-p conn)
+          (forj-epc-close conn "stopped")))
+      (when (process-live-p (forj-worker-process worker))
+        (delete-process (forj-worker-process worker))))))
+
+;;;###autoload
+(defun forj-worker-restart (&optional root)
+  "Restart the worker of the current project (or of ROOT)."
+  (interactive)
+  (let ((root (or root (forj-worker-project-root))))
+    (forj-worker-stop root)
+    (remhash (file-name-as-directory (expand-file-name root)) forj-worker--failures)
+    (forj-worker-ensure root (lambda (_worker) (message "forj: worker for %s is ready"
+                                                        (abbreviate-file-name root))))))
+
+;;;###autoload
+(defun forj-worker-log (&optional root)
+  "Show what the worker of the current project (or of ROOT) printed."
+  (interactive)
+  (let* ((root (or root (forj-worker-project-root)))
+         (buffer (get-buffer (forj-worker--log-name root))))
+    (if buffer
+        (display-buffer buffer)
+      (message "forj: no worker has run for %s" (abbreviate-file-name root)))))
+
+(provide 'forj-worker)
+;;; forj-worker.el ends here
