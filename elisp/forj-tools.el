@@ -129,7 +129,10 @@ lies between CONTENT-START and CONTENT-END."
                                     (line-number-at-pos block-start))
                        (plist-get call :id)))
              (t (list :call call :beg block-start :end block-end))))
-        (json-parse-error
+        ;; Any error at all: json.el, when loaded, redefines some of the
+        ;; native parser's error symbols, so `json-parse-error' alone
+        ;; would not catch them all.
+        (error
          (funcall fail (forj-tools--json-error-message err content-start))))))))
 
 (defun forj-tools--json-error-message (err content-start)
