@@ -133,6 +133,17 @@ class Runner:
         # The service refuses to execute parse_only batches, so no MANUAL here.
         assert planned.disposition in (Disposition.CONFIRM, Disposition.EXECUTE)
         if planned.disposition is Disposition.CONFIRM:
+            if planned.preview is None and planned.preview_note is not None:
+                # The user approved without seeing the change: do not run it.
+                return error_result(
+                    cid,
+                    name,
+                    errors.bad_args(
+                        f"No preview could be shown for this call ({planned.preview_note}); "
+                        "nothing was done",
+                        recovery=["Make the call again on its own, after any reads it needs"],
+                    ),
+                ), True
             if cid in denied:
                 return error_result(cid, name, errors.user_denied(denied[cid] or None)), True
             if cid not in approved:

@@ -34,6 +34,7 @@ from .sandbox import SafePath, Sandbox, os_failure
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_EFFECTIVE_IDS = os.access in os.supports_effective_ids
 
 
 def _cancelled_before_commit(cancel: threading.Event | None) -> None:
@@ -41,10 +42,29 @@ def _cancelled_before_commit(cancel: threading.Event | None) -> None:
         raise errors.cancelled()
 
 
-def read_bytes(sandbox: Sandbox, sp: SafePath) -> bytes:
-    """The whole content of an existing regular file, opened symlink-safely."""
+def read_bytes(sandbox: Sandbox, sp: SafePath, limit: int | None = None) -> bytes:
+    """The whole content of an existing regular file, opened symlink-safely.
+
+    With ``limit``, a larger file is an error before anything is read.
+    """
     fd = sandbox.open_regular(sp)
     with os.fdopen(fd, "rb") as fh:
+        if limit is not None:
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise errors.file_error(
+                    f"{sp.display} is {size} bytes; files over {limit} bytes are not edited",
+                    sp.display,
+                    recovery=["Leave this file to the user, or change a smaller file"],
+                )
+            data = fh.read(limit + 1)
+            if len(data) > limit:
+                raise errors.file_error(
+                    f"{sp.display} grew past {limit} bytes while being read",
+                    sp.display,
+                    recovery=["Try again once the file stops changing"],
+                )
+            return data
         return fh.read()
 
 
@@ -84,6 +104,7 @@ def atomic_write(
     with sandbox.open_parent(sp) as (dir_fd, name):
         assert name is not None
         mode = None
+        owner = None
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -103,7 +124,24 @@ def atomic_write(
                     sp.display,
                     recovery=["Read the file again, then repeat the change"],
                 )
+            # A rename needs only a writable directory: check the file itself,
+            # as an editor saving in place would.
+            if not os.access(name, os.W_OK, dir_fd=dir_fd, effective_ids=_EFFECTIVE_IDS):
+                if os.fstatvfs(dir_fd).f_flag & getattr(os, "ST_RDONLY", 1):
+                    raise os_failure(sp, OSError(errno.EROFS, "Read-only file system"))
+                raise errors.file_error(
+                    f"Permission denied: {sp.display} is read-only",
+                    sp.display,
+                    recovery=["Leave this file alone, or ask the user to make it writable"],
+                )
+            if st.st_nlink > 1:
+                raise errors.file_error(
+                    f"{sp.display} has {st.st_nlink} hard links; replacing it would split them",
+                    sp.display,
+                    recovery=["Ask the user to change this file; it is shared with other paths"],
+                )
             mode = stat.S_IMODE(st.st_mode)
+            owner = (st.st_uid, st.st_gid)
         tmp = f".{name}.forj-{secrets.token_hex(6)}.tmp"
         try:
             fd = os.open(
@@ -117,6 +155,9 @@ def atomic_write(
         committed = False
         try:
             try:
+                if owner is not None and owner != (os.geteuid(), os.getegid()):
+                    with contextlib.suppress(OSError):  # only root may give files away
+                        os.fchown(fd, *owner)
                 if mode is not None:
                     os.fchmod(fd, mode)
                 view = memoryview(data)

@@ -116,6 +116,7 @@ class Sandbox:
         # Longest first, so a path inside nested roots is attributed to the innermost.
         self.allowed_roots = sorted(dict.fromkeys(roots), key=len, reverse=True)
         self.allow_absolute = allow_absolute
+        self._single_root = self.allowed_roots == [self.project_root]
         patterns = list(DEFAULT_DENIES if include_default_denies else ()) + list(
             denied_patterns or []
         )
@@ -246,6 +247,22 @@ class Sandbox:
             if single.match(rel) or single.match(rel + "/"):
                 return pattern
         return None  # pragma: no cover - the combined spec matched, so one does
+
+    def denied_inside(self, project_rel: str) -> str | None:
+        """The denied pattern matching a project-relative path, checked as resolve does.
+
+        Relative to the project root and to the allowed root that holds it,
+        without regard to case: what listing and searching use, so they never
+        show what ``read_file`` would refuse.
+        """
+        pattern = self.denied_pattern(project_rel)
+        if pattern is not None or self._single_root:
+            return pattern
+        canonical = os.path.join(self.project_root, project_rel)
+        root = self._containing_root(canonical)
+        if root is None or root == self.project_root:
+            return None
+        return self.denied_pattern(canonical[len(root.rstrip(os.sep)) + 1 :])
 
     def display(self, canonical: str) -> str:
         if canonical == self.project_root:

@@ -153,7 +153,7 @@ class Walker:
         # Depth first with an explicit stack: nested generators would pass
         # every entry up through one frame per directory level.
         limit = MAX_DEPTH if max_depth is None else min(max_depth, MAX_DEPTH)
-        denied = self.sandbox.denied_pattern
+        denied = self.sandbox.denied_inside
         stack: list[tuple[str, str, int] | Entry] = [(abs_dir, rel_dir, depth)]
         while stack:
             item = stack.pop()

@@ -435,7 +435,8 @@ def test_dry_runs_do_not_prompt(make_worker: MakeWorker) -> None:
     assert plan["items"][0]["risk"] == "low"
 
 
-def test_edit_of_an_unread_file_plans_with_a_note_and_fails_stale(make_worker: MakeWorker) -> None:
+def test_edit_of_an_unread_file_shows_its_diff_and_fails_stale(make_worker: MakeWorker) -> None:
+    """The user always sees the diff; the stale-file rule still applies when it runs."""
     worker = make_worker()
     plan, result = run(
         worker,
@@ -443,7 +444,7 @@ def test_edit_of_an_unread_file_plans_with_a_note_and_fails_stale(make_worker: M
         approved=["e"],
     )
     assert plan["items"][0]["disposition"] == "confirm"
-    assert "was not read" in plan["items"][0]["preview_note"]
+    assert "-# demo\n+# x\n" in plan["items"][0]["preview"]
     assert result["results"][0]["error"]["type"] == "stale-file"
 
 

@@ -24,6 +24,9 @@ from ..registry import ToolContext
 from ..sandbox import SafePath
 
 DIFF_CONTEXT = 3
+# Files larger than this are not edited (the whole file is held in memory,
+# and a range read hashes files only up to the same size).
+MAX_EDIT_BYTES = 64 << 20
 
 
 @dataclass
@@ -32,8 +35,9 @@ class Loaded:
 
     sp: SafePath
     data: bytes | None  # None: the file does not exist yet
-    text: str  # "" for a new file
+    text: str  # "" for a new file; without its byte-order mark
     newline: str  # the file's line ending, for new lines written into it
+    bom: bool = False  # the file starts with a UTF-8 byte-order mark, kept on write
 
     @property
     def exists(self) -> bool:
@@ -68,21 +72,20 @@ def load(ctx: ToolContext, path: str, *, must_exist: bool, enforce_read: bool = 
                 ],
             )
         return Loaded(sp, None, "", "\n")
-    data = read_bytes(ctx.sandbox, sp)
-    if enforce_read:
-        known = ctx.session.file_reads.get(sp.canonical)
-        if known is None:
-            raise stale(
-                f"{sp.display} was not read in this session; read it before changing it",
-                sp,
-                "File was not read before editing",
-            )
-        if known != sha256(data):
-            raise stale(
-                f"{sp.display} changed since it was last read; read it again before changing it",
-                sp,
-                "File content changed since last read",
-            )
+    known = ctx.session.file_reads.get(sp.canonical)
+    if enforce_read and known is None:
+        raise stale(
+            f"{sp.display} was not read in this session; read it before changing it",
+            sp,
+            "File was not read before editing",
+        )
+    data = read_bytes(ctx.sandbox, sp, MAX_EDIT_BYTES)
+    if enforce_read and known != sha256(data):
+        raise stale(
+            f"{sp.display} changed since it was last read; read it again before changing it",
+            sp,
+            "File content changed since last read",
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -92,7 +95,8 @@ def load(ctx: ToolContext, path: str, *, must_exist: bool, enforce_read: bool = 
             recovery=["Leave this file to the user, or rewrite it whole with write_file"],
         ) from None
     newline = "\r\n" if text.count("\r\n") > text.count("\n") // 2 and "\r\n" in text else "\n"
-    return Loaded(sp, data, text, newline)
+    bom = text.startswith("\ufeff")
+    return Loaded(sp, data, text[1:] if bom else text, newline, bom)
 
 
 def with_newlines(text: str, newline: str) -> str:
@@ -104,8 +108,8 @@ def with_newlines(text: str, newline: str) -> str:
 
 def unified_diff(display: str, old: str, new: str, existed: bool = True) -> str:
     lines = difflib.unified_diff(
-        old.splitlines(keepends=True),
-        new.splitlines(keepends=True),
+        split_lines(old),
+        split_lines(new),
         fromfile=f"a/{display}" if existed else "/dev/null",
         tofile=f"b/{display}",
         n=DIFF_CONTEXT,
@@ -151,7 +155,7 @@ def check_approved(ctx: ToolContext, preview: str, display: str) -> None:
 
 def commit(ctx: ToolContext, loaded: Loaded, new_text: str, *, backup: bool = True) -> str | None:
     """Back up, write atomically, record the new hash; return the backup's path."""
-    data = new_text.encode("utf-8")
+    data = (("\ufeff" + new_text) if loaded.bom else new_text).encode("utf-8")
     backup_path = None
     if loaded.exists and backup and ctx.backups is not None:
         assert loaded.data is not None
@@ -168,8 +172,8 @@ def small_diff(expected: str, actual: str, label: str) -> str:
     """A short diff of what the model expected against what is there."""
     lines = list(
         difflib.unified_diff(
-            expected.splitlines(keepends=True),
-            actual.splitlines(keepends=True),
+            split_lines(expected),
+            split_lines(actual),
             fromfile=f"expected ({label})",
             tofile=f"actual ({label})",
             n=1,
@@ -191,7 +195,17 @@ class Region:
 
 
 def split_lines(text: str) -> list[str]:
-    return text.splitlines(keepends=True)
+    """Lines as read_file counts them: ended by "\\n" only.
+
+    ``str.splitlines`` would also split at form feeds (common in Emacs
+    Lisp), vertical tabs, U+2028 and lone carriage returns, and edits
+    would land on the wrong lines.
+    """
+    lines = text.split("\n")
+    out = [line + "\n" for line in lines[:-1]]
+    if lines[-1]:
+        out.append(lines[-1])
+    return out
 
 
 def check_region(display: str, lines: list[str], region: Region) -> None:
@@ -246,8 +260,8 @@ def apply_regions(loaded: Loaded, regions: list[Region]) -> str:
         check_region(loaded.sp.display, lines, region)
     for region in reversed(ordered):
         replacement = with_newlines(region.new_content, loaded.newline)
-        at_eof_without_newline = region.end_line == len(lines) and not (
-            lines and lines[-1].endswith("\n")
+        at_eof_without_newline = bool(lines) and (
+            region.end_line == len(lines) and not lines[-1].endswith("\n")
         )
         if replacement and not replacement.endswith("\n") and not at_eof_without_newline:
             replacement += loaded.newline

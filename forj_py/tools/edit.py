@@ -46,8 +46,10 @@ class Edit(Tool[EditArgs]):
     def paths(self, args: EditArgs) -> list[str]:
         return [args.path]
 
-    def _plan(self, args: EditArgs, ctx: ToolContext) -> tuple[_edit.Loaded, str, int]:
-        loaded = _edit.load(ctx, args.path, must_exist=True)
+    def _plan(
+        self, args: EditArgs, ctx: ToolContext, preview: bool = False
+    ) -> tuple[_edit.Loaded, str, int]:
+        loaded = _edit.load(ctx, args.path, must_exist=True, enforce_read=not preview)
         text = loaded.text
         old = _edit.with_newlines(args.old_string, loaded.newline)
         new = _edit.with_newlines(args.new_string, loaded.newline)
@@ -81,7 +83,7 @@ class Edit(Tool[EditArgs]):
         return loaded, new_text, count
 
     def preview(self, args: EditArgs, ctx: ToolContext) -> str | None:
-        loaded, new_text, _ = self._plan(args, ctx)
+        loaded, new_text, _ = self._plan(args, ctx, preview=True)
         return _edit.unified_diff(loaded.sp.display, loaded.text, new_text)
 
     def execute(self, args: EditArgs, ctx: ToolContext) -> Any:

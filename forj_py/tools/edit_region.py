@@ -50,15 +50,18 @@ class EditRegion(Tool[EditRegionArgs]):
     def paths(self, args: EditRegionArgs) -> list[str]:
         return [args.path]
 
-    def _plan(self, args: EditRegionArgs, ctx: ToolContext) -> tuple[_edit.Loaded, str]:
-        loaded = _edit.load(ctx, args.path, must_exist=True, enforce_read=not args.dry_run)
+    def _plan(
+        self, args: EditRegionArgs, ctx: ToolContext, preview: bool = False
+    ) -> tuple[_edit.Loaded, str]:
+        enforce = not (args.dry_run or preview)
+        loaded = _edit.load(ctx, args.path, must_exist=True, enforce_read=enforce)
         region = _edit.Region(args.start_line, args.end_line, args.new_content, args.expected)
         new_text = _edit.apply_regions(loaded, [region])
         _edit.validate(loaded.sp, new_text)
         return loaded, new_text
 
     def preview(self, args: EditRegionArgs, ctx: ToolContext) -> str | None:
-        loaded, new_text = self._plan(args, ctx)
+        loaded, new_text = self._plan(args, ctx, preview=True)
         return _edit.unified_diff(loaded.sp.display, loaded.text, new_text)
 
     def execute(self, args: EditRegionArgs, ctx: ToolContext) -> Any:

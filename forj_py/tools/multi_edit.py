@@ -11,6 +11,7 @@ rest are applied, each file still all or nothing.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ToolFailure
 from ..fsops import atomic_write, sha256
+from ..output import visible_controls
 from ..registry import Tool, ToolContext
 from . import _edit
 
@@ -75,7 +77,9 @@ class MultiEdit(Tool[MultiEditArgs]):
     def paths(self, args: MultiEditArgs) -> list[str]:
         return [e.path for e in args.edits]
 
-    def _stage(self, args: MultiEditArgs, ctx: ToolContext) -> dict[str, _File]:
+    def _stage(
+        self, args: MultiEditArgs, ctx: ToolContext, preview: bool = False
+    ) -> dict[str, _File]:
         files: dict[str, _File] = {}
         for index, item in enumerate(args.edits):
             sp = ctx.sandbox.resolve(item.path, ctx.working_dir, for_write=True)
@@ -83,7 +87,9 @@ class MultiEdit(Tool[MultiEditArgs]):
         for entry in files.values():
             path = entry.items[0][1].path
             try:
-                entry.loaded = _edit.load(ctx, path, must_exist=True, enforce_read=not args.dry_run)
+                entry.loaded = _edit.load(
+                    ctx, path, must_exist=True, enforce_read=not (args.dry_run or preview)
+                )
                 regions = [
                     _edit.Region(i.start_line, i.end_line, i.new_content, i.expected)
                     for _, i in entry.items
@@ -97,13 +103,13 @@ class MultiEdit(Tool[MultiEditArgs]):
         return files
 
     def preview(self, args: MultiEditArgs, ctx: ToolContext) -> str | None:
-        files = self._stage(args, ctx)
+        files = self._stage(args, ctx, preview=True)
         return _diffs(files)
 
     def execute(self, args: MultiEditArgs, ctx: ToolContext) -> Any:
         files = self._stage(args, ctx)
         preview = _diffs(files)
-        _edit.check_approved(ctx, preview, "the files of this multi_edit")
+        _check_approved_per_file(ctx, files)
         if not args.dry_run:
             if args.stop_on_error:
                 _commit_all(ctx, [f for f in files.values() if f.error is None])
@@ -160,6 +166,23 @@ def _diffs(files: dict[str, _File]) -> str:
                 _edit.unified_diff(entry.loaded.sp.display, entry.loaded.text, entry.new_text)
             )
     return "".join(parts)
+
+
+def _check_approved_per_file(ctx: ToolContext, files: dict[str, _File]) -> None:
+    """Every file about to change must change exactly as its approved diff says.
+
+    Files skipped for errors (stop_on_error false) may drop out: applying
+    less than was approved is allowed, anything else is not.
+    """
+    if ctx.approved_preview is None:
+        return
+    approved = set(re.split(r"(?m)^(?=--- )", ctx.approved_preview))
+    for entry in files.values():
+        if entry.error is not None or entry.loaded is None or entry.new_text is None:
+            continue
+        diff = _edit.unified_diff(entry.loaded.sp.display, entry.loaded.text, entry.new_text)
+        if diff and visible_controls(diff) not in approved:
+            _edit.check_approved(ctx, diff, entry.loaded.sp.display)  # raises: it differs
 
 
 def _commit_all(ctx: ToolContext, entries: list[_File]) -> None:

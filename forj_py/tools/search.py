@@ -31,6 +31,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -90,10 +91,13 @@ class Search(Tool[SearchArgs]):
 
     def execute(self, args: SearchArgs, ctx: ToolContext) -> Any:
         for glob in [*(args.include_paths or []), *(args.exclude_paths or [])]:
-            if glob.startswith("!") or ".." in glob.split("/"):
+            if glob.startswith("!") or ".." in glob.split("/") or "{" in glob or "}" in glob:
                 raise errors.bad_args(
-                    f"Path glob {glob!r} may not start with '!' or contain '..'",
-                    recovery=["Use exclude_paths to leave files out"],
+                    f"Path glob {glob!r} may not start with '!', contain '..' or use {{a,b}}",
+                    recovery=[
+                        "Use exclude_paths to leave files out",
+                        "Instead of {a,b}, list each pattern separately",
+                    ],
                 )
         engine = ctx.config.tools.search.engine
         rg = find_rg() if engine in ("auto", "ripgrep") else None
@@ -150,6 +154,7 @@ def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext) -> list[str]:
         "--max-count",
         str(args.max_results + 1),  # one more than needed: tells whether there were more
         "--case-sensitive" if args.case_sensitive else "--ignore-case",
+        "--glob-case-insensitive",
     ]
     if not args.is_regex:
         cmd.append("--fixed-strings")
@@ -165,12 +170,15 @@ def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext) -> list[str]:
 
 
 def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, Any]], bool]:
+    # stderr to a file: rg can print more warnings than a pipe holds, and
+    # nothing reads the pipe until stdout is done.
+    errfile = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
     proc = subprocess.Popen(
         _rg_command(rg, args, ctx),
         cwd=ctx.sandbox.project_root,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=errfile,
         start_new_session=True,
     )
     done = threading.Event()
@@ -188,7 +196,7 @@ def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[s
     truncated = False
     stderr = b""
     try:
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout is not None
         for raw in proc.stdout:
             message = json.loads(raw)
             if message.get("type") != "match":
@@ -197,6 +205,11 @@ def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[s
             path = _rg_text(data["path"])
             path = path[2:] if path.startswith("./") else path
             if include is not None and not include.match_file(path):
+                continue
+            if "\ufffd" in path or ctx.sandbox.denied_inside(path) is not None:
+                # rg's globs are a first filter; this is the sandbox's own word
+                # (case-insensitive, nested roots), and a name that is not
+                # UTF-8 could never be named back.
                 continue
             if within is not None and not any(
                 path == p or path.startswith(p + "/") for p in within
@@ -216,15 +229,16 @@ def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[s
                 truncated = True
                 _kill(proc)
                 break
-        stderr = proc.stderr.read()
         code = proc.wait()
+        errfile.seek(0)
+        stderr = errfile.read(64 * 1024)
     finally:
         done.set()
         _kill(proc)
         proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        errfile.close()
     ctx.check_cancelled()
     if code == 2 and not matches and not truncated:
         message = stderr.decode("utf-8", "replace").strip()

@@ -46,8 +46,11 @@ class WriteFile(Tool[WriteFileArgs]):
     def paths(self, args: WriteFileArgs) -> list[str]:
         return [args.path]
 
-    def _plan(self, args: WriteFileArgs, ctx: ToolContext) -> tuple[_edit.Loaded, str]:
-        loaded = _edit.load(ctx, args.path, must_exist=False, enforce_read=not args.dry_run)
+    def _plan(
+        self, args: WriteFileArgs, ctx: ToolContext, preview: bool = False
+    ) -> tuple[_edit.Loaded, str]:
+        enforce = not (args.dry_run or preview)
+        loaded = _edit.load(ctx, args.path, must_exist=False, enforce_read=enforce)
         if not loaded.exists and not args.create_if_missing:
             raise errors.file_error(
                 f"File not found: {loaded.sp.display} (create_if_missing is false)",
@@ -60,7 +63,7 @@ class WriteFile(Tool[WriteFileArgs]):
         return loaded, new_text
 
     def preview(self, args: WriteFileArgs, ctx: ToolContext) -> str | None:
-        loaded, new_text = self._plan(args, ctx)
+        loaded, new_text = self._plan(args, ctx, preview=True)
         return _edit.unified_diff(loaded.sp.display, loaded.text, new_text, loaded.exists)
 
     def execute(self, args: WriteFileArgs, ctx: ToolContext) -> Any:
