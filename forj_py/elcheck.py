@@ -175,12 +175,23 @@ def _char_literal_end(text: str, i: int) -> int:
     if i + 1 >= n:
         return -1
     c = text[i + 1]
-    if c in _MODIFIERS and i + 2 < n and text[i + 2] == "-":
-        return n if i + 3 >= n else _char_literal_end(text, i + 3)
+    # Modifier prefixes (\C-, \M-, ^) in a loop: a long chain must not recurse.
+    while True:
+        if c in _MODIFIERS and i + 2 < n and text[i + 2] == "-":
+            i += 3
+        elif c == "^":
+            i += 2
+        else:
+            break
+        if i >= n:
+            return n
+        if text[i] != "\\":
+            return i + 1
+        if i + 1 >= n:
+            return -1
+        c = text[i + 1]
     if c in _MODIFIERS and c != "s":
         return -1  # \C, \M, \S, \H, \A need their "-"
-    if c == "^":
-        return _char_literal_end(text, i + 2)
     if c == "N" and i + 2 < n and text[i + 2] == "{":
         j = text.find("}", i + 3)
         return -1 if j < 0 else j + 1

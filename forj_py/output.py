@@ -70,14 +70,20 @@ def sanitize(text: str) -> str:
     return text
 
 
+# Invisible but legal characters a reviewer should still see: zero-width
+# spaces and joiners, bidi marks, word joiner, byte-order mark.
+_INVISIBLE_RE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\u061c]")
+
+
 def visible_controls(text: str) -> str:
     """Show what :func:`sanitize` would remove, as ``<U+XXXX>``, instead of removing it.
 
     For text a person approves (diffs, summaries): removing an escape sequence
     or a bidi override there would hide what is really about to be written.
     """
-    if not _has_controls(text):
+    if not _has_controls(text) and _INVISIBLE_RE.search(text) is None:
         return text
+    text = _INVISIBLE_RE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
     return _ANY_CONTROL_RE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 

@@ -243,3 +243,169 @@ def test_odd_uids_get_an_error_and_the_connection_lives(project: Path) -> None:
             c.send_raw(b"%06x" % (len(raw) + 1) + raw + b"\n")
         assert c.call("ping") == {}
         assert sexp  # the codec module is what framed these
+
+
+# --- the second review: the file tools ------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["ripgrep", "python"])
+def test_search_never_returns_what_read_file_refuses(
+    make_worker: MakeWorker, project: Path, engine: str
+) -> None:
+    if engine == "ripgrep" and find_rg() is None:
+        pytest.skip("ripgrep is not installed")
+    write_tree(
+        project,
+        {
+            "server.PEM": "TOKEN=topsecret\n",
+            "deploy": {"ID_RSA": "TOKEN=key\n"},
+            "creds": {"Prod.Key": "TOKEN=k\n"},
+            "src": {"settings.py": "TOKEN=nested\n", "app.py": "TOKEN=fine\n"},
+        },
+    )
+    user_config(
+        f"[tools.search]\nengine = '{engine}'\n"
+        "[tools.sandbox]\nallowed_roots = ['.', 'src']\ndenied_patterns = ['/settings.py']\n"
+    )
+    (r,) = _results(make_worker(), [call("s", "search", query="TOKEN")])
+    assert {m["path"] for m in r["result"]["matches"]} == {"src/app.py"}
+
+
+def test_form_feeds_do_not_shift_line_numbers(make_worker: MakeWorker, project: Path) -> None:
+    text = ";;; foo.el --- demo\n\x0c\n;;; Code:\n(defun a () 1)\n\u2028tail\n"
+    (project / "foo.el").write_text(text)
+    worker = make_worker()
+    (r,) = _results(worker, [call("r", "read_file", path="foo.el", start_line=4, end_line=4)])
+    assert r["result"]["content"] == "(defun a () 1)\n"
+    (r,) = _results(
+        worker,
+        [
+            call(
+                "e",
+                "edit_region",
+                path="foo.el",
+                start_line=4,
+                end_line=4,
+                new_content="(defun a () 42)",
+                expected="(defun a () 1)\n",
+            )
+        ],
+        approved=["e"],
+    )
+    assert r["ok"], r
+    assert (project / "foo.el").read_text() == text.replace("(defun a () 1)", "(defun a () 42)")
+
+
+def test_failed_edit_searches_stay_fast(make_worker: MakeWorker, project: Path) -> None:
+    (project / "data.csv").write_text("".join(f"row{i},value\n" for i in range(150_000)))
+    (project / "code.py").write_text(
+        "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(1500))
+    )
+    worker = make_worker()
+    _results(worker, [call("r1", "read_file", path="data.csv", start_line=1, end_line=2)])
+    _results(worker, [call("r2", "read_file", path="code.py")])
+    needle = "".join(f"def g{i}(y):\n    return y * {i}\n" for i in range(10))
+    t0 = time.perf_counter()
+    plan = worker.plan(
+        {
+            "calls": [
+                call("e1", "edit", path="data.csv", old_string=",value\n", new_string=";"),
+                call("e2", "edit", path="code.py", old_string=needle, new_string="x"),
+            ]
+        }
+    )
+    assert time.perf_counter() - t0 < 30  # a hang check with a wide margin, not a benchmark
+    e1, e2 = plan["items"]
+    assert "occurs 150000 times" in e1["result"]["error"]["message"]
+    assert "closest lines" in e2["result"]["error"]["message"]
+
+
+def test_hard_linked_files_are_not_split(make_worker: MakeWorker, project: Path) -> None:
+    (project / "a.txt").write_text("shared\n")
+    os.link(project / "a.txt", project / "b.txt")
+    worker = make_worker()
+    _results(worker, [call("r", "read_file", path="a.txt")])
+    (r,) = _results(worker, [call("w", "write_file", path="a.txt", content="x\n")], approved=["w"])
+    assert "hard links" in r["error"]["message"]
+    assert (project / "b.txt").read_text() == "shared\n"
+
+
+def test_byte_order_marks_are_kept_and_shown(make_worker: MakeWorker, project: Path) -> None:
+    (project / "bom.cs").write_bytes("\ufeffusing System;\nclass A {}\n".encode())
+    worker = make_worker()
+    _results(worker, [call("r", "read_file", path="bom.cs")])
+    plan, result = run(
+        worker,
+        [
+            call(
+                "e",
+                "edit_region",
+                path="bom.cs",
+                start_line=1,
+                end_line=1,
+                new_content="using System.IO;",
+                expected="using System;\n",
+            )
+        ],
+        approved=["e"],
+    )
+    assert result["results"][0]["ok"], result
+    assert (project / "bom.cs").read_bytes() == "\ufeffusing System.IO;\nclass A {}\n".encode()
+    plan = worker.plan(
+        {"calls": [call("w", "write_file", path="z.txt", content="\ufeffx\u200by\n")]}
+    )
+    assert "<U+FEFF>x<U+200B>y" in plan["items"][0]["preview"]
+
+
+def test_insert_into_an_empty_file_ends_with_a_newline(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    (project / "empty.txt").write_text("")
+    worker = make_worker()
+    _results(worker, [call("r", "read_file", path="empty.txt")])
+    (r,) = _results(
+        worker,
+        [call("e", "edit_region", path="empty.txt", start_line=1, end_line=0, new_content="first")],
+        approved=["e"],
+    )
+    assert r["ok"], r
+    assert (project / "empty.txt").read_text() == "first\n"
+
+
+def test_elisp_check_survives_long_modifier_chains_and_old_breakage(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    from forj_py.elcheck import check
+
+    assert check("?" + "\\C-" * 5000 + "a") is None
+    broken = ";; a fixture that is broken on purpose\n(defun f (\n"
+    (project / "fixture.el").write_text(broken)
+    worker = make_worker()
+    _results(worker, [call("r", "read_file", path="fixture.el")])
+    (r,) = _results(
+        worker,
+        [call("e", "edit", path="fixture.el", old_string="on purpose", new_string="deliberately")],
+        approved=["e"],
+    )
+    assert r["ok"], r  # still broken the same way: the edit does not make it worse
+
+
+def test_glob_pattern_bombs_are_validation_errors(make_worker: MakeWorker) -> None:
+    (r,) = _results(make_worker(), [call("g", "glob", patterns=["{a,b}" * 30])])
+    assert r["error"]["type"] == "validation-error"
+
+
+def test_utf16_range_reads_respect_the_scan_limit(make_worker: MakeWorker, project: Path) -> None:
+    user_config("[tools.read_file]\nmax_scan_bytes = 100000\n")
+    (project / "u16.txt").write_bytes(
+        "".join(f"line {i}\n" for i in range(50_000)).encode("utf-16")
+    )
+    (r,) = _results(make_worker(), [call("r", "read_file", path="u16.txt", start_line=49_990)])
+    assert "scan more than" in r["error"]["message"]
+
+
+def test_search_globs_with_braces_are_refused_the_same_by_both_engines(
+    make_worker: MakeWorker,
+) -> None:
+    (r,) = _results(make_worker(), [call("s", "search", query="x", exclude_paths=["*.{md,py}"])])
+    assert "{a,b}" in r["error"]["message"]

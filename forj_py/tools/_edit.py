@@ -120,11 +120,19 @@ def unified_diff(display: str, old: str, new: str, existed: bool = True) -> str:
     return "".join(out)
 
 
-def validate(sp: SafePath, new_text: str) -> None:
-    """Refuse ``.el`` text that Emacs could not read (seed 001's paren check)."""
+def validate(sp: SafePath, new_text: str, old_text: str | None = None) -> None:
+    """Refuse ``.el`` text that Emacs could not read (seed 001's paren check).
+
+    A file that was already unreadable may still be edited as long as the
+    edit does not make it worse (the same problem, or none).
+    """
     if not sp.display.endswith(".el"):
         return
     problem = check_elisp(new_text)
+    if problem is not None and old_text is not None:
+        before = check_elisp(old_text)
+        if before is not None and before.message == problem.message:
+            return
     if problem is not None:
         raise errors.bad_args(
             f"The new content of {sp.display} is not readable Emacs Lisp: {problem.describe()}",

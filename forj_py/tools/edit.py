@@ -67,7 +67,7 @@ class Edit(Tool[EditArgs]):
         if count > 1 and not args.replace_all:
             lines = _match_lines(text, old)
             shown = ", ".join(map(str, lines[:MAX_LISTED_MATCHES]))
-            more = f" and {len(lines) - MAX_LISTED_MATCHES} more" if len(lines) > 20 else ""
+            more = f" and {count - MAX_LISTED_MATCHES} more" if count > MAX_LISTED_MATCHES else ""
             raise errors.bad_args(
                 f"old_string occurs {count} times in {loaded.sp.display} (at lines {shown}"
                 f"{more}); nothing was changed",
@@ -79,7 +79,7 @@ class Edit(Tool[EditArgs]):
                 lines=lines[:100],
             )
         new_text = text.replace(old, new)
-        _edit.validate(loaded.sp, new_text)
+        _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
         return loaded, new_text, count
 
     def preview(self, args: EditArgs, ctx: ToolContext) -> str | None:
@@ -99,30 +99,46 @@ class Edit(Tool[EditArgs]):
         }
 
 
-def _match_lines(text: str, needle: str) -> list[int]:
-    lines = []
+def _match_lines(text: str, needle: str, limit: int = 100) -> list[int]:
+    """Line numbers of the first ``limit`` occurrences, counting newlines once."""
+    lines: list[int] = []
+    line, pos = 1, 0
     start = text.find(needle)
-    while start >= 0:
-        lines.append(text.count("\n", 0, start) + 1)
+    while start >= 0 and len(lines) < limit:
+        line += text.count("\n", pos, start)
+        pos = start
+        lines.append(line)
         start = text.find(needle, start + 1)
     return lines
 
 
+CLOSEST_CANDIDATES = 8
+
+
 def _closest(text: str, needle: str) -> str:
-    """The lines of the file most like ``needle``, numbered, for the model to compare."""
-    lines = text.splitlines()
-    want = needle.strip("\n").splitlines() or [needle]
+    """The lines of the file most like ``needle``, numbered, for the model to compare.
+
+    Cheap first: every line is compared with the needle's first line, and
+    only the few best starts get a full comparison of the whole window.
+    """
+    lines = text.split("\n")
+    want = needle.strip("\n").split("\n") or [needle]
     width = len(want)
-    if not lines:
+    if not text:
         return "The file is empty."
-    best_ratio, best_at = 0.0, 0
-    target = "\n".join(want)
+    first = want[0].strip()
+    scored: list[tuple[float, int]] = []
     matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(first)
+    for i, line in enumerate(lines[: max(len(lines) - width + 1, 1)]):
+        matcher.set_seq1(line.strip())
+        scored.append((matcher.quick_ratio(), i))
+    scored.sort(reverse=True)
+    target = "\n".join(want)
+    best_ratio, best_at = 0.0, 0
     matcher.set_seq2(target)
-    for i in range(max(len(lines) - width + 1, 1)):
+    for _, i in scored[:CLOSEST_CANDIDATES]:
         matcher.set_seq1("\n".join(lines[i : i + width]))
-        if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
-            continue
         ratio = matcher.ratio()
         if ratio > best_ratio:
             best_ratio, best_at = ratio, i

@@ -57,7 +57,7 @@ class EditRegion(Tool[EditRegionArgs]):
         loaded = _edit.load(ctx, args.path, must_exist=True, enforce_read=enforce)
         region = _edit.Region(args.start_line, args.end_line, args.new_content, args.expected)
         new_text = _edit.apply_regions(loaded, [region])
-        _edit.validate(loaded.sp, new_text)
+        _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
         return loaded, new_text
 
     def preview(self, args: EditRegionArgs, ctx: ToolContext) -> str | None:

@@ -130,7 +130,7 @@ class Glob(Tool[GlobArgs]):
                 )
         try:
             matcher = wcglob.compile(patterns, flags=_GLOB_FLAGS)
-        except ValueError as exc:
+        except Exception as exc:  # wcmatch has its own errors (pattern limits, ...)
             raise errors.bad_args(f"Invalid glob pattern: {exc}") from None
         walker = Walker(ctx.sandbox, include_hidden=args.include_hidden)
         matches: list[Entry] = []

@@ -95,7 +95,7 @@ class MultiEdit(Tool[MultiEditArgs]):
                     for _, i in entry.items
                 ]
                 entry.new_text = _edit.apply_regions(entry.loaded, regions)
-                _edit.validate(entry.loaded.sp, entry.new_text)
+                _edit.validate(entry.loaded.sp, entry.new_text, entry.loaded.text)
             except ToolFailure as failure:
                 if args.stop_on_error:
                     raise _in_batch(failure, path) from None

@@ -189,6 +189,13 @@ def detect_encoding(head: bytes) -> str | None:
     return str(best.encoding)
 
 
+def _lines_of(text: str) -> list[str]:
+    """Lines ended by "\\n" only, as everywhere else in forj."""
+    parts = [part + "\n" for part in text.split("\n")]
+    parts[-1] = parts[-1][:-1]
+    return parts if parts[-1] else parts[:-1]
+
+
 def _count_lines(text: str) -> int:
     if not text:
         return 0
@@ -283,10 +290,10 @@ def _range_result(
     shown_encoding = encoding
     if _WIDE.match(encoding):
         # Two- and four-byte encodings: bytes cannot be split on b"\n".
-        source: Any = (
-            line.encode("utf-8")
-            for line in fh.read(max_scan + 1).decode(encoding, "replace").splitlines(True)
-        )
+        if size > max_scan:
+            raise _scan_limit(display, end, max_scan)
+        decoded = fh.read(max_scan + 1).decode(encoding, "replace")
+        source: Any = (part.encode("utf-8") for part in _lines_of(decoded))
         encoding = "utf-8"
     else:
         # Skip to the first wanted line a megabyte at a time (counting

@@ -59,7 +59,7 @@ class WriteFile(Tool[WriteFileArgs]):
             )
         content = _edit.with_newlines(args.content, loaded.newline)
         new_text = loaded.text + content if args.append else content
-        _edit.validate(loaded.sp, new_text)
+        _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
         return loaded, new_text
 
     def preview(self, args: WriteFileArgs, ctx: ToolContext) -> str | None:
