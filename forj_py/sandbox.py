@@ -196,7 +196,13 @@ class Sandbox:
         candidates = [rel, self.display(canonical)]
         if not os.path.isabs(path):
             candidates.append(os.path.normpath(path).replace(os.sep, "/"))
-        pattern = next((p for c in candidates if (p := self.denied_pattern(c)) is not None), None)
+        try:
+            kind: bool | None = stat.S_ISDIR(os.stat(canonical).st_mode)
+        except OSError:
+            kind = None  # does not exist (yet): could become either
+        pattern = next(
+            (p for c in candidates if (p := self.denied_pattern(c, kind)) is not None), None
+        )
         if pattern is None and for_write:
             pattern = next(
                 (p for c in candidates if (p := _write_denied(self.display(canonical), c))), None
@@ -237,32 +243,37 @@ class Sandbox:
                 return root
         return None
 
-    def denied_pattern(self, rel: str) -> str | None:
-        """The first denied pattern matching ``rel`` (a directory also as ``rel/``)."""
+    def denied_pattern(self, rel: str, is_dir: bool | None = None) -> str | None:
+        """The first denied pattern matching ``rel``.
+
+        A directory (or a path that may be one: ``is_dir`` None) is also
+        tried as ``rel/``, so "**/.ssh/**" denies the directory itself.
+        """
         if rel in ("", "."):
             return None
-        if not (self._combined.match(rel) or self._combined.match(rel + "/")):
+        forms = (rel,) if is_dir is False else (rel, rel + "/")
+        if not any(self._combined.search(form) for form in forms):
             return None
         for pattern, single in self._each_re:
-            if single.match(rel) or single.match(rel + "/"):
+            if any(single.search(form) for form in forms):
                 return pattern
         return None  # pragma: no cover - the combined spec matched, so one does
 
-    def denied_inside(self, project_rel: str) -> str | None:
+    def denied_inside(self, project_rel: str, is_dir: bool | None = None) -> str | None:
         """The denied pattern matching a project-relative path, checked as resolve does.
 
         Relative to the project root and to the allowed root that holds it,
         without regard to case: what listing and searching use, so they never
         show what ``read_file`` would refuse.
         """
-        pattern = self.denied_pattern(project_rel)
+        pattern = self.denied_pattern(project_rel, is_dir)
         if pattern is not None or self._single_root:
             return pattern
         canonical = os.path.join(self.project_root, project_rel)
         root = self._containing_root(canonical)
         if root is None or root == self.project_root:
             return None
-        return self.denied_pattern(canonical[len(root.rstrip(os.sep)) + 1 :])
+        return self.denied_pattern(canonical[len(root.rstrip(os.sep)) + 1 :], is_dir)
 
     def display(self, canonical: str) -> str:
         if canonical == self.project_root:

@@ -23,6 +23,7 @@ way, so both searches see the same files:
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -53,8 +54,8 @@ class Walker:
         self.sandbox = sandbox
         self.root = sandbox.project_root
         self.include_hidden = include_hidden
-        self._specs: dict[str, pathspec.GitIgnoreSpec | None] = {}
-        self._chains: dict[str, list[tuple[int, pathspec.GitIgnoreSpec]]] = {}
+        self._specs: dict[str, Rules | None] = {}
+        self._chains: dict[str, list[tuple[int, Rules]]] = {}
         self.unreadable_names = 0
         # Only what lies in an allowed root is listed or searched; directories
         # above an allowed root are walked through, not shown.
@@ -63,7 +64,7 @@ class Walker:
 
     # --- ignore rules ---------------------------------------------------------
 
-    def _spec(self, rel_dir: str) -> pathspec.GitIgnoreSpec | None:
+    def _spec(self, rel_dir: str) -> Rules | None:
         if rel_dir in self._specs:
             return self._specs[rel_dir]
         lines: list[str] = []
@@ -75,7 +76,7 @@ class Walker:
             # Lines with many "**" can make matching crawl (a cloned repository's
             # .gitignore is untrusted input); rg handles them, we skip them.
             lines.extend(line for line in _read_lines(path) if line.count("**") <= 2)
-        spec = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+        spec = _compile(lines) if lines else None
         self._specs[rel_dir] = spec
         return spec
 
@@ -84,14 +85,14 @@ class Walker:
         parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
         return self._ignored_in(self._specs_above(parent), rel, is_dir)
 
-    def _specs_above(self, rel_dir: str) -> list[tuple[int, pathspec.GitIgnoreSpec]]:
+    def _specs_above(self, rel_dir: str) -> list[tuple[int, Rules]]:
         """The ignore specs of ``rel_dir`` and its ancestors, deepest first, as
         (length of the directory prefix to strip, spec)."""
         cached = self._chains.get(rel_dir)
         if cached is not None:
             return cached
         if rel_dir == "":
-            chain: list[tuple[int, pathspec.GitIgnoreSpec]] = []
+            chain: list[tuple[int, Rules]] = []
         else:
             parent = rel_dir.rsplit("/", 1)[0] if "/" in rel_dir else ""
             chain = list(self._specs_above(parent))
@@ -102,14 +103,11 @@ class Walker:
         return chain
 
     @staticmethod
-    def _ignored_in(
-        chain: list[tuple[int, pathspec.GitIgnoreSpec]], rel: str, is_dir: bool
-    ) -> bool:
-        suffix = "/" if is_dir else ""
-        for strip, spec in chain:  # deepest first: the nearest file with an opinion decides
-            verdict = spec.check_file(rel[strip:] + suffix).include
+    def _ignored_in(chain: list[tuple[int, Rules]], rel: str, is_dir: bool) -> bool:
+        for strip, rules in chain:  # deepest first: the nearest file with an opinion decides
+            verdict = _verdict(rules, rel[strip:], is_dir)
             if verdict is not None:
-                return bool(verdict)
+                return verdict
         return False
 
     # --- walking -----------------------------------------------------------------
@@ -184,7 +182,7 @@ class Walker:
                     is_dir = child.is_dir(follow_symlinks=False)
                 except OSError:
                     continue
-                if denied(rel) is not None:
+                if denied(rel, is_dir) is not None:
                     continue
                 target_dir = False
                 if is_link and follow:
@@ -246,6 +244,60 @@ def _entry(
     else:
         kind = "other"
     return Entry(rel, kind, st.st_size, int(st.st_mtime), depth)
+
+
+# One ignore file's rules, in order: (regex, ignores?, directory-only?).
+Rules = list[tuple["re.Pattern[str]", bool, bool]]
+
+
+def _compile(lines: list[str]) -> Rules:
+    rules: Rules = []
+    for line in lines:
+        try:
+            spec = pathspec.GitIgnoreSpec.from_lines([line])
+        except ValueError:
+            continue  # git ignores what it cannot parse; so do we
+        for pattern in spec.patterns:
+            regex = getattr(pattern, "regex", None)
+            include = getattr(pattern, "include", None)
+            if regex is None or include is None:
+                continue
+            body = line.rstrip()
+            rules.append((regex, bool(include), body.endswith("/") and not body.endswith("\\/")))
+    return rules
+
+
+def _verdict(rules: Rules, rel: str, is_dir: bool) -> bool | None:
+    """Ignored (True), re-included (False) or no opinion (None), last rule winning.
+
+    Git's distinction: a directory is excluded only by a rule that matches
+    the directory itself ("build/", "/a", "*"), not by one that matches its
+    contents ("x/**", "x/*"), so a later "!x/keep" can still bring a file
+    back.  A directory-only rule is tried against "dir/", every other rule
+    against the bare name.
+    """
+    verdict: bool | None = None
+    for regex, ignores, dir_only in rules:
+        if dir_only and not is_dir:
+            continue
+        if _matches_itself(regex, rel + "/" if dir_only else rel):
+            verdict = ignores
+    return verdict
+
+
+def _matches_itself(regex: re.Pattern[str], candidate: str) -> bool:
+    """Whether ``regex`` matches ``candidate`` itself, not one of its parents.
+
+    pathspec's regexes also match every path below a matching directory
+    (group ``ps_d`` is the slash after it); the walk has already judged the
+    parents, so such a match is not about this path.
+    """
+    if "ps_d" not in regex.groupindex:
+        return regex.search(candidate) is not None
+    for match in regex.finditer(candidate):
+        if match.group("ps_d") is None or match.end("ps_d") == len(candidate):
+            return True
+    return False
 
 
 def _read_lines(path: str) -> list[str]:

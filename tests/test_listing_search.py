@@ -334,3 +334,63 @@ def test_search_columns_count_characters(make_worker: MakeWorker, project: Path)
     for worker in (rg, py):
         (m,) = _search(worker, query="target")["matches"]
         assert m["column"] == 12 and m["before"] == "café naïve "
+
+
+_GI_POOL = [
+    "*",
+    "!*/",
+    "!*.py",
+    "*.log",
+    "!keep.log",
+    "build/",
+    "/a",
+    "!a/**",
+    "a/**",
+    "foo/**",
+    "!foo/keep",
+    "docs/*",
+    "!docs/b.md",
+    "src/",
+    "!src/",
+    "*.txt",
+    "/top.txt",
+    "deep/",
+    "**/x.py",
+    "!**/x.py",
+    "foo",
+    "!foo/",
+    "*/",
+    "sub/*.log",
+]
+_GI_TREE = {
+    "a": {"c.txt": "c", "d.py": "d"},
+    "b.py": "b",
+    "top.txt": "t",
+    "keep.log": "k",
+    "drop.log": "d",
+    "build": {"out.o": "o", "x.py": "x"},
+    "foo": {"keep": "k", "other": "o", "x.py": "x"},
+    "docs": {"b.md": "b", "c.md": "c", "sub": {"e.md": "e"}},
+    "src": {"x.py": "x", "deep": {"y.txt": "y", "z.py": "z"}, "sub": {"l.log": "l"}},
+}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_list_files_agrees_with_git_on_random_ignore_files(
+    make_worker: MakeWorker, project: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    for child in project.iterdir():
+        if child.is_dir():
+            import shutil
+
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    write_tree(project, _GI_TREE)
+    lines = [rng.choice(_GI_POOL) for _ in range(rng.randint(1, 5))]
+    (project / ".gitignore").write_text("\n".join(lines) + "\n")
+    expected = {p for p in _git_visible(project) if p != ".gitignore"}
+    r = _one(make_worker(), "list_files", max_depth=10)
+    files = {f["path"] for f in r["result"]["files"] if f["type"] == "file"}
+    assert files == expected, lines

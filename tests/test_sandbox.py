@@ -322,3 +322,26 @@ def test_denied_and_outside_paths_through_the_worker_touch_nothing(
     assert all(not r["ok"] for r in result["results"])
     assert all(r["error"]["recovery"] for r in result["results"])
     assert worker.session.file_reads == {}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "denied", "allowed"),
+    [
+        ("*/", ["a/b.txt"], ["top.txt"]),
+        ("secrets/", ["secrets/x", "a/secrets/y"], ["secretsx/z"]),
+        ("/private", ["private/x"], ["a/private/x"]),
+        ("*.bak", ["x.bak", "d/y.BAK"], ["x.bakery"]),
+    ],
+)
+def test_denied_patterns_have_gitignore_semantics(
+    project: Path, pattern: str, denied: list[str], allowed: list[str]
+) -> None:
+    for path in allowed:
+        (project / path).parent.mkdir(parents=True, exist_ok=True)
+        (project / path).write_text("x")
+    sandbox = Sandbox(project, denied_patterns=[pattern], include_default_denies=False)
+    for path in denied:
+        with pytest.raises(ToolFailure):
+            sandbox.resolve(path)
+    for path in allowed:
+        sandbox.resolve(path)
