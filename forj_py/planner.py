@@ -91,6 +91,10 @@ class PlanContext:
     batch_id: str
     output_limit: int
     seen_ids: set[str] = field(default_factory=set)
+    # What earlier previewed calls of this batch will have written, by
+    # canonical path: later previews of the same file start from there, so
+    # two edits of one file in one batch each show (and apply) their own diff.
+    overlay: dict[str, str] = field(default_factory=dict)
 
 
 def error_result(call_id: str, name: str, failure: ToolFailure) -> dict[str, Any]:
@@ -332,4 +336,5 @@ def _preview_context(pc: PlanContext, planned: PlannedCall) -> ToolContext:
         working_dir=planned.working_dir,
         output_limit=pc.output_limit,
         cancel=threading.Event(),
+        overlay=pc.overlay,
     )

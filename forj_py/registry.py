@@ -73,6 +73,9 @@ class ToolContext:
     # The diff the user approved, if any: a writing tool refuses to apply
     # anything else (the file may have changed between review and run).
     approved_preview: str | None = None
+    # Planning only: canonical path -> the text earlier calls of the batch
+    # will have written there (see PlanContext.overlay).
+    overlay: dict[str, str] | None = None
 
     def check_cancelled(self) -> None:
         """Long-running tools call this between steps."""

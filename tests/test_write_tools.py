@@ -409,21 +409,40 @@ def test_confirm_carries_the_exact_diff_that_is_applied(
     assert result["results"][0]["result"]["preview"] == item["preview"]
 
 
-def test_a_change_other_than_the_approved_diff_is_refused(
+def test_two_edits_of_one_file_in_one_batch_each_apply_their_approved_diff(
     make_worker: MakeWorker, project: Path
 ) -> None:
-    """Two edits of one file in a batch: the second's approved diff no longer applies."""
     worker = make_worker()
     _read(worker, "src/main.py")
     calls = [
         call("1", "edit_region", path="src/main.py", start_line=1, end_line=1, new_content="a\nb"),
-        call("2", "edit_region", path="src/main.py", start_line=3, end_line=3, new_content="c"),
+        call("2", "edit", path="src/main.py", old_string="line 3\n", new_string="c\n"),
     ]
-    _plan, result = run(worker, calls, approved=["1", "2"])
+    plan, result = run(worker, calls, approved=["1", "2"])
     first, second = result["results"]
-    assert first["ok"]
-    assert second["error"]["type"] == "stale-file"
-    assert "no longer matches the diff the user approved" in second["error"]["message"]
+    assert first["ok"] and second["ok"], result
+    assert second["result"]["preview"] == plan["items"][1]["preview"]
+    assert (project / "src/main.py").read_text().startswith("a\nb\nline 2\nc\nline 4\n")
+
+
+def test_a_change_other_than_the_approved_diff_is_refused(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """The file changes between review and run: the approved diff no longer applies."""
+    worker = make_worker()
+    _read(worker, "src/main.py")
+    plan = worker.plan(
+        {"calls": [call("2", "edit", path="src/main.py", old_string="line 3\n", new_string="c\n")]}
+    )
+    # Someone (the model, in an earlier batch; or the user) changes the file and the
+    # worker learns it: the recorded read follows the new content.
+    text = (project / "src/main.py").read_text().replace("line 2\n", "two\n")
+    (project / "src/main.py").write_text(text)
+    _read(worker, "src/main.py")
+    result = worker.execute({"batch_id": plan["batch_id"], "approved": ["2"]}, lambda e: None)
+    err = result["results"][0]["error"]
+    assert err["type"] == "stale-file"
+    assert "no longer matches the diff the user approved" in err["message"]
 
 
 def test_dry_runs_do_not_prompt(make_worker: MakeWorker) -> None:

@@ -72,6 +72,12 @@ def load(ctx: ToolContext, path: str, *, must_exist: bool, enforce_read: bool = 
                 ],
             )
         return Loaded(sp, None, "", "\n")
+    if ctx.overlay is not None and sp.canonical in ctx.overlay:
+        # Planning a later call of a batch: start from what the earlier ones write.
+        text = ctx.overlay[sp.canonical]
+        bom = text.startswith("\ufeff")
+        newline = "\r\n" if "\r\n" in text and text.count("\r\n") > text.count("\n") // 2 else "\n"
+        return Loaded(sp, text.encode("utf-8"), text[1:] if bom else text, newline, bom)
     known = ctx.session.file_reads.get(sp.canonical)
     if enforce_read and known is None:
         raise stale(
@@ -145,6 +151,12 @@ def validate(sp: SafePath, new_text: str, old_text: str | None = None) -> None:
             column=problem.column,
             problem=problem.message,
         )
+
+
+def stage_preview(ctx: ToolContext, loaded: Loaded, new_text: str) -> None:
+    """Record, while planning, what this call will write, for later calls of the batch."""
+    if ctx.overlay is not None:
+        ctx.overlay[loaded.sp.canonical] = ("\ufeff" if loaded.bom else "") + new_text
 
 
 def check_approved(ctx: ToolContext, preview: str, display: str) -> None:

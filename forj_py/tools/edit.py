@@ -84,6 +84,7 @@ class Edit(Tool[EditArgs]):
 
     def preview(self, args: EditArgs, ctx: ToolContext) -> str | None:
         loaded, new_text, _ = self._plan(args, ctx, preview=True)
+        _edit.stage_preview(ctx, loaded, new_text)
         return _edit.unified_diff(loaded.sp.display, loaded.text, new_text)
 
     def execute(self, args: EditArgs, ctx: ToolContext) -> Any:

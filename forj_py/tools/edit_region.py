@@ -62,6 +62,8 @@ class EditRegion(Tool[EditRegionArgs]):
 
     def preview(self, args: EditRegionArgs, ctx: ToolContext) -> str | None:
         loaded, new_text = self._plan(args, ctx, preview=True)
+        if not args.dry_run:
+            _edit.stage_preview(ctx, loaded, new_text)
         return _edit.unified_diff(loaded.sp.display, loaded.text, new_text)
 
     def execute(self, args: EditRegionArgs, ctx: ToolContext) -> Any:

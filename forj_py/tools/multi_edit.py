@@ -104,6 +104,10 @@ class MultiEdit(Tool[MultiEditArgs]):
 
     def preview(self, args: MultiEditArgs, ctx: ToolContext) -> str | None:
         files = self._stage(args, ctx, preview=True)
+        if not args.dry_run:
+            for entry in files.values():
+                if entry.loaded is not None and entry.new_text is not None:
+                    _edit.stage_preview(ctx, entry.loaded, entry.new_text)
         return _diffs(files)
 
     def execute(self, args: MultiEditArgs, ctx: ToolContext) -> Any:

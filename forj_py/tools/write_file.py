@@ -64,6 +64,8 @@ class WriteFile(Tool[WriteFileArgs]):
 
     def preview(self, args: WriteFileArgs, ctx: ToolContext) -> str | None:
         loaded, new_text = self._plan(args, ctx, preview=True)
+        if not args.dry_run:
+            _edit.stage_preview(ctx, loaded, new_text)
         return _edit.unified_diff(loaded.sp.display, loaded.text, new_text, loaded.exists)
 
     def execute(self, args: WriteFileArgs, ctx: ToolContext) -> Any:
