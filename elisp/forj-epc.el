@@ -143,7 +143,7 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
   "BODY (a plist, alist or hash table; nil for {}) as a JSON string."
   (if (null body)
       "{}"
-    (json-serialize body :null-object nil :false-object :json-false)))
+    (json-serialize body :null-object :null :false-object :false)))
 
 (defun forj-epc--send (conn message)
   "Frame MESSAGE (an s-expression) and write it to CONN's socket."
@@ -232,11 +232,12 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
             :message (if (stringp payload) payload (format "%S" payload)))))
 
 (defun forj-epc--json-decode (text)
-  "Decode the JSON TEXT into plists and lists."
+  "Decode the JSON TEXT into plists and vectors.
+False is `:false' and null `:null', so `json-serialize' gives it back."
   (unless (stringp text)
     (error "Expected a JSON text, got %S" (type-of text)))
-  (json-parse-string text :object-type 'plist :array-type 'list
-                     :null-object nil :false-object :json-false))
+  (json-parse-string text :object-type 'plist :array-type 'array
+                     :null-object :null :false-object :false))
 
 (defun forj-epc--incoming-call (conn uid method args)
   "Answer the worker's call UID of METHOD with ARGS on CONN.

@@ -157,5 +157,263 @@ Objects become plists, arrays vectors, null `:null' and false `:false'."
   "Encode VALUE, as made by `forj-tools-json-decode', as JSON text."
   (json-serialize value :null-object :null :false-object :false))
 
+;;; The batch flow: plan, review, execute, render
+
+(require 'forj-worker)
+(require 'forj-review)
+
+(defcustom forj-tools-fold-lines 20
+  "Results longer than this many lines are folded (the text stays in the buffer)."
+  :type 'integer
+  :group 'forj)
+
+(cl-defstruct (forj-tools-batch (:constructor forj-tools--make-batch) (:copier nil))
+  "One batch of tool calls from one message."
+  (buffer nil :documentation "The buffer holding the calls and the results.")
+  (start nil :documentation "Marker: where the results are drawn.")
+  (end nil :documentation "Marker: the end of the drawn results.")
+  (entries nil :documentation "Parsed entries, in order.")
+  (states nil :documentation "Vector: per entry, pending/running/done.")
+  (results nil :documentation "Vector: per entry, the result plist (or nil).")
+  (worker nil :documentation "The worker running the batch.")
+  (batch-id nil :documentation "The worker's id for the batch.")
+  (callback nil :documentation "Called with the results when the batch is done."))
+
+(defvar-local forj-tools--current-batch nil
+  "The batch running in this buffer, if any.")
+
+(defun forj-tools-run-region (beg end &optional callback root)
+  "Run the tool-call blocks between BEG and END as one batch.
+Results are drawn after END as tool-result blocks.  CALLBACK, if
+given, is called with the list of result plists when the batch ends.
+ROOT is the project root (default: the current buffer's project).
+Everything waits asynchronously; Emacs stays usable."
+  (let ((entries (forj-tools-parse-region beg end)))
+    (if (null entries)
+        (progn (message "forj: no tool-call blocks here") nil)
+      (let* ((start (copy-marker (save-excursion (goto-char end)
+                                                 (unless (bolp) (insert "\n"))
+                                                 (point))))
+             (batch (forj-tools--make-batch
+                     :buffer (current-buffer)
+                     :start start
+                     :end (copy-marker start t)
+                     :entries entries
+                     :states (make-vector (length entries) 'pending)
+                     :results (make-vector (length entries) nil)
+                     :callback callback)))
+        (set-marker-insertion-type start nil)
+        (setq forj-tools--current-batch batch)
+        (forj-tools--render batch)
+        (forj-worker-ensure (or root (forj-worker-project-root))
+                            (lambda (worker) (forj-tools--plan batch worker))
+                            (lambda (err) (forj-tools--fail-all batch err)))
+        batch))))
+
+(defun forj-tools--plan (batch worker)
+  "Have WORKER plan every tool call of BATCH."
+  (setf (forj-tools-batch-worker batch) worker)
+  (let ((conn (forj-worker-connection worker))
+        (calls (cl-loop for entry in (forj-tools-batch-entries batch)
+                        when (plist-get entry :call) collect (plist-get entry :call))))
+    (setf (forj-epc-connection-on-event conn) (lambda (event) (forj-tools--event batch event)))
+    (if (null calls)
+        (forj-tools--finish batch)
+      (forj-epc-call conn "plan" (list :calls (vconcat calls))
+                     :success (lambda (plan) (forj-tools--review batch plan))
+                     :error (lambda (err) (forj-tools--fail-all batch err))))))
+
+(defun forj-tools--review (batch plan)
+  "Ask the user about the confirm items of PLAN, then execute BATCH."
+  (setf (forj-tools-batch-batch-id batch) (plist-get plan :batch_id))
+  (let ((confirm (cl-remove-if-not (lambda (item) (equal (plist-get item :disposition) "confirm"))
+                                   (append (plist-get plan :items) nil))))
+    (if confirm
+        (forj-review-open confirm (lambda (approved denied)
+                                    (forj-tools--execute batch approved denied)))
+      (forj-tools--execute batch nil nil))))
+
+(defun forj-tools--execute (batch approved denied)
+  "Execute BATCH with the user's APPROVED ids and DENIED (id . reason) pairs."
+  (forj-epc-call (forj-worker-connection (forj-tools-batch-worker batch)) "execute"
+                 (list :batch_id (forj-tools-batch-batch-id batch)
+                       :approved (vconcat approved)
+                       :denied (let ((table (make-hash-table :test #'equal)))
+                                 (dolist (pair denied) (puthash (car pair) (cdr pair) table))
+                                 table))
+                 :success (lambda (reply) (forj-tools--results batch (plist-get reply :results)))
+                 :error (lambda (err) (forj-tools--fail-all batch err))))
+
+(defun forj-tools--event (batch event)
+  "Show a worker EVENT of BATCH: a call started or finished."
+  (when (equal (plist-get event :batch_id) (forj-tools-batch-batch-id batch))
+    (let ((index (forj-tools--index-of batch (plist-get event :call_id))))
+      (when (and index (member (plist-get event :kind) '("started" "finished")))
+        (aset (forj-tools-batch-states batch) index
+              (if (equal (plist-get event :kind) "started") 'running 'pending))
+        (forj-tools--render batch)))))
+
+(defun forj-tools--index-of (batch id)
+  "The position in BATCH of the parsed call with ID, or nil."
+  (cl-position-if (lambda (entry) (equal (plist-get (plist-get entry :call) :id) id))
+                  (forj-tools-batch-entries batch)))
+
+(defun forj-tools--results (batch results)
+  "Match RESULTS (in call order) to BATCH's entries, then finish."
+  (let ((remaining (append results nil)))
+    (cl-loop for entry in (forj-tools-batch-entries batch)
+             for index from 0
+             when (plist-get entry :call)
+             do (aset (forj-tools-batch-results batch) index (pop remaining))))
+  (forj-tools--finish batch))
+
+(defun forj-tools--fail-all (batch err)
+  "End BATCH with ERR (a plist) as the error of every unfinished call."
+  (cl-loop for entry in (forj-tools-batch-entries batch)
+           for index from 0
+           unless (aref (forj-tools-batch-results batch) index)
+           do (aset (forj-tools-batch-results batch) index
+                    (list :id (or (plist-get (plist-get entry :call) :id) (plist-get entry :id) "")
+                          :name (or (plist-get (plist-get entry :call) :name) "")
+                          :ok :false
+                          :error (list :type (or (plist-get err :type) "internal-error")
+                                       :message (or (plist-get err :message) "the batch failed")
+                                       :details nil
+                                       :recovery (vconcat (or (plist-get err :recovery)
+                                                              '("Try again")))))))
+  (forj-tools--finish batch))
+
+(defun forj-tools--finish (batch)
+  "Fill in results for unparsable entries of BATCH, draw, and report."
+  (cl-loop for entry in (forj-tools-batch-entries batch)
+           for index from 0
+           when (plist-get entry :error)
+           do (aset (forj-tools-batch-results batch) index
+                    (list :id (or (plist-get entry :id) (format "#%d" (1+ index)))
+                          :name ""
+                          :ok :false
+                          :error (list :type "validation-error"
+                                       :message (plist-get entry :error)
+                                       :details (list :kind "BadArgs")
+                                       :recovery ["Write each call as one JSON object in its own ```tool-call block, with \"id\", \"name\" and \"args\""]))))
+  (cl-loop for index below (length (forj-tools-batch-states batch))
+           do (aset (forj-tools-batch-states batch) index 'done))
+  (forj-tools--render batch)
+  (when (buffer-live-p (forj-tools-batch-buffer batch))
+    (with-current-buffer (forj-tools-batch-buffer batch)
+      (when (eq forj-tools--current-batch batch) (setq forj-tools--current-batch nil))))
+  (forj-tools--revert-changed-buffers batch)
+  (when (forj-tools-batch-callback batch)
+    (funcall (forj-tools-batch-callback batch)
+             (append (forj-tools-batch-results batch) nil))))
+
+(defun forj-tools--revert-changed-buffers (batch)
+  "Revert unmodified buffers visiting the files BATCH wrote, keeping point."
+  (let ((root (and (forj-tools-batch-worker batch)
+                   (plist-get (forj-worker-hello (forj-tools-batch-worker batch)) :root))))
+    (when root
+      (cl-loop for result across (forj-tools-batch-results batch)
+               for path = (plist-get (plist-get result :result) :path)
+               when (and path (eq (plist-get result :ok) t)
+                         (member (plist-get result :name)
+                                 '("write_file" "edit_region" "edit" "multi_edit")))
+               do (let ((buffer (find-buffer-visiting (expand-file-name path root))))
+                    (when (and buffer (not (buffer-modified-p buffer)))
+                      (with-current-buffer buffer
+                        (revert-buffer t t t))))))))
+
+;;; Commands
+
+;;;###autoload
+(defun forj-tools-run ()
+  "Run the tool-call blocks of the region, or those after the last results.
+Without an active region, the batch is every block after the last
+tool-result block of the buffer (or from its start): the calls not yet
+run."
+  (interactive)
+  (if (use-region-p)
+      (forj-tools-run-region (region-beginning) (region-end))
+    (let ((from (save-excursion
+                  (goto-char (point-max))
+                  (if (re-search-backward "^```tool-result$" nil t)
+                      (progn (re-search-forward "^```$" nil t) (point))
+                    (point-min)))))
+      (forj-tools-run-region from (point-max)))))
+
+;;;###autoload
+(defun forj-cancel ()
+  "Cancel the batch running in this buffer: the running call and all later ones."
+  (interactive)
+  (let ((batch forj-tools--current-batch))
+    (if (not (and batch (forj-tools-batch-batch-id batch) (forj-tools-batch-worker batch)))
+        (message "forj: nothing to cancel here")
+      (forj-epc-call (forj-worker-connection (forj-tools-batch-worker batch)) "cancel"
+                     (list :batch_id (forj-tools-batch-batch-id batch))
+                     :success (lambda (_) (message "forj: cancelled"))))))
+
+(defvar forj-tools-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "C-c C-t") #'forj-tools-run)
+    (define-key map (kbd "C-c C-k") #'forj-cancel)
+    map)
+  "Keymap of `forj-tools-mode'.")
+
+;;;###autoload
+(define-minor-mode forj-tools-mode
+  "Run fenced tool-call blocks of any buffer through the forj worker.
+
+\{forj-tools-mode-map}"
+  :lighter " forj-tools"
+  :keymap forj-tools-mode-map
+  :group 'forj)
+
+;;; Rendering
+
+(defun forj-tools--header (entry state result)
+  "The one-line header of ENTRY in STATE with RESULT."
+  (let* ((call (plist-get entry :call))
+         (name (or (plist-get call :name) "?"))
+         (args (plist-get call :args))
+         (main (or (plist-get args :path) (plist-get args :query) (plist-get args :directory)
+                   (let ((patterns (plist-get args :patterns)))
+                     (and (vectorp patterns) (> (length patterns) 0) (aref patterns 0)))
+                   ""))
+         (mark (pcase state
+                 ('pending "…")
+                 ('running "⟳")
+                 (_ (cond ((eq (plist-get result :ok) t) "✓")
+                          ((member (plist-get (plist-get result :error) :type)
+                                   '("permission-error" "cancelled"))
+                           (format "⊘ %s" (plist-get (plist-get result :error) :message)))
+                          (t (format "✗ %s" (plist-get (plist-get result :error) :message))))))))
+    (format "%s %s %s" mark name main)))
+
+(defun forj-tools--render (batch)
+  "Redraw BATCH's headers and tool-result blocks."
+  (let ((buffer (forj-tools-batch-buffer batch)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (let ((inhibit-read-only t))
+          (save-excursion
+            (delete-region (forj-tools-batch-start batch) (forj-tools-batch-end batch))
+            (goto-char (forj-tools-batch-start batch))
+            (cl-loop for entry in (forj-tools-batch-entries batch)
+                     for index from 0
+                     for state = (aref (forj-tools-batch-states batch) index)
+                     for result = (aref (forj-tools-batch-results batch) index)
+                     do (insert (forj-tools--header entry state result) "\n")
+                     when result
+                     do (let ((from (point)))
+                          (insert "```tool-result\n" (forj-tools-json-encode result) "\n```\n")
+                          (forj-tools--fold from (point))))
+            (set-marker (forj-tools-batch-end batch) (point))))))))
+
+(defun forj-tools--fold (from to)
+  "Fold the result between FROM and TO if it is long; the text stays."
+  (when (> (count-lines from to) forj-tools-fold-lines)
+    (let ((overlay (make-overlay (save-excursion (goto-char from) (line-end-position)) to)))
+      (overlay-put overlay 'invisible 'forj-tools-fold)
+      (overlay-put overlay 'before-string " [result folded]"))))
+
 (provide 'forj-tools)
 ;;; forj-tools.el ends here

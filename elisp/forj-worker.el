@@ -221,8 +221,8 @@ ERROR is called with an error plist if the worker cannot be started."
   "WORKER answered HELLO: run everything waiting for it."
   (setf (forj-worker-hello worker) hello)
   (remhash (forj-worker-root worker) forj-worker--failures)
-  (dolist (warning (plist-get hello :warnings))
-    (display-warning 'forj warning :warning))
+  (mapc (lambda (warning) (display-warning 'forj warning :warning))
+        (plist-get hello :warnings))
   (let ((waiting (reverse (forj-worker-waiting worker))))
     (setf (forj-worker-waiting worker) nil)
     (dolist (cb waiting) (funcall (car cb) worker))))

@@ -86,9 +86,9 @@ and every worker started for the project is stopped afterwards."
       (let* ((plan (forj-test--call worker "plan"
                                     (list :calls (vector (list :id "1" :name "read_file"
                                                                :args (list :path "src/a.el"))))))
-             (item (car (plist-get plan :items)))
+             (item (aref (plist-get plan :items) 0))
              (done (forj-test--call worker "execute" (list :batch_id (plist-get plan :batch_id))))
-             (result (car (plist-get done :results))))
+             (result (aref (plist-get done :results) 0)))
         (should (equal (plist-get item :disposition) "execute"))
         (should (eq (plist-get result :ok) t))
         (should (equal (plist-get (plist-get result :result) :content) "(message \"hi\")\n"))

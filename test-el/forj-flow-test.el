@@ -1,0 +1,145 @@
+;;; forj-flow-test.el --- The batch flow against the real worker  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Tool-call blocks in a buffer, planned, reviewed (decisions made
+;; programmatically in the real review buffer), executed by the real
+;; worker and rendered back as tool-result blocks.
+
+;;; Code:
+
+(require 'ert)
+(require 'forj-tools)
+(require 'forj-epc-test)
+
+(defun forj-flow-test--run (root text)
+  "Insert TEXT in a new buffer and run its blocks in ROOT; return (BUFFER . RESULTS)."
+  (let ((buffer (generate-new-buffer "*forj-flow-test*"))
+        (results 'waiting))
+    (with-current-buffer buffer
+      (insert text)
+      (forj-tools-run-region (point-min) (point-max) (lambda (r) (setq results r)) root))
+    (cons buffer (lambda () (unless (eq results 'waiting) results)))))
+
+(defun forj-flow-test--review-buffer ()
+  "Wait for the review buffer and return it."
+  (forj-test--wait-for (lambda () (get-buffer "*forj-review*")) 30)
+  (get-buffer "*forj-review*"))
+
+(ert-deftest forj-test-flow-reads-render-results ()
+  "Read calls run without review and render as tool-result blocks after the calls."
+  (forj-test-with-project '(("a.txt" . "alpha\n") ("b.txt" . "beta\n"))
+    (let* ((run (forj-flow-test--run root "Reading.
+
+```tool-call
+{\"id\": \"1\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}
+```
+```tool-call
+{\"id\": \"2\", \"name\": \"read_file\", \"args\": {\"path\": \"../b.txt\"}}
+```
+```tool-call
+{\"id\": \"3\" \"name\": oops}
+```
+"))
+           (buffer (car run))
+           (results (progn (forj-test--wait-for (cdr run) 30) (funcall (cdr run)))))
+      (should (= (length results) 3))
+      (should (eq (plist-get (nth 0 results) :ok) t))
+      (should (equal (plist-get (plist-get (nth 1 results) :error) :type) "validation-error"))
+      (should (string-match-p "Invalid JSON" (plist-get (plist-get (nth 2 results) :error) :message)))
+      (with-current-buffer buffer
+        (let ((text (buffer-string)))
+          (should (string-match-p "✓ read_file a.txt\n```tool-result\n{\"id\":\"1\"" text))
+          (should (string-match-p "✗ Path '../b.txt' contains '..'" text))
+          (should (= (how-many "^```tool-result$" (point-min) (point-max)) 3))))
+      (kill-buffer buffer))))
+
+(ert-deftest forj-test-flow-approve-one-deny-one-with-a-reason ()
+  "Edits wait for review; the approved one runs, the denied one tells the model why."
+  (forj-test-with-project '(("x.txt" . "x\n"))
+    (let* ((run (forj-flow-test--run root "```tool-call
+{\"id\": \"w1\", \"name\": \"write_file\", \"args\": {\"path\": \"new1.txt\", \"content\": \"one\\n\"}}
+```
+```tool-call
+{\"id\": \"w2\", \"name\": \"write_file\", \"args\": {\"path\": \"new2.txt\", \"content\": \"two\\n\"}}
+```
+"))
+           (review (forj-flow-test--review-buffer)))
+      (should review)
+      (with-current-buffer review
+        (should (string-match-p "+one" (buffer-string)))
+        (forj-review-decide "w1" t)
+        (forj-review-decide "w2" (cons 'deny "use new1.txt only"))
+        (forj-review-commit))
+      (should (forj-test--wait-for (cdr run) 30))
+      (let ((results (funcall (cdr run))))
+        (should (eq (plist-get (nth 0 results) :ok) t))
+        (should (equal (plist-get (plist-get (nth 1 results) :error) :message)
+                       "The user denied this call: use new1.txt only")))
+      (should (file-exists-p (expand-file-name "new1.txt" root)))
+      (should-not (file-exists-p (expand-file-name "new2.txt" root)))
+      (kill-buffer (car run)))))
+
+(ert-deftest forj-test-flow-approve-all-and-revert-visiting-buffers ()
+  "Approve all; a buffer visiting an edited file shows the new text, point kept."
+  (forj-test-with-project '(("f.txt" . "one\ntwo\nthree\n"))
+    (let ((visiting (find-file-noselect (expand-file-name "f.txt" root))))
+      (with-current-buffer visiting (goto-char (point-min)) (forward-line 2))
+      (let* ((run (forj-flow-test--run root "```tool-call
+{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"f.txt\"}}
+```
+```tool-call
+{\"id\": \"e\", \"name\": \"edit\", \"args\": {\"path\": \"f.txt\", \"old_string\": \"two\", \"new_string\": \"TWO\"}}
+```
+"))
+             (review (forj-flow-test--review-buffer)))
+        (with-current-buffer review
+          (forj-review-approve-all)
+          (forj-review-commit))
+        (should (forj-test--wait-for (cdr run) 30))
+        (should (eq (plist-get (nth 1 (funcall (cdr run))) :ok) t))
+        (with-current-buffer visiting
+          (should (equal (buffer-string) "one\nTWO\nthree\n"))
+          (should (= (line-number-at-pos) 3)))
+        (kill-buffer visiting)
+        (kill-buffer (car run))))))
+
+(ert-deftest forj-test-flow-leaving-the-review-denies ()
+  "Killing the review buffer without committing denies every call."
+  (forj-test-with-project '(("x.txt" . "x\n"))
+    (let* ((run (forj-flow-test--run root "```tool-call
+{\"id\": \"w\", \"name\": \"write_file\", \"args\": {\"path\": \"n.txt\", \"content\": \"n\"}}
+```
+"))
+           (review (forj-flow-test--review-buffer)))
+      (kill-buffer review)
+      (should (forj-test--wait-for (cdr run) 30))
+      (should (equal (plist-get (plist-get (car (funcall (cdr run))) :error) :type)
+                     "permission-error"))
+      (should-not (file-exists-p (expand-file-name "n.txt" root)))
+      (kill-buffer (car run)))))
+
+(ert-deftest forj-test-flow-tools-mode-runs-only-new-calls ()
+  "C-c C-t in `forj-tools-mode' runs the calls after the last results."
+  (forj-test-with-project '(("a.txt" . "alpha\n"))
+    (let ((buffer (generate-new-buffer "*forj-mode-test*")))
+      (with-current-buffer buffer
+        (forj-tools-mode 1)
+        (should (eq (key-binding (kbd "C-c C-t")) #'forj-tools-run))
+        (setq default-directory root)
+        (insert "```tool-call\n{\"id\": \"1\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}\n```\n")
+        (let ((done nil))
+          (forj-tools-run-region (point-min) (point-max) (lambda (_) (setq done t)) root)
+          (should (forj-test--wait-for (lambda () done) 30)))
+        (goto-char (point-max))
+        (insert "```tool-call\n{\"id\": \"2\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}\n```\n")
+        (let ((entries (save-excursion
+                         (goto-char (point-max))
+                         (re-search-backward "^```tool-result$")
+                         (re-search-forward "^```$")
+                         (forj-tools-parse-region (point) (point-max)))))
+          (should (equal (mapcar (lambda (e) (plist-get (plist-get e :call) :id)) entries) '("2")))))
+      (kill-buffer buffer))))
+
+(provide 'forj-flow-test)
+;;; forj-flow-test.el ends here
