@@ -213,6 +213,7 @@ Everything waits asynchronously; Emacs stays usable."
 (defun forj-tools--plan (batch worker)
   "Have WORKER plan every tool call of BATCH."
   (setf (forj-tools-batch-worker batch) worker)
+  (forj-tools--guard-unsaved batch (plist-get (forj-worker-hello worker) :root))
   (let ((conn (forj-worker-connection worker))
         (calls (cl-loop for entry in (forj-tools-batch-entries batch)
                         when (plist-get entry :call) collect (plist-get entry :call))))
@@ -232,6 +233,54 @@ Everything waits asynchronously; Emacs stays usable."
         (forj-review-open confirm (lambda (approved denied)
                                     (forj-tools--execute batch approved denied)))
       (forj-tools--execute batch nil nil))))
+
+(defcustom forj-tools-unsaved-buffers 'ask
+  "What to do when a call would change a file that has unsaved changes in Emacs.
+`ask' asks whether to save the buffer first (no means the call is denied),
+`save' saves it, `deny' denies the call.  Either way Emacs never ends up
+with a buffer that disagrees with the file without knowing it."
+  :type '(choice (const :tag "Ask" ask)
+                 (const :tag "Save the buffer first" save)
+                 (const :tag "Deny the call" deny))
+  :group 'forj)
+
+(defconst forj-tools--writing-tools '("write_file" "edit_region" "edit" "multi_edit")
+  "Tools that change files, whose targets may be visited in Emacs.")
+
+(defun forj-tools--call-paths (call)
+  "The files CALL would change, as given in its arguments."
+  (when (member (plist-get call :name) forj-tools--writing-tools)
+    (let ((args (plist-get call :args)))
+      (if (equal (plist-get call :name) "multi_edit")
+          (delete-dups (mapcar (lambda (e) (plist-get e :path))
+                               (append (plist-get args :edits) nil)))
+        (list (plist-get args :path))))))
+
+(defun forj-tools--guard-unsaved (batch root)
+  "Before planning BATCH, deal with unsaved buffers of files it would change.
+ROOT is the project root.  Buffers are saved where allowed, so previews
+show the file as the user has it; a call the user will not let through
+becomes an error entry and is not sent."
+  (setf (forj-tools-batch-entries batch)
+        (mapcar
+         (lambda (entry)
+           (let ((call (plist-get entry :call)) (refusal nil))
+             (dolist (path (and call (forj-tools--call-paths call)))
+               (let ((buffer (and (stringp path) (find-buffer-visiting (expand-file-name path root)))))
+                 (when (and buffer (buffer-modified-p buffer) (not refusal))
+                   (if (pcase forj-tools-unsaved-buffers
+                         ('save t)
+                         ('deny nil)
+                         (_ (yes-or-no-p (format "%s has unsaved changes; save it before %s changes it? "
+                                                 (buffer-name buffer) (plist-get call :name)))))
+                       (with-current-buffer buffer (save-buffer))
+                     (setq refusal (format "The user has unsaved changes to %s in Emacs; the call was not run"
+                                           path))))))
+             (if refusal
+                 (list :error refusal :beg (plist-get entry :beg) :end (plist-get entry :end)
+                       :id (plist-get call :id))
+               entry)))
+         (forj-tools-batch-entries batch))))
 
 (defun forj-tools--execute (batch approved denied)
   "Execute BATCH with the user's APPROVED ids and DENIED (id . reason) pairs."
@@ -388,6 +437,34 @@ run."
                           (t (format "✗ %s" (plist-get (plist-get result :error) :message))))))))
     (format "%s %s %s" mark name main)))
 
+(define-button-type 'forj-tools-path
+  'action #'forj-tools--visit
+  'help-echo "Visit this file")
+
+(defun forj-tools--visit (button)
+  "Open the file of BUTTON, at its line if it has one."
+  (let ((file (button-get button 'forj-file))
+        (line (button-get button 'forj-line)))
+    (find-file-other-window file)
+    (when line
+      (goto-char (point-min))
+      (forward-line (1- line)))))
+
+(defun forj-tools--buttonize (from to root)
+  "Make the paths of existing files between FROM and TO buttons.
+Paths are relative to ROOT."
+  (when root
+    (save-excursion
+      (goto-char from)
+      (while (re-search-forward "\\([[:alnum:]_./-]+\\)\\(?::\\([0-9]+\\)\\)?" to t)
+        (let ((file (expand-file-name (match-string 1) root)))
+          (when (and (string-match-p "[./]" (match-string 1)) (file-regular-p file))
+            (make-text-button (match-beginning 0) (match-end 0)
+                              'type 'forj-tools-path
+                              'forj-file file
+                              'forj-line (and (match-string 2)
+                                              (string-to-number (match-string 2))))))))))
+
 (defun forj-tools--render (batch)
   "Redraw BATCH's headers and tool-result blocks."
   (let ((buffer (forj-tools-batch-buffer batch)))
@@ -401,7 +478,13 @@ run."
                      for index from 0
                      for state = (aref (forj-tools-batch-states batch) index)
                      for result = (aref (forj-tools-batch-results batch) index)
-                     do (insert (forj-tools--header entry state result) "\n")
+                     do (let ((from (point)))
+                          (insert (forj-tools--header entry state result) "\n")
+                          (forj-tools--buttonize
+                           from (point)
+                           (and (forj-tools-batch-worker batch)
+                                (plist-get (forj-worker-hello (forj-tools-batch-worker batch))
+                                           :root))))
                      when result
                      do (let ((from (point)))
                           (insert "```tool-result\n" (forj-tools-json-encode result) "\n```\n")

@@ -119,6 +119,42 @@
       (should-not (file-exists-p (expand-file-name "n.txt" root)))
       (kill-buffer (car run)))))
 
+(ert-deftest forj-test-flow-unsaved-buffer-blocks-or-is-saved ()
+  "An edit of a file with unsaved changes is denied, or the buffer saved first."
+  (forj-test-with-project '(("f.txt" . "one\n") ("g.txt" . "two\n"))
+    (let ((f (find-file-noselect (expand-file-name "f.txt" root)))
+          (g (find-file-noselect (expand-file-name "g.txt" root))))
+      (with-current-buffer f (goto-char (point-max)) (insert "unsaved\n"))
+      (with-current-buffer g (goto-char (point-max)) (insert "mine\n"))
+      (let* ((forj-tools-unsaved-buffers 'deny)
+             (run (forj-flow-test--run root "```tool-call
+{\"id\": \"w\", \"name\": \"write_file\", \"args\": {\"path\": \"f.txt\", \"content\": \"x\\n\", \"dry_run\": false}}
+```
+")))
+        (should (forj-test--wait-for (cdr run) 30))
+        (should (string-match-p "unsaved changes"
+                                (plist-get (plist-get (car (funcall (cdr run))) :error) :message)))
+        (should (equal (with-current-buffer f (buffer-string)) "one\nunsaved\n"))
+        (kill-buffer (car run)))
+      (let* ((forj-tools-unsaved-buffers 'save)
+             (run (forj-flow-test--run root "```tool-call
+{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"g.txt\"}}
+```
+```tool-call
+{\"id\": \"e\", \"name\": \"edit\", \"args\": {\"path\": \"g.txt\", \"old_string\": \"two\", \"new_string\": \"TWO\"}}
+```
+")))
+        (with-current-buffer (forj-flow-test--review-buffer)
+          (should (string-match-p "^     mine$" (buffer-string)))  ; the diff is of the saved file
+          (forj-review-approve-all)
+          (forj-review-commit))
+        (should (forj-test--wait-for (cdr run) 30))
+        (should (eq (plist-get (nth 1 (funcall (cdr run))) :ok) t))
+        (should (equal (with-current-buffer g (buffer-string)) "TWO\nmine\n"))
+        (kill-buffer (car run)))
+      (kill-buffer f)
+      (kill-buffer g))))
+
 (ert-deftest forj-test-flow-tools-mode-runs-only-new-calls ()
   "C-c C-t in `forj-tools-mode' runs the calls after the last results."
   (forj-test-with-project '(("a.txt" . "alpha\n"))
