@@ -244,6 +244,11 @@ with a buffer that disagrees with the file without knowing it."
                  (const :tag "Deny the call" deny))
   :group 'forj)
 
+(defvar forj-tools-capacity-bytes nil
+  "Room left in the model's context for this batch's results, in bytes.
+The chat sets this from its context estimate; nil lets the worker use
+its conservative default (64 KiB per result).")
+
 (defconst forj-tools--writing-tools '("write_file" "edit_region" "edit" "multi_edit")
   "Tools that change files, whose targets may be visited in Emacs.")
 
@@ -286,6 +291,7 @@ becomes an error entry and is not sent."
   "Execute BATCH with the user's APPROVED ids and DENIED (id . reason) pairs."
   (forj-epc-call (forj-worker-connection (forj-tools-batch-worker batch)) "execute"
                  (list :batch_id (forj-tools-batch-batch-id batch)
+                       :capacity_bytes (or forj-tools-capacity-bytes :null)
                        :approved (vconcat approved)
                        :denied (let ((table (make-hash-table :test #'equal)))
                                  (dolist (pair denied) (puthash (car pair) (cdr pair) table))
