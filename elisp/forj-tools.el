@@ -182,6 +182,9 @@ Objects become plists, arrays vectors, null `:null' and false `:false'."
 (defvar-local forj-tools--current-batch nil
   "The batch running in this buffer, if any.")
 
+(defvar-local forj-tools--root nil
+  "The project root whose worker this buffer has used.")
+
 (defun forj-tools-run-region (beg end &optional callback root)
   "Run the tool-call blocks between BEG and END as one batch.
 Results are drawn after END as tool-result blocks.  CALLBACK, if
@@ -205,7 +208,8 @@ Everything waits asynchronously; Emacs stays usable."
         (set-marker-insertion-type start nil)
         (setq forj-tools--current-batch batch)
         (forj-tools--render batch)
-        (forj-worker-ensure (or root (forj-worker-project-root))
+        (setq forj-tools--root (or root (forj-worker-project-root)))
+        (forj-worker-ensure forj-tools--root
                             (lambda (worker) (forj-tools--plan batch worker))
                             (lambda (err) (forj-tools--fail-all batch err)))
         batch))))
@@ -420,7 +424,22 @@ run."
 \{forj-tools-mode-map}"
   :lighter " forj-tools"
   :keymap forj-tools-mode-map
-  :group 'forj)
+  :group 'forj
+  (if forj-tools-mode
+      (add-hook 'kill-buffer-hook #'forj-tools--last-buffer-check nil t)
+    (remove-hook 'kill-buffer-hook #'forj-tools--last-buffer-check t)))
+
+(defun forj-tools--last-buffer-check ()
+  "Stop this buffer's worker when no other forj buffer of its project is left."
+  (let ((root forj-tools--root)
+        (this (current-buffer)))
+    (when (and root
+               (not (cl-some (lambda (buffer)
+                               (and (not (eq buffer this))
+                                    (buffer-local-value 'forj-tools-mode buffer)
+                                    (equal (buffer-local-value 'forj-tools--root buffer) root)))
+                             (buffer-list))))
+      (forj-worker-stop root))))
 
 ;;; Rendering
 

@@ -177,5 +177,23 @@
           (should (equal (mapcar (lambda (e) (plist-get (plist-get e :call) :id)) entries) '("2")))))
       (kill-buffer buffer))))
 
+(ert-deftest forj-test-flow-worker-stops-with-the-last-forj-buffer ()
+  "Killing the project's last `forj-tools-mode' buffer stops its worker."
+  (forj-test-with-project '(("a.txt" . "alpha\n"))
+    (let ((one (generate-new-buffer "*forj-one*"))
+          (two (generate-new-buffer "*forj-two*")))
+      (dolist (buffer (list one two))
+        (with-current-buffer buffer
+          (forj-tools-mode 1)
+          (insert "```tool-call\n{\"id\": \"1\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}\n```\n")
+          (let ((done nil))
+            (forj-tools-run-region (point-min) (point-max) (lambda (_) (setq done t)) root)
+            (should (forj-test--wait-for (lambda () done) 30)))))
+      (let ((process (forj-worker-process (gethash (file-name-as-directory root) forj-worker--by-root))))
+        (kill-buffer one)
+        (should (process-live-p process))
+        (kill-buffer two)
+        (should (forj-test--wait-for (lambda () (not (process-live-p process))) 5))))))
+
 (provide 'forj-flow-test)
 ;;; forj-flow-test.el ends here
