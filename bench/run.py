@@ -59,6 +59,19 @@ def calibration() -> float:
     return median_of(spin, 7, warmup=1)
 
 
+def _run_emacs_bench(emacs: str, script: str, env: dict[str, str]) -> str:
+    """Run ``bench/SCRIPT`` in batch Emacs with this Python as the worker's; its stdout."""
+    out = subprocess.run(
+        [emacs, "-Q", "--batch", "-L", str(ROOT / "elisp"), "-l", str(ROOT / "bench" / script)],
+        env=dict(env, FORJ_PYTHON=sys.executable),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return out.stdout
+
+
 def _emacs_flow(emacs: str, env: dict[str, str], tmp: Path) -> list[tuple[str, str, str]]:
     """Render time of an 8-call batch and timer lag while ~10 MB of results arrive."""
     project = tmp / "flow"
@@ -70,25 +83,10 @@ def _emacs_flow(emacs: str, env: dict[str, str], tmp: Path) -> list[tuple[str, s
     cfg.write_text(
         "[tools.output]\nmax_bytes = 8000000\n[tools.read_file]\nmax_file_read_bytes = 4000000\n"
     )
-    out = subprocess.run(
-        [
-            emacs,
-            "-Q",
-            "--batch",
-            "-L",
-            str(ROOT / "elisp"),
-            "-l",
-            str(ROOT / "bench" / "flow-bench.el"),
-        ],
-        env=dict(
-            env, FORJ_PYTHON=sys.executable, FORJ_BENCH_ROOT=str(project), FORJ_CONFIG=str(cfg)
-        ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
+    out = _run_emacs_bench(
+        emacs, "flow-bench.el", dict(env, FORJ_BENCH_ROOT=str(project), FORJ_CONFIG=str(cfg))
     )
-    values = dict(line.split() for line in out.stdout.strip().splitlines()[-2:])
+    values = dict(line.split() for line in out.strip().splitlines()[-2:])
     return [
         ("8-call read batch: results received to drawn (Emacs)", f"{values['render']} ms", "—"),
         ("Emacs timer lag while 8 x 1.25 MB of results arrive", f"{values['lag']} ms", "≤ 50 ms"),
@@ -145,23 +143,8 @@ def main() -> None:
             rows.append(("no-op round trip, python-epc client", f"{t * 1000:.3f} ms", "—"))
             emacs = shutil.which("emacs")
             if emacs:
-                out = subprocess.run(
-                    [
-                        emacs,
-                        "-Q",
-                        "--batch",
-                        "-L",
-                        str(ROOT / "elisp"),
-                        "-l",
-                        str(ROOT / "bench" / "epc-bench.el"),
-                    ],
-                    env=dict(env, FORJ_PYTHON=sys.executable, FORJ_BENCH_ROOT=str(root)),
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                    check=True,
-                )
-                ms = float(out.stdout.strip().splitlines()[-1])
+                out = _run_emacs_bench(emacs, "epc-bench.el", dict(env, FORJ_BENCH_ROOT=str(root)))
+                ms = float(out.strip().splitlines()[-1])
                 rows.append(
                     ("no-op round trip from Emacs, forj-epc.el", f"{ms:.3f} ms", "≤ 0.5 ms")
                 )

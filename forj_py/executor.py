@@ -15,6 +15,7 @@ before the next call starts.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -94,8 +95,13 @@ class Runner:
             budget -= len(finished.text.encode("utf-8"))
             self._journal(
                 batch,
-                lambda f=finished, p=planned: self.journal.record_result(  # type: ignore[misc]
-                    batch.batch_id, p.seq, p.call_id, bool(f.wire.get("ok")), f.text
+                functools.partial(
+                    self.journal.record_result,
+                    batch.batch_id,
+                    planned.seq,
+                    planned.call_id,
+                    bool(finished.wire.get("ok")),
+                    finished.text,
                 ),
             )
             batch.results.append(finished)

@@ -80,11 +80,6 @@ class Walker:
         self._specs[rel_dir] = spec
         return spec
 
-    def ignored(self, rel: str, is_dir: bool) -> bool:
-        """Whether ignore files exclude ``rel`` (its parents are checked by the walk)."""
-        parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
-        return self._ignored_in(self._specs_above(parent), rel, is_dir)
-
     def _specs_above(self, rel_dir: str) -> list[tuple[int, Rules]]:
         """The ignore specs of ``rel_dir`` and its ancestors, deepest first, as
         (length of the directory prefix to strip, spec)."""

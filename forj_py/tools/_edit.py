@@ -75,9 +75,7 @@ def load(ctx: ToolContext, path: str, *, must_exist: bool, enforce_read: bool = 
     if ctx.overlay is not None and sp.canonical in ctx.overlay:
         # Planning a later call of a batch: start from what the earlier ones write.
         text = ctx.overlay[sp.canonical]
-        bom = text.startswith("\ufeff")
-        newline = "\r\n" if "\r\n" in text and text.count("\r\n") > text.count("\n") // 2 else "\n"
-        return Loaded(sp, text.encode("utf-8"), text[1:] if bom else text, newline, bom)
+        return _loaded(sp, text.encode("utf-8"), text)
     known = ctx.session.file_reads.get(sp.canonical)
     if enforce_read and known is None:
         raise stale(
@@ -100,7 +98,12 @@ def load(ctx: ToolContext, path: str, *, must_exist: bool, enforce_read: bool = 
             sp.display,
             recovery=["Leave this file to the user, or rewrite it whole with write_file"],
         ) from None
-    newline = "\r\n" if text.count("\r\n") > text.count("\n") // 2 and "\r\n" in text else "\n"
+    return _loaded(sp, data, text)
+
+
+def _loaded(sp: SafePath, data: bytes, text: str) -> Loaded:
+    """A file's content as the writing tools see it: BOM apart, line ending noted."""
+    newline = "\r\n" if "\r\n" in text and text.count("\r\n") > text.count("\n") // 2 else "\n"
     bom = text.startswith("\ufeff")
     return Loaded(sp, data, text[1:] if bom else text, newline, bom)
 
