@@ -25,8 +25,16 @@
 ;;
 ;;   a  approve the call at point      d  deny it
 ;;   r  deny it with a reason (the model reads the reason)
+;;   e  edit the proposed text in ediff, then approve it as edited
 ;;   A  approve all                    D  deny all
 ;;   C-c C-c  commit the decisions     q  deny all and commit
+;;
+;; Editing before approving: `e' fetches the call's proposal from the
+;; worker (the file as it is and as the call would leave it) and opens
+;; both in ediff; the proposed side is editable.  When ediff quits, what
+;; the proposed buffer holds is what will be written, and the result
+;; tells the model the user modified the change and shows what was
+;; written.
 ;;
 ;; The batch flow (forj-tools.el) opens this buffer and gets the
 ;; decisions back through a callback.
@@ -60,13 +68,25 @@
 
 (defvar-local forj-review--callback nil
   "Function called once with the decisions.
-Its arguments: the approved ids, and an alist of denied ids and reasons.")
+Its arguments: the approved ids, an alist of denied ids and reasons,
+and an alist of modified ids, each with an alist of paths and the
+text the user wants written there.")
+
+(defvar-local forj-review--proposal-function nil
+  "Function fetching a call's proposal, or nil when editing is not offered.
+Called with the call id, a function to call with the list of files
+\(plists with :path, :old, :new) and a function to call with an error
+plist.")
+
+(defvar-local forj-review--modified nil
+  "Hash table: call id -> alist of (PATH . TEXT) the user wrote instead.")
 
 (defvar forj-review-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map "a" #'forj-review-approve)
     (define-key map "d" #'forj-review-deny)
     (define-key map "r" #'forj-review-deny-with-reason)
+    (define-key map "e" #'forj-review-edit)
     (define-key map "A" #'forj-review-approve-all)
     (define-key map "D" #'forj-review-deny-all)
     (define-key map "n" #'forj-review-next)
@@ -83,16 +103,21 @@ Its arguments: the approved ids, and an alist of denied ids and reasons.")
   (setq-local truncate-lines t)
   (add-hook 'kill-buffer-hook #'forj-review--deny-on-kill nil t))
 
-(defun forj-review-open (items callback)
+(defun forj-review-open (items callback &optional proposal-function)
   "Show ITEMS (plan items needing confirmation) for review.
-CALLBACK is called once, with the list of approved ids and an alist of
-denied ids and reasons, when the decisions are committed.  Return the
-review buffer."
+CALLBACK is called once, when the decisions are committed, with the
+list of approved ids, an alist of denied ids and reasons, and an alist
+of ids the user edited before approving, each with an alist of paths
+and texts.  PROPOSAL-FUNCTION, if given, fetches a call's proposal for
+editing (see `forj-review--proposal-function').  Return the review
+buffer."
   (let ((buffer (generate-new-buffer "*forj-review*")))
     (with-current-buffer buffer
       (forj-review-mode)
       (setq forj-review--items items
             forj-review--decisions (make-hash-table :test #'equal)
+            forj-review--modified (make-hash-table :test #'equal)
+            forj-review--proposal-function proposal-function
             forj-review--callback callback)
       (forj-review--render)
       (goto-char (point-min))
@@ -106,13 +131,15 @@ review buffer."
         (line (line-number-at-pos)))
     (erase-buffer)
     (insert (substitute-command-keys
-             "Review these tool calls.  \\<forj-review-mode-map>\\[forj-review-approve] approve, \\[forj-review-deny] deny, \\[forj-review-deny-with-reason] deny with a reason, \\[forj-review-approve-all] / \\[forj-review-deny-all] all, \\[forj-review-commit] commit, \\[forj-review-quit] deny all.\n\n"))
+             "Review these tool calls.  \\<forj-review-mode-map>\\[forj-review-approve] approve, \\[forj-review-deny] deny, \\[forj-review-deny-with-reason] deny with a reason, \\[forj-review-edit] edit then approve, \\[forj-review-approve-all] / \\[forj-review-deny-all] all, \\[forj-review-commit] commit, \\[forj-review-quit] deny all.\n\n"))
     (dolist (item forj-review--items)
       (let* ((id (plist-get item :id))
              (decision (gethash id forj-review--decisions))
              (risk (or (plist-get item :risk) "low"))
              (start (point)))
-        (insert (cond ((eq decision t) (propertize "[approved]" 'face 'forj-review-approved))
+        (insert (cond ((and (eq decision t) (gethash id forj-review--modified))
+                       (propertize "[edited]  " 'face 'forj-review-approved))
+                      ((eq decision t) (propertize "[approved]" 'face 'forj-review-approved))
                       (decision (propertize "[denied]  " 'face 'forj-review-denied))
                       (t "[        ]"))
                 " "
@@ -120,6 +147,10 @@ review buffer."
                 " " (plist-get item :summary) "\n")
         (when (and (consp decision) (cdr decision))
           (insert "    reason: " (cdr decision) "\n"))
+        (when (and (eq decision t) (gethash id forj-review--modified))
+          (insert "    you edited: "
+                  (mapconcat #'car (gethash id forj-review--modified) ", ")
+                  " (the diff below is the proposal; your text is what will be written)\n"))
         (when (plist-get item :preview_note)
           (insert "    " (plist-get item :preview_note) "\n"))
         (when (plist-get item :preview)
@@ -154,6 +185,12 @@ review buffer."
   "Record DECISION (t, or (deny . REASON)) for call ID, and redraw."
   (puthash id decision forj-review--decisions)
   (forj-review--render))
+
+(defun forj-review-modify (id path text)
+  "Approve call ID with TEXT written to PATH instead of its proposal."
+  (let ((edits (assoc-delete-all path (copy-alist (gethash id forj-review--modified)))))
+    (puthash id (append edits (list (cons path text))) forj-review--modified))
+  (forj-review-decide id t))
 
 (defun forj-review-approve ()
   "Approve the call at point."
@@ -217,11 +254,14 @@ review buffer."
         (if (eq decision t)
             (push id approved)
           (push (cons id (or (cdr-safe decision) "")) denied))))
-    (setq forj-review--callback nil)
-    (let ((buffer (current-buffer)))
-      (quit-window nil (get-buffer-window buffer))
-      (kill-buffer buffer))
-    (when callback (funcall callback (nreverse approved) (nreverse denied)))))
+    (let ((modified (cl-loop for id in approved
+                             when (gethash id forj-review--modified)
+                             collect (cons id (gethash id forj-review--modified)))))
+      (setq forj-review--callback nil)
+      (let ((buffer (current-buffer)))
+        (quit-window nil (get-buffer-window buffer))
+        (kill-buffer buffer))
+      (when callback (funcall callback (nreverse approved) (nreverse denied) modified)))))
 
 (defun forj-review-quit ()
   "Deny every call and commit."
@@ -235,7 +275,98 @@ review buffer."
     (let ((callback forj-review--callback))
       (setq forj-review--callback nil)
       (funcall callback nil (mapcar (lambda (item) (cons (plist-get item :id) ""))
-                                    forj-review--items)))))
+                                    forj-review--items)
+               nil))))
+
+;;; Edit before approve
+
+(defun forj-review-edit ()
+  "Edit the proposed change of the call at point in ediff, then approve it.
+The left side is the file as it is, the right side what the call
+proposes; change the right side, then quit ediff (\`q') to approve
+the call with your text.  Kill the proposed buffer instead to leave
+the decision as it was."
+  (interactive)
+  (let ((id (forj-review--id-at-point))
+        (review (current-buffer)))
+    (unless forj-review--proposal-function
+      (user-error "This review cannot fetch proposals to edit"))
+    (message "forj: fetching the proposal of %s..." id)
+    (funcall forj-review--proposal-function id
+             (lambda (files)
+               (when (buffer-live-p review)
+                 (let ((file (if (cdr files)
+                                 (let ((path (completing-read
+                                              "Edit which file? "
+                                              (mapcar (lambda (f) (plist-get f :path)) files)
+                                              nil t)))
+                                   (cl-find path files :key (lambda (f) (plist-get f :path))
+                                            :test #'equal))
+                               (car files))))
+                   (message nil)
+                   (forj-review--ediff review id file))))
+             (lambda (err)
+               (message "forj: cannot edit %s: %s" id (or (plist-get err :message) err))))))
+
+(defvar-local forj-review--edit nil
+  "In a proposed buffer: (REVIEW-BUFFER ID PATH PROPOSED-TEXT).")
+
+(defun forj-review--mode-for (path)
+  "The major mode `auto-mode-alist' gives PATH, or `fundamental-mode'."
+  (let ((mode (assoc-default path auto-mode-alist #'string-match)))
+    (when (consp mode) (setq mode (car mode)))
+    (if (functionp mode) mode #'fundamental-mode)))
+
+(defun forj-review-edit-buffers (review id file)
+  "Make the current and proposed buffers of FILE (a proposal plist) of call ID.
+REVIEW is the review buffer.  Return (CURRENT . PROPOSED); the
+proposed buffer holds what the user edits, and
+`forj-review-edit-finish' in it records the edit."
+  (let* ((path (plist-get file :path))
+         (mode (forj-review--mode-for path))
+         (current (generate-new-buffer (format "*forj-current: %s*" path)))
+         (proposed (generate-new-buffer (format "*forj-proposed: %s*" path))))
+    (with-current-buffer current
+      (insert (plist-get file :old))
+      (ignore-errors (delay-mode-hooks (funcall mode)))
+      (setq buffer-read-only t)
+      (set-buffer-modified-p nil))
+    (with-current-buffer proposed
+      (insert (plist-get file :new))
+      (ignore-errors (delay-mode-hooks (funcall mode)))
+      (setq-local forj-review--edit (list review id path (plist-get file :new)))
+      (set-buffer-modified-p nil)
+      (goto-char (point-min)))
+    (cons current proposed)))
+
+(defun forj-review-edit-finish (proposed)
+  "Record the text of the buffer PROPOSED as the user's text for its call.
+An unchanged proposal is simply approved."
+  (with-current-buffer proposed
+    (pcase-let ((`(,review ,id ,path ,original) forj-review--edit)
+                (text (buffer-substring-no-properties (point-min) (point-max))))
+      (when (buffer-live-p review)
+        (with-current-buffer review
+          (if (equal text original)
+              (forj-review-decide id t)
+            (forj-review-modify id path text)))))))
+
+(defun forj-review--ediff (review id file)
+  "Open FILE of call ID in ediff; on quit, record the edit in REVIEW."
+  (require 'ediff)
+  (pcase-let ((`(,current . ,proposed) (forj-review-edit-buffers review id file)))
+    (ediff-buffers
+     current proposed
+     (list (lambda ()
+             (add-hook 'ediff-quit-hook
+                       (lambda ()
+                         (when (buffer-live-p proposed)
+                           (forj-review-edit-finish proposed)
+                           (kill-buffer proposed))
+                         (when (buffer-live-p current) (kill-buffer current))
+                         (when (buffer-live-p review) (pop-to-buffer review)))
+                       ;; Run after ediff's own clean-up.
+                       90 t))))))
 
 (provide 'forj-review)
 ;;; forj-review.el ends here

@@ -162,9 +162,17 @@ Objects become plists, arrays vectors, null `:null' and false `:false'."
 (require 'forj-worker)
 (require 'forj-review)
 
-(defcustom forj-tools-fold-lines 20
-  "Results longer than this many lines are folded (the text stays in the buffer)."
-  :type 'integer
+(defcustom forj-tools-fold-chars 1200
+  "Results longer than this many characters are folded.
+The text stays in the buffer (the model reads it back); only the
+display hides all but its start.  TAB on a folded result shows
+it, as does \<forj-tools-mode-map>\[forj-tools-toggle-fold] on its line."
+  :type 'natnum
+  :group 'forj)
+
+(defcustom forj-tools-button-scan-chars (* 256 1024)
+  "How much of each result is scanned for paths to make into buttons."
+  :type 'natnum
   :group 'forj)
 
 (cl-defstruct (forj-tools-batch (:constructor forj-tools--make-batch) (:copier nil))
@@ -234,9 +242,18 @@ Everything waits asynchronously; Emacs stays usable."
   (let ((confirm (cl-remove-if-not (lambda (item) (equal (plist-get item :disposition) "confirm"))
                                    (append (plist-get plan :items) nil))))
     (if confirm
-        (forj-review-open confirm (lambda (approved denied)
-                                    (forj-tools--execute batch approved denied)))
-      (forj-tools--execute batch nil nil))))
+        (forj-review-open confirm
+                          (lambda (approved denied modified)
+                            (forj-tools--execute batch approved denied modified))
+                          (lambda (id ok fail) (forj-tools--proposal batch id ok fail)))
+      (forj-tools--execute batch nil nil nil))))
+
+(defun forj-tools--proposal (batch id ok fail)
+  "Fetch the proposal of call ID in BATCH; call OK with its files or FAIL."
+  (forj-epc-call (forj-worker-connection (forj-tools-batch-worker batch)) "proposal"
+                 (list :batch_id (forj-tools-batch-batch-id batch) :call_id id)
+                 :success (lambda (reply) (funcall ok (append (plist-get reply :files) nil)))
+                 :error fail))
 
 (defcustom forj-tools-unsaved-buffers 'ask
   "What to do when a call would change a file that has unsaved changes in Emacs.
@@ -291,15 +308,25 @@ becomes an error entry and is not sent."
                entry)))
          (forj-tools-batch-entries batch))))
 
-(defun forj-tools--execute (batch approved denied)
-  "Execute BATCH with the user's APPROVED ids and DENIED (id . reason) pairs."
+(defun forj-tools--table (alist)
+  "A JSON object (hash table) made of ALIST's string keys and values."
+  (let ((table (make-hash-table :test #'equal)))
+    (dolist (pair alist) (puthash (car pair) (cdr pair) table))
+    table))
+
+(defun forj-tools--execute (batch approved denied modified)
+  "Execute BATCH with the user's APPROVED ids and DENIED (id . reason) pairs.
+MODIFIED pairs ids with alists of (path . text) the user wrote instead
+of the proposal."
   (forj-epc-call (forj-worker-connection (forj-tools-batch-worker batch)) "execute"
                  (list :batch_id (forj-tools-batch-batch-id batch)
                        :capacity_bytes (or forj-tools-capacity-bytes :null)
                        :approved (vconcat approved)
-                       :denied (let ((table (make-hash-table :test #'equal)))
-                                 (dolist (pair denied) (puthash (car pair) (cdr pair) table))
-                                 table))
+                       :denied (forj-tools--table denied)
+                       :modified (forj-tools--table
+                                  (mapcar (lambda (pair)
+                                            (cons (car pair) (forj-tools--table (cdr pair))))
+                                          modified)))
                  :success (lambda (reply) (forj-tools--results batch (plist-get reply :results)))
                  :error (lambda (err) (forj-tools--fail-all batch err))))
 
@@ -310,7 +337,55 @@ becomes an error entry and is not sent."
       (when (and index (member (plist-get event :kind) '("started" "finished")))
         (aset (forj-tools-batch-states batch) index
               (if (equal (plist-get event :kind) "started") 'running 'pending))
-        (forj-tools--render batch)))))
+        (forj-tools--render batch)
+        (forj-tools--spin batch (equal (plist-get event :kind) "started"))))))
+
+;;; The spinner
+
+(defconst forj-tools--spinner-frames ["⠋" "⠙" "⠹" "⠸" "⠼" "⠴" "⠦" "⠧" "⠇" "⠏"]
+  "The frames of the running call's spinner.")
+
+(defvar forj-tools--spinning nil
+  "Batches with a running call, whose spinner turns.")
+
+(defvar forj-tools--spinner-timer nil
+  "The timer turning every spinner, while any batch runs a call.")
+
+(defun forj-tools--spin (batch on)
+  "Turn BATCH's spinner ON or off.
+The shared timer runs while any spinner turns."
+  (setq forj-tools--spinning (delq batch forj-tools--spinning))
+  (when on (push batch forj-tools--spinning))
+  (cond ((and forj-tools--spinning (not forj-tools--spinner-timer))
+         (setq forj-tools--spinner-timer (run-at-time 0.1 0.1 #'forj-tools--spinner-tick)))
+        ((and (null forj-tools--spinning) forj-tools--spinner-timer)
+         (cancel-timer forj-tools--spinner-timer)
+         (setq forj-tools--spinner-timer nil))))
+
+(defun forj-tools--spinner-frame ()
+  "Return the spinner frame for now, the same for every spinner."
+  (aref forj-tools--spinner-frames
+        (mod (floor (* 10 (float-time))) (length forj-tools--spinner-frames))))
+
+(defun forj-tools--spinner-tick ()
+  "Advance the spinner of every running call by one frame."
+  (let ((frame (forj-tools--spinner-frame)))
+    (dolist (batch forj-tools--spinning)
+      (let ((buffer (forj-tools-batch-buffer batch)))
+        (if (not (buffer-live-p buffer))
+            (forj-tools--spin batch nil)
+          (with-current-buffer buffer
+            (with-silent-modifications
+              (save-excursion
+                (let ((pos (forj-tools-batch-start batch))
+                      (end (forj-tools-batch-end batch)))
+                  (while (and pos (< pos end))
+                    (setq pos (text-property-any pos end 'forj-tools-spinner t))
+                    (when pos
+                      (goto-char pos)
+                      (delete-char 1)
+                      (insert (propertize frame 'forj-tools-spinner t))
+                      (setq pos (1+ pos)))))))))))))
 
 (defun forj-tools--index-of (batch id)
   "The position in BATCH of the parsed call with ID, or nil."
@@ -357,6 +432,7 @@ becomes an error entry and is not sent."
                                        :recovery ["Write each call as one JSON object in its own ```tool-call block, with \"id\", \"name\" and \"args\""]))))
   (cl-loop for index below (length (forj-tools-batch-states batch))
            do (aset (forj-tools-batch-states batch) index 'done))
+  (forj-tools--spin batch nil)
   (forj-tools--render batch)
   (when (buffer-live-p (forj-tools-batch-buffer batch))
     (with-current-buffer (forj-tools-batch-buffer batch)
@@ -414,6 +490,7 @@ run."
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "C-c C-t") #'forj-tools-run)
     (define-key map (kbd "C-c C-k") #'forj-cancel)
+    (define-key map (kbd "C-c C-o") #'forj-tools-toggle-fold)
     map)
   "Keymap of `forj-tools-mode'.")
 
@@ -454,7 +531,7 @@ run."
                    ""))
          (mark (pcase state
                  ('pending "…")
-                 ('running "⟳")
+                 ('running (propertize (forj-tools--spinner-frame) 'forj-tools-spinner t))
                  (_ (cond ((eq (plist-get result :ok) t) "✓")
                           ((member (plist-get (plist-get result :error) :type)
                                    '("permission-error" "cancelled"))
@@ -475,28 +552,76 @@ run."
       (goto-char (point-min))
       (forward-line (1- line)))))
 
-(defun forj-tools--buttonize (from to root)
+(defun forj-tools--path-button (beg end file line)
+  "Make BEG..END a button visiting FILE at LINE (nil for none)."
+  (make-text-button beg end 'type 'forj-tools-path 'forj-file file 'forj-line line))
+
+(defun forj-tools--existing-file (path root cache)
+  "PATH under ROOT as an absolute file name if it is a regular file, else nil.
+CACHE, a hash table, remembers answers for one rendering."
+  (let ((known (gethash path cache 'unknown)))
+    (if (not (eq known 'unknown))
+        known
+      (puthash path
+               (let ((file (expand-file-name path root)))
+                 (and (not (file-remote-p file)) (file-regular-p file) file))
+               cache))))
+
+(defun forj-tools--buttonize (from to root cache)
   "Make the paths of existing files between FROM and TO buttons.
-Paths are relative to ROOT."
+Paths are relative to ROOT; CACHE remembers which exist.  A path
+followed by :LINE opens at that line."
   (when root
     (save-excursion
       (goto-char from)
-      (while (re-search-forward "\\([[:alnum:]_./-]+\\)\\(?::\\([0-9]+\\)\\)?" to t)
-        (let ((file (expand-file-name (match-string 1) root)))
-          (when (and (string-match-p "[./]" (match-string 1)) (file-regular-p file))
-            (make-text-button (match-beginning 0) (match-end 0)
-                              'type 'forj-tools-path
-                              'forj-file file
-                              'forj-line (and (match-string 2)
-                                              (string-to-number (match-string 2))))))))))
+      (while (re-search-forward "\\([[:alnum:]_.][[:alnum:]_./-]*\\)\\(?::\\([0-9]+\\)\\)?" to t)
+        (let* ((path (match-string-no-properties 1))
+               (file (and (string-match-p "[./]" path)
+                          (forj-tools--existing-file path root cache))))
+          (when file
+            (forj-tools--path-button (match-beginning 0) (match-end 0) file
+                                     (and (match-beginning 2)
+                                          (string-to-number (match-string 2))))))))))
+
+(defun forj-tools--buttonize-result (from to root cache)
+  "Make the paths in the tool-result JSON between FROM and TO buttons.
+A \"path\" member followed by a \"line\" member (search matches) opens
+at that line; PATH:LINE inside any string does too.  ROOT and CACHE
+are as for `forj-tools--buttonize'.  Only the first
+`forj-tools-button-scan-chars' characters are scanned."
+  (when root
+    (let ((to (min to (+ from forj-tools-button-scan-chars))))
+      (save-excursion
+        (goto-char from)
+        (while (re-search-forward
+                "\"path\":\"\\([^\"\\\n]+\\)\"\\(?:,\"line\":\\([0-9]+\\)\\)?" to t)
+          (let ((file (forj-tools--existing-file (match-string-no-properties 1) root cache)))
+            (when file
+              (forj-tools--path-button (match-beginning 1) (match-end 1) file
+                                       (and (match-beginning 2)
+                                            (string-to-number (match-string 2)))))))
+        (goto-char from)
+        ;; path:line as compilers, linters and grep print it.
+        (while (re-search-forward
+                "\\(?:^\\|[\" (]\\|\\\\n\\)\\([[:alnum:]_.][[:alnum:]_./-]*\\):\\([0-9]+\\)" to t)
+          (let ((file (and (not (button-at (match-beginning 1)))
+                           (forj-tools--existing-file (match-string-no-properties 1) root cache))))
+            (when file
+              (forj-tools--path-button (match-beginning 1) (match-end 2) file
+                                       (string-to-number (match-string 2))))))))))
 
 (defun forj-tools--render (batch)
   "Redraw BATCH's headers and tool-result blocks."
   (let ((buffer (forj-tools-batch-buffer batch)))
     (when (buffer-live-p buffer)
       (with-current-buffer buffer
-        (let ((inhibit-read-only t))
+        (let ((inhibit-read-only t)
+              (root (and (forj-tools-batch-worker batch)
+                         (plist-get (forj-worker-hello (forj-tools-batch-worker batch)) :root)))
+              (cache (make-hash-table :test #'equal)))
           (save-excursion
+            (remove-overlays (forj-tools-batch-start batch) (forj-tools-batch-end batch)
+                             'forj-tools-fold t)
             (delete-region (forj-tools-batch-start batch) (forj-tools-batch-end batch))
             (goto-char (forj-tools-batch-start batch))
             (cl-loop for entry in (forj-tools-batch-entries batch)
@@ -505,23 +630,61 @@ Paths are relative to ROOT."
                      for result = (aref (forj-tools-batch-results batch) index)
                      do (let ((from (point)))
                           (insert (forj-tools--header entry state result) "\n")
-                          (forj-tools--buttonize
-                           from (point)
-                           (and (forj-tools-batch-worker batch)
-                                (plist-get (forj-worker-hello (forj-tools-batch-worker batch))
-                                           :root))))
+                          (forj-tools--buttonize from (point) root cache))
                      when result
                      do (let ((from (point)))
                           (insert "```tool-result\n" (forj-tools-json-encode result) "\n```\n")
+                          (forj-tools--buttonize-result from (point) root cache)
                           (forj-tools--fold from (point))))
             (set-marker (forj-tools-batch-end batch) (point))))))))
 
+;;; Folding
+
+(defconst forj-tools--fold-shown 240
+  "How many characters of a folded result stay visible.")
+
+(defvar forj-tools-fold-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "TAB") #'forj-tools-toggle-fold)
+    (define-key map (kbd "<mouse-2>") #'forj-tools-toggle-fold)
+    map)
+  "Keymap on the visible start of a folded result.")
+
 (defun forj-tools--fold (from to)
-  "Fold the result between FROM and TO if it is long; the text stays."
-  (when (> (count-lines from to) forj-tools-fold-lines)
-    (let ((overlay (make-overlay (save-excursion (goto-char from) (line-end-position)) to)))
-      (overlay-put overlay 'invisible 'forj-tools-fold)
-      (overlay-put overlay 'before-string " [result folded]"))))
+  "Fold the result block between FROM and TO if it is long; the text stays.
+The fence line and the start of the JSON stay visible; the rest is
+hidden up to the closing fence."
+  (let* ((body (save-excursion (goto-char from) (line-beginning-position 2)))
+         (close (save-excursion (goto-char to) (line-beginning-position 0)))
+         (hide-from (+ body forj-tools--fold-shown)))
+    (when (and (> (- close body) forj-tools-fold-chars) (< hide-from (1- close)))
+      (let ((fold (make-overlay hide-from (1- close)))
+            (handle (make-overlay from hide-from)))
+        (overlay-put fold 'forj-tools-fold t)
+        (overlay-put fold 'invisible t)
+        (overlay-put fold 'evaporate t)
+        (overlay-put fold 'forj-tools-fold-label
+                     (propertize (format " … [%s more; TAB shows it]"
+                                         (file-size-human-readable (- close 1 hide-from)))
+                                 'face 'shadow))
+        (overlay-put fold 'before-string (overlay-get fold 'forj-tools-fold-label))
+        (overlay-put handle 'forj-tools-fold t)
+        (overlay-put handle 'evaporate t)
+        (overlay-put handle 'keymap forj-tools-fold-map)
+        (overlay-put handle 'forj-tools-fold-body fold)
+        (overlay-put handle 'help-echo "TAB: show or hide the whole result")))))
+
+(defun forj-tools-toggle-fold ()
+  "Show or hide the rest of the folded result at point."
+  (interactive)
+  (let ((fold (cl-some (lambda (o) (overlay-get o 'forj-tools-fold-body))
+                       (overlays-in (line-beginning-position) (min (point-max) (1+ (line-end-position)))))))
+    (if (not fold)
+        (message "forj: no folded result here")
+      (let ((hidden (overlay-get fold 'invisible)))
+        (overlay-put fold 'invisible (not hidden))
+        (overlay-put fold 'before-string
+                     (and (not hidden) (overlay-get fold 'forj-tools-fold-label)))))))
 
 (provide 'forj-tools)
 ;;; forj-tools.el ends here

@@ -32,6 +32,7 @@ from .planner import PlannedCall, error_result
 from .protocol import Disposition, Event, ToolResult
 from .registry import Session, ToolContext
 from .sandbox import Sandbox
+from .tools._edit import apply_user_text
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class Runner:
         denied: dict[str, str],
         capacity: int | None,
         emit: EmitFn,
+        modified: dict[str, dict[str, str]] | None = None,
     ) -> list[Finished]:
         limit = min(self.config.tools.output.max_bytes, capacity or DEFAULT_CAPACITY_BYTES)
         # The whole reply must fit one EPC frame, escaping included.
@@ -90,7 +92,15 @@ class Runner:
         for index, planned in enumerate(batch.calls):
             reserve = MIN_RESULT_BYTES * (len(batch.calls) - index - 1)
             call_limit = max(min(limit, budget - reserve), MIN_RESULT_BYTES)
-            wire, truncatable = self._one(batch, planned, approved, denied, call_limit, emit)
+            wire, truncatable = self._one(
+                batch,
+                planned,
+                approved,
+                denied,
+                call_limit,
+                emit,
+                (modified or {}).get(planned.call_id),
+            )
             finished = _finish(wire, call_limit, truncatable)
             budget -= len(finished.text.encode("utf-8"))
             self._journal(
@@ -128,6 +138,7 @@ class Runner:
         denied: dict[str, str],
         limit: int,
         emit: EmitFn,
+        user_texts: dict[str, str] | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """The call's result, and whether the framework may cut it to fit."""
         cid, name = planned.call_id, planned.name
@@ -155,7 +166,7 @@ class Runner:
             if cid not in approved:
                 return error_result(cid, name, errors.user_denied(None)), True
         emit(Event(batch_id=batch.batch_id, call_id=cid, seq=planned.seq, kind="started"))
-        result, truncatable = self._run_tool(batch, planned, limit, emit)
+        result, truncatable = self._run_tool(batch, planned, limit, emit, user_texts)
         emit(
             Event(
                 batch_id=batch.batch_id,
@@ -168,7 +179,12 @@ class Runner:
         return result, truncatable
 
     def _run_tool(
-        self, batch: Batch, planned: PlannedCall, limit: int, emit: EmitFn
+        self,
+        batch: Batch,
+        planned: PlannedCall,
+        limit: int,
+        emit: EmitFn,
+        user_texts: dict[str, str] | None = None,
     ) -> tuple[dict[str, Any], bool]:
         assert planned.tool is not None and planned.args is not None
         tool, args = planned.tool, planned.args
@@ -205,7 +221,11 @@ class Runner:
 
         def target() -> None:
             try:
-                box["value"] = tool.execute(args, ctx)
+                if user_texts is not None:
+                    # The user edited the proposal: write their text, not the tool's.
+                    box["value"] = apply_user_text(ctx, planned.staged, user_texts)
+                else:
+                    box["value"] = tool.execute(args, ctx)
             except ToolFailure as failure:
                 box["failure"] = failure
             except BaseException as exc:  # FR-EXE-04b: a crash is a result, not a dead worker

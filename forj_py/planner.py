@@ -46,7 +46,7 @@ from .protocol import (
     ToolResult,
     ToolsMode,
 )
-from .registry import Registry, Session, Tool, ToolContext, format_schema_errors
+from .registry import Registry, Session, Staged, Tool, ToolContext, format_schema_errors
 from .sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,8 @@ class PlannedCall:
     preview: str | None = None
     preview_note: str | None = None  # why there is no preview
     result: dict[str, Any] | None = None  # the ready result of a resolved call
+    # What a reviewed writing call proposes, file by file (for edit before approve).
+    staged: list[Staged] = field(default_factory=list)
 
     def item(self) -> PlanItem:
         return PlanItem(
@@ -242,8 +244,10 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
     if outcome is policy.Outcome.CONFIRM:
         planned.disposition = Disposition.CONFIRM
         try:
-            preview = tool.preview(args, _preview_context(pc, planned))
+            ctx = _preview_context(pc, planned)
+            preview = tool.preview(args, ctx)
             planned.preview = None if preview is None else visible_controls(preview)
+            planned.staged = ctx.staged or []
         except ToolFailure as failure:
             if failure.error.type is not ErrorType.STALE_FILE:
                 raise
@@ -337,4 +341,5 @@ def _preview_context(pc: PlanContext, planned: PlannedCall) -> ToolContext:
         output_limit=pc.output_limit,
         cancel=threading.Event(),
         overlay=pc.overlay,
+        staged=[],
     )

@@ -180,6 +180,14 @@ class ExecuteRequest(_Strict):
     # What the caller can still fit into the model's context, in bytes
     # (seed 000 FR-REG-04b).  Absent means "unknown": a conservative cap applies.
     capacity_bytes: int | None = Field(default=None, ge=1024)
+    # Edit before approve: call id -> {path: the text the user wants written
+    # instead of the proposal}.  Only for approved calls that had a proposal.
+    modified: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+
+class ProposalRequest(_Strict):
+    batch_id: str
+    call_id: str
 
 
 class CancelRequest(_Strict):

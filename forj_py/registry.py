@@ -52,6 +52,21 @@ class Session:
             self.file_reads[canonical] = sha256
 
 
+@dataclass(frozen=True)
+class Staged:
+    """One file a reviewed call proposes to write, as planning computed it.
+
+    Kept with the planned call so the user can change the proposed text
+    before approving (``proposal`` and ``execute``'s ``modified``).
+    """
+
+    display: str
+    canonical: str
+    old: str  # the text the diff starts from (disk, or an earlier call's proposal)
+    new: str  # the proposed text
+    existed: bool
+
+
 @dataclass
 class ToolContext:
     """Built fresh for every call (seed 000 FR-REG-04a)."""
@@ -76,6 +91,8 @@ class ToolContext:
     # Planning only: canonical path -> the text earlier calls of the batch
     # will have written there (see PlanContext.overlay).
     overlay: dict[str, str] | None = None
+    # Planning only: the files this call proposes to write, in order.
+    staged: list[Staged] | None = None
 
     def check_cancelled(self) -> None:
         """Long-running tools call this between steps."""

@@ -90,6 +90,10 @@ def _execute(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.execute(body, handler.emit_event)
 
 
+def _proposal(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.proposal(body)
+
+
 def _cancel(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.cancel(body)
 
@@ -105,6 +109,9 @@ METHODS: dict[str, Method] = {
     "tool_definitions": Method(_tool_definitions, True, "The tool definitions, sorted by name."),
     "plan": Method(_plan, False, "Validate a batch of calls; one disposition per call."),
     "execute": Method(_execute, False, "Run a planned batch; one result per call, in order."),
+    "proposal": Method(
+        _proposal, False, "The old and proposed text of a reviewed call, for editing."
+    ),
     "cancel": Method(_cancel, True, "Cancel a batch: the running call and all later ones."),
     "shutdown": Method(_shutdown, True, "Stop the worker."),
 }

@@ -25,13 +25,14 @@ from .errors import ProtocolError
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
 from .fsops import Backups
 from .journal import Journal
-from .planner import PlanContext, identify, plan_batch
+from .planner import PlanContext, PlannedCall, identify, plan_batch
 from .protocol import (
     PROTOCOL_VERSION,
     CancelRequest,
     Disposition,
     ExecuteRequest,
     PlanRequest,
+    ProposalRequest,
     ToolsMode,
 )
 from .registry import Registry, Session
@@ -41,6 +42,10 @@ from .watcher import Watcher
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=BaseModel)
+
+# A proposal travels as old and new text in one EPC frame (16 MiB, and
+# escaping can double it): larger ones are not offered for editing.
+MAX_PROPOSAL_BYTES = 6 * 1024 * 1024
 
 # Planned batches nobody executed (the user closed the review) are kept this
 # long, counted in batches, then forgotten; the journal still has them.
@@ -174,6 +179,12 @@ class Worker:
                 )
             batch.state = "executing"
         confirm = {c.call_id for c in batch.calls if c.disposition is Disposition.CONFIRM}
+        try:
+            self._check_modified(batch, req.modified, set(req.approved) & confirm)
+        except ProtocolError:
+            with batch.lock:
+                batch.state = "planned"  # nothing ran: the caller may try again
+            raise
         unknown = (set(req.approved) | set(req.denied)) - {c.call_id for c in batch.calls}
         if unknown:
             log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
@@ -183,6 +194,7 @@ class Worker:
             denied={k: v for k, v in req.denied.items() if k in confirm},
             capacity=req.capacity_bytes,
             emit=emit,
+            modified=req.modified,
         )
         reply = Encoded(
             batch_id=batch.batch_id,
@@ -198,6 +210,61 @@ class Worker:
             f'"results":[{",".join(f.text for f in finished)}]}}'
         )
         return reply
+
+    def proposal(self, body: Any) -> dict[str, Any]:
+        """The full old and proposed text of each file a reviewed call would write."""
+        req = parse_request(ProposalRequest, body)
+        planned = self._planned(self._batch(req.batch_id), req.call_id)
+        size = sum(len(s.old.encode("utf-8")) + len(s.new.encode("utf-8")) for s in planned.staged)
+        if size > MAX_PROPOSAL_BYTES:
+            raise ProtocolError(
+                "too-large",
+                f"the proposal of call {req.call_id!r} is {size} bytes, over the "
+                f"{MAX_PROPOSAL_BYTES}-byte limit for editing in Emacs",
+                ["Approve or deny it as proposed, or deny it with a reason"],
+            )
+        return {
+            "files": [
+                {"path": s.display, "old": s.old, "new": s.new, "existed": s.existed}
+                for s in planned.staged
+            ]
+        }
+
+    def _planned(self, batch: Batch, call_id: str) -> PlannedCall:
+        for planned in batch.calls:
+            if planned.call_id == call_id and planned.disposition is Disposition.CONFIRM:
+                if not planned.staged:
+                    raise ProtocolError(
+                        "bad-request",
+                        f"call {call_id!r} proposes no file content that could be edited",
+                        ["Only reviewed writing calls with a preview can be edited first"],
+                    )
+                return planned
+        raise ProtocolError(
+            "bad-request",
+            f"batch {batch.batch_id} has no call {call_id!r} awaiting review",
+            ["Use an id from the plan's confirm items"],
+        )
+
+    def _check_modified(
+        self, batch: Batch, modified: dict[str, dict[str, str]], approved: set[str]
+    ) -> None:
+        for call_id, texts in modified.items():
+            known = {s.display for s in self._planned(batch, call_id).staged}
+            if call_id not in approved:
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} is modified but not approved; a modified call must be "
+                    "approved too",
+                    ["Add the id to 'approved', or drop it from 'modified'"],
+                )
+            strange = sorted(set(texts) - known)
+            if strange:
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} does not write {', '.join(strange)}",
+                    [f"Modify only the files of its proposal: {', '.join(sorted(known))}"],
+                )
 
     def cancel(self, body: Any) -> dict[str, Any]:
         req = parse_request(CancelRequest, body)

@@ -10,6 +10,7 @@
 
 (require 'ert)
 (require 'forj-tools)
+(require 'ediff)
 (require 'forj-epc-test)
 
 (defun forj-flow-test--run (root text)
@@ -103,6 +104,132 @@
           (should (= (line-number-at-pos) 3)))
         (kill-buffer visiting)
         (kill-buffer (car run))))))
+
+(ert-deftest forj-test-flow-edit-before-approve ()
+  "The user edits the proposal in ediff; the user's text is written and the result says so."
+  (forj-test-with-project '(("f.py" . "a = 1\nb = 2\n"))
+    (let* ((run (forj-flow-test--run root "```tool-call
+{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"f.py\"}}
+```
+```tool-call
+{\"id\": \"e\", \"name\": \"edit\", \"args\": {\"path\": \"f.py\", \"old_string\": \"b = 2\", \"new_string\": \"b = 3\"}}
+```
+"))
+           (review (forj-flow-test--review-buffer))
+           (ediff-window-setup-function #'ediff-setup-windows-plain)
+           proposed)
+      (with-current-buffer review
+        (goto-char (point-min))
+        (forj-review-next)
+        (forj-review-edit))
+      ;; The proposal arrives asynchronously and ediff opens on it.
+      (should (forj-test--wait-for
+               (lambda () (setq proposed (get-buffer "*forj-proposed: f.py*"))) 30))
+      (with-current-buffer proposed
+        (should (equal (buffer-string) "a = 1\nb = 3\n"))
+        (should (derived-mode-p 'python-mode))
+        (goto-char (point-max))
+        (insert "c = 4\n"))
+      (with-current-buffer (get-buffer "*forj-current: f.py*")
+        (should buffer-read-only)
+        (should (equal (buffer-string) "a = 1\nb = 2\n")))
+      ;; Quit ediff as the user would (q, then yes).
+      (let ((control (cl-find-if (lambda (b) (string-prefix-p "*Ediff Control" (buffer-name b)))
+                                 (buffer-list))))
+        (should control)
+        (with-current-buffer control
+          (cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) t)))
+            (ediff-quit nil))))
+      (should-not (get-buffer "*forj-proposed: f.py*"))
+      (with-current-buffer review
+        (should (string-match-p "\\[edited\\].*\n    you edited: f.py" (buffer-string)))
+        (forj-review-commit))
+      (should (forj-test--wait-for (cdr run) 30))
+      (let ((result (nth 1 (funcall (cdr run)))))
+        (should (eq (plist-get result :ok) t))
+        (should (eq (plist-get (plist-get result :result) :user_modified) t))
+        (should (string-match-p "^\\+c = 4$" (plist-get (plist-get result :result) :preview))))
+      (should (equal (with-temp-buffer
+                       (insert-file-contents (expand-file-name "f.py" root))
+                       (buffer-string))
+                     "a = 1\nb = 3\nc = 4\n"))
+      (kill-buffer (car run)))))
+
+(ert-deftest forj-test-flow-result-paths-are-buttons-and-long-results-fold ()
+  "Paths and path:line in result bodies open the file at the line; long results fold."
+  (forj-test-with-project `(("src/a.txt" . "one\ntwo\nthe needle\n")
+                            ("big.txt" . ,(mapconcat (lambda (i) (format "line %d" i))
+                                                     (number-sequence 1 400) "\n")))
+    (let* ((run (forj-flow-test--run root "```tool-call
+{\"id\": \"s\", \"name\": \"search\", \"args\": {\"query\": \"needle\"}}
+```
+```tool-call
+{\"id\": \"b\", \"name\": \"read_file\", \"args\": {\"path\": \"big.txt\"}}
+```
+"))
+           (buffer (car run)))
+      (should (forj-test--wait-for (cdr run) 30))
+      (with-current-buffer buffer
+        (goto-char (point-min))
+        (should (search-forward "\"path\":\"src/a.txt\"" nil t))
+        (let ((button (button-at (- (point) 3))))
+          (should button)
+          (should (equal (button-get button 'forj-line) 3))
+          (save-window-excursion
+            (push-button (button-start button))
+            (should (equal (file-name-nondirectory (buffer-file-name)) "a.txt"))
+            (should (= (line-number-at-pos) 3))
+            (kill-buffer)))
+        ;; The long read is folded: its text is all there, its end hidden.
+        (should (string-match-p "line 400" (buffer-string)))
+        (goto-char (point-min))
+        (search-forward "line 400")
+        (should (invisible-p (point)))
+        (search-backward "```tool-result")
+        (forward-line 1)
+        (forj-tools-toggle-fold)
+        (search-forward "line 400")
+        (should-not (invisible-p (point)))
+        (forj-tools-toggle-fold)
+        (should (invisible-p (point))))
+      (kill-buffer buffer))))
+
+(ert-deftest forj-test-flow-path-line-in-any-result-string ()
+  "A file:line inside a result string (compiler output) is a button too."
+  (forj-test-with-project '(("src/b.py" . "x\ny\n"))
+    (with-temp-buffer
+      (let ((cache (make-hash-table :test #'equal)))
+        (insert "```tool-result\n{\"stdout\":\"src/b.py:2: E999 oops\\nnot/a/file.py:3: x\"}\n```\n")
+        (forj-tools--buttonize-result (point-min) (point-max) root cache)
+        (goto-char (point-min))
+        (search-forward "src/b.py")
+        (let ((button (button-at (1- (point)))))
+          (should button)
+          (should (equal (button-get button 'forj-line) 2)))
+        (search-forward "not/a/file.py")
+        (should-not (button-at (1- (point))))))))
+
+(ert-deftest forj-test-flow-running-call-has-a-turning-spinner ()
+  "A running call's header shows a spinner frame that the timer advances."
+  (with-temp-buffer
+    (insert "```tool-call\n{\"id\": \"1\", \"name\": \"read_file\", \"args\": {\"path\": \"a\"}}\n```\n")
+    (let* ((entries (forj-tools-parse-region (point-min) (point-max)))
+           (start (copy-marker (point-max)))
+           (batch (forj-tools--make-batch :buffer (current-buffer) :start start
+                                          :end (copy-marker start t) :entries entries
+                                          :states (vector 'running) :results (vector nil))))
+      (forj-tools--render batch)
+      (let ((frames nil))
+        (dotimes (i 3)
+          (cl-letf (((symbol-function 'float-time) (lambda (&rest _) (+ 1000.0 (* 0.1 i) 0.01))))
+            (forj-tools--spin batch t)
+            (forj-tools--spinner-tick))
+          (goto-char start)
+          (push (buffer-substring-no-properties start (1+ start)) frames))
+        (should (equal (nreverse frames) '("⠋" "⠙" "⠹")))
+        (should (looking-at-p "⠹ read_file a\n")))
+      (forj-tools--spin batch nil)
+      (should-not forj-tools--spinner-timer))))
 
 (ert-deftest forj-test-flow-leaving-the-review-denies ()
   "Killing the review buffer without committing denies every call."

@@ -10,9 +10,11 @@ re-reading what it just wrote.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from .. import errors
 from ..elcheck import check as check_elisp
@@ -20,7 +22,7 @@ from ..errors import ToolFailure
 from ..fsops import atomic_write, ensure_parents, read_bytes, sha256
 from ..output import visible_controls
 from ..protocol import ErrorKind, ErrorType
-from ..registry import ToolContext
+from ..registry import Staged, ToolContext
 from ..sandbox import SafePath
 
 DIFF_CONTEXT = 3
@@ -157,9 +159,14 @@ def validate(sp: SafePath, new_text: str, old_text: str | None = None) -> None:
 
 
 def stage_preview(ctx: ToolContext, loaded: Loaded, new_text: str) -> None:
-    """Record, while planning, what this call will write, for later calls of the batch."""
+    """Record, while planning, what this call will write: for later calls of the
+    batch, and for a user who edits the proposal before approving it."""
     if ctx.overlay is not None:
         ctx.overlay[loaded.sp.canonical] = ("\ufeff" if loaded.bom else "") + new_text
+    if ctx.staged is not None:
+        ctx.staged.append(
+            Staged(loaded.sp.display, loaded.sp.canonical, loaded.text, new_text, loaded.exists)
+        )
 
 
 def check_approved(ctx: ToolContext, preview: str, display: str) -> None:
@@ -189,6 +196,104 @@ def commit(ctx: ToolContext, loaded: Loaded, new_text: str, *, backup: bool = Tr
     atomic_write(ctx.sandbox, loaded.sp, data, cancel=ctx.cancel)
     ctx.session.record_read(loaded.sp.canonical, sha256(data))
     return backup_path
+
+
+def commit_all(ctx: ToolContext, changes: list[tuple[Loaded, str]]) -> list[str | None]:
+    """Write several files as one change: if a write fails, put back every file
+    already written, so the project is never left half-changed.
+
+    Returns each file's backup path (None for a file left as it was).
+    """
+    written: list[Loaded] = []
+    backups: list[str | None] = []
+    try:
+        for loaded, new_text in changes:
+            if loaded.exists and new_text == loaded.text:
+                backups.append(None)
+                continue
+            backups.append(commit(ctx, loaded, new_text))
+            written.append(loaded)
+    except ToolFailure as failure:
+        restored, lost = _restore(ctx, written)
+        failure.error.message += (
+            f"; the {len(restored)} file(s) already written were restored, no file was changed"
+            if not lost
+            else f"; could not restore {', '.join(lost)} (backups are in backup_path)"
+        )
+        failure.error.details["restored"] = restored
+        raise
+    except BaseException:
+        _restore(ctx, written)
+        raise
+    return backups
+
+
+def _restore(ctx: ToolContext, written: list[Loaded]) -> tuple[list[str], list[str]]:
+    restored, lost = [], []
+    for loaded in reversed(written):
+        try:
+            if loaded.data is None:
+                # It did not exist before: leave it be rather than delete what we
+                # cannot be sure is ours; say so.
+                lost.append(loaded.sp.display)
+                continue
+            # Not through commit(): no new backup, and no cancel check, this must land.
+            # The file is now our own write (a new inode): no identity to compare.
+            sp = dataclasses.replace(loaded.sp, ident=None)
+            atomic_write(ctx.sandbox, sp, loaded.data)
+            ctx.session.record_read(loaded.sp.canonical, sha256(loaded.data))
+            restored.append(loaded.sp.display)
+        except ToolFailure:
+            lost.append(loaded.sp.display)
+    return restored, lost
+
+
+def apply_user_text(ctx: ToolContext, staged: list[Staged], texts: dict[str, str]) -> Any:
+    """Write what the user made of a proposed change (edit before approve).
+
+    ``staged`` is what planning proposed, file by file; ``texts`` maps some of
+    those files' display paths to the text the user wants instead.  Each file
+    must still hold what the user saw the proposal start from; then every
+    file is checked (``.el`` readability) and written, all or nothing.
+    """
+    changes: list[tuple[Loaded, str]] = []
+    # Display paths are relative to the project root, whatever the call's cwd.
+    at_root = dataclasses.replace(ctx, working_dir=ctx.sandbox.project_root)
+    for item in staged:
+        loaded = load(at_root, item.display, must_exist=False)
+        if loaded.exists != item.existed or loaded.text != item.old:
+            raise stale(
+                f"{item.display} changed after the user reviewed the change; nothing was written",
+                loaded.sp,
+                "File changed between review and execution",
+            )
+        new_text = texts.get(item.display, item.new)
+        validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
+        changes.append((loaded, new_text))
+    ctx.check_cancelled()
+    backups = commit_all(ctx, changes)
+    files = []
+    diffs = []
+    for (loaded, new_text), backup_path in zip(changes, backups, strict=True):
+        files.append(
+            {
+                "path": loaded.sp.display,
+                "user_modified": loaded.sp.display in texts,
+                "created": not loaded.exists,
+                "bytes_written": len(new_text.encode("utf-8")),
+                "backup_path": backup_path,
+            }
+        )
+        diffs.append(unified_diff(loaded.sp.display, loaded.text, new_text, loaded.exists))
+    return {
+        "user_modified": True,
+        "note": (
+            "The user changed your proposed edit before approving it. 'preview' is the "
+            "change that was actually written; the files now hold that, not your proposal."
+        ),
+        "files": files,
+        "preview": "".join(diffs),
+    }
 
 
 def small_diff(expected: str, actual: str, label: str) -> str:

@@ -10,7 +10,6 @@ rest are applied, each file still all or nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ToolFailure
-from ..fsops import atomic_write, sha256
 from ..output import visible_controls
 from ..registry import Tool, ToolContext
 from . import _edit
@@ -190,40 +188,10 @@ def _check_approved_per_file(ctx: ToolContext, files: dict[str, _File]) -> None:
 
 
 def _commit_all(ctx: ToolContext, entries: list[_File]) -> None:
-    """Write every staged file; if one fails, put back every file already written."""
-    written: list[_File] = []
-    try:
-        for entry in entries:
-            assert entry.loaded is not None and entry.new_text is not None
-            if entry.new_text == entry.loaded.text:
-                continue
-            entry.backup_path = _edit.commit(ctx, entry.loaded, entry.new_text)
-            written.append(entry)
-    except ToolFailure as failure:
-        restored, lost = _restore(ctx, written)
-        failure.error.message += (
-            f"; the {len(restored)} file(s) already written were restored, no file was changed"
-            if not lost
-            else f"; could not restore {', '.join(lost)} (backups are in backup_path)"
-        )
-        failure.error.details["restored"] = restored
-        raise
-    except BaseException:
-        _restore(ctx, written)
-        raise
-
-
-def _restore(ctx: ToolContext, written: list[_File]) -> tuple[list[str], list[str]]:
-    restored, lost = [], []
-    for entry in reversed(written):
-        assert entry.loaded is not None and entry.loaded.data is not None
-        try:
-            # Not through commit(): no new backup, and no cancel check, this must land.
-            # The file is now our own write (a new inode): no identity to compare.
-            sp = dataclasses.replace(entry.loaded.sp, ident=None)
-            atomic_write(ctx.sandbox, sp, entry.loaded.data)
-            ctx.session.record_read(entry.loaded.sp.canonical, sha256(entry.loaded.data))
-            restored.append(entry.loaded.sp.display)
-        except ToolFailure:
-            lost.append(entry.loaded.sp.display)
-    return restored, lost
+    """Write every staged file, all or nothing (see :func:`_edit.commit_all`)."""
+    changes = []
+    for entry in entries:
+        assert entry.loaded is not None and entry.new_text is not None
+        changes.append((entry.loaded, entry.new_text))
+    for entry, backup_path in zip(entries, _edit.commit_all(ctx, changes), strict=True):
+        entry.backup_path = backup_path
