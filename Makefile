@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EMACS  ?= emacs
 
-.PHONY: install test lint lint-el pytest ert bench clean
+.PHONY: install test lint lint-el pytest ert bench clean run
 
 install: $(STAMP)
 
@@ -42,6 +42,13 @@ ert: $(STAMP)
 	  -f ert-run-tests-batch-and-exit
 
 test: lint lint-el pytest ert
+
+# The main job: Emacs in this terminal with the chat open on DIR.
+DIR ?= $(CURDIR)
+run: $(STAMP)
+	FORJ_PYTHON=$(abspath $(PY)) $(EMACS) -nw -Q -L $(CURDIR)/elisp -l forj-chat \
+	  --eval '(setq forj-worker-python (getenv "FORJ_PYTHON"))' \
+	  --eval '(forj-run "$(abspath $(DIR))/")'
 
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -185,6 +185,7 @@ it, as does \<forj-tools-mode-map>\[forj-tools-toggle-fold] on its line."
   (results nil :documentation "Vector: per entry, the result plist (or nil).")
   (worker nil :documentation "The worker running the batch.")
   (batch-id nil :documentation "The worker's id for the batch.")
+  (mode "enabled" :documentation "The tool loop mode it is planned in.")
   (callback nil :documentation "Called with the results when the batch is done."))
 
 (defvar-local forj-tools--current-batch nil
@@ -192,6 +193,12 @@ it, as does \<forj-tools-mode-map>\[forj-tools-toggle-fold] on its line."
 
 (defvar-local forj-tools--root nil
   "The project root whose worker this buffer has used.")
+
+(defvar forj-tools-plan-mode "enabled"
+  "The tool loop mode batches are planned in: enabled, parse_only or disabled.
+In \"parse_only\" nothing runs: valid calls wait for results the user
+supplies with `forj-tool-result'.  In \"disabled\" every call is
+answered as invalid.  Bind it around `forj-tools-run-region'.")
 
 (defun forj-tools-run-region (beg end &optional callback root)
   "Run the tool-call blocks between BEG and END as one batch.
@@ -206,6 +213,7 @@ Everything waits asynchronously; Emacs stays usable."
                                                  (unless (bolp) (insert "\n"))
                                                  (point))))
              (batch (forj-tools--make-batch
+                     :mode forj-tools-plan-mode
                      :buffer (current-buffer)
                      :start start
                      :end (copy-marker start t)
@@ -232,13 +240,19 @@ Everything waits asynchronously; Emacs stays usable."
     (setf (forj-epc-connection-on-event conn) (lambda (event) (forj-tools--event batch event)))
     (if (null calls)
         (forj-tools--finish batch)
-      (forj-epc-call conn "plan" (list :calls (vconcat calls))
+      (forj-epc-call conn "plan" (list :calls (vconcat calls) :mode (forj-tools-batch-mode batch))
                      :success (lambda (plan) (forj-tools--review batch plan))
                      :error (lambda (err) (forj-tools--fail-all batch err))))))
 
 (defun forj-tools--review (batch plan)
   "Ask the user about the confirm items of PLAN, then execute BATCH."
   (setf (forj-tools-batch-batch-id batch) (plist-get plan :batch_id))
+  (if (equal (plist-get plan :mode) "parse_only")
+      (forj-tools--await-manual batch plan)
+    (forj-tools--review-and-execute batch plan)))
+
+(defun forj-tools--review-and-execute (batch plan)
+  "Open the review for PLAN's confirm items if any, then execute BATCH."
   (let ((confirm (cl-remove-if-not (lambda (item) (equal (plist-get item :disposition) "confirm"))
                                    (append (plist-get plan :items) nil))))
     (if confirm
@@ -247,6 +261,89 @@ Everything waits asynchronously; Emacs stays usable."
                             (forj-tools--execute batch approved denied modified))
                           (lambda (id ok fail) (forj-tools--proposal batch id ok fail)))
       (forj-tools--execute batch nil nil nil))))
+
+(defun forj-tools--await-manual (batch plan)
+  "Parse-only BATCH: fill PLAN's resolved results, leave the rest to the user."
+  (let ((items (append (plist-get plan :items) nil)))
+    (cl-loop for entry in (forj-tools-batch-entries batch)
+             for index from 0
+             when (plist-get entry :call)
+             do (let ((item (pop items)))
+                  (if (equal (plist-get item :disposition) "manual")
+                      (aset (forj-tools-batch-states batch) index 'manual)
+                    (aset (forj-tools-batch-results batch) index (plist-get item :result))
+                    (aset (forj-tools-batch-states batch) index 'done))))
+    (if (cl-find 'manual (forj-tools-batch-states batch))
+        (progn
+          (forj-tools--render batch)
+          (message (substitute-command-keys
+                    "forj: tools are in parse-only mode; give each call its result with \[forj-tool-result]")))
+      (forj-tools--finish batch))))
+
+(defun forj-tools--manual-entries (batch)
+  "The (INDEX . CALL) pairs of BATCH still waiting for a result from the user."
+  (cl-loop for entry in (forj-tools-batch-entries batch)
+           for index from 0
+           when (eq (aref (forj-tools-batch-states batch) index) 'manual)
+           collect (cons index (plist-get entry :call))))
+
+;;;###autoload
+(defun forj-tool-result (id result &optional failed)
+  "Give the pending call ID (parse-only mode) its RESULT, then go on.
+RESULT is JSON (used as it is) or plain text (used as a string).
+With a prefix argument, FAILED: RESULT is an error message instead."
+  (interactive
+   (let* ((batch (or forj-tools--current-batch (user-error "No batch waits for results here")))
+          (pending (or (forj-tools--manual-entries batch)
+                       (user-error "No call waits for a result here")))
+          (choices (mapcar (lambda (p) (cons (format "%s (%s)" (plist-get (cdr p) :id)
+                                                     (plist-get (cdr p) :name))
+                                             (plist-get (cdr p) :id)))
+                           pending))
+          (id (cdr (assoc (completing-read "Result for call: " choices nil t nil nil (caar choices))
+                          choices))))
+     (list id
+           (read-string (format (if current-prefix-arg "Error message for %s: "
+                                  "Result for %s (JSON or text): ")
+                                id))
+           current-prefix-arg)))
+  (let* ((batch (or forj-tools--current-batch (user-error "No batch waits for results here")))
+         (pair (or (cl-find id (forj-tools--manual-entries batch)
+                            :key (lambda (p) (plist-get (cdr p) :id)) :test #'equal)
+                   (user-error "No call %s waits for a result" id)))
+         (call (cdr pair)))
+    (aset (forj-tools-batch-results batch) (car pair)
+          (if failed
+              (list :id id :name (plist-get call :name) :ok :false
+                    :error (list :type "process-error" :message result
+                                 :details (list :kind "ExecutionFailed" :supplied_by "user")
+                                 :recovery ["Read the message; the user supplied this result by hand"]))
+            (list :id id :name (plist-get call :name) :ok t
+                  :result (condition-case nil (forj-tools-json-decode result)
+                            (error result)))))
+    (aset (forj-tools-batch-states batch) (car pair) 'done)
+    (if (forj-tools--manual-entries batch)
+        (forj-tools--render batch)
+      (forj-tools--finish batch))))
+
+(defun forj-tools-refuse-region (beg end message &optional callback)
+  "Answer every tool-call block between BEG and END with the error MESSAGE.
+Nothing is sent to the worker.  The results are drawn after END as for
+`forj-tools-run-region'; CALLBACK gets them.  Return the batch."
+  (let ((entries (forj-tools-parse-region beg end)))
+    (when entries
+      (let* ((start (copy-marker (save-excursion (goto-char end)
+                                                 (unless (bolp) (insert "\n"))
+                                                 (point))))
+             (batch (forj-tools--make-batch
+                     :buffer (current-buffer) :start start :end (copy-marker start t)
+                     :entries entries
+                     :states (make-vector (length entries) 'pending)
+                     :results (make-vector (length entries) nil)
+                     :callback callback)))
+        (forj-tools--fail-all batch (list :type "validation-error" :message message
+                                          :recovery ["Answer the user with what you have found so far"]))
+        batch))))
 
 (defun forj-tools--proposal (batch id ok fail)
   "Fetch the proposal of call ID in BATCH; call OK with its files or FAIL."
@@ -265,8 +362,8 @@ with a buffer that disagrees with the file without knowing it."
                  (const :tag "Deny the call" deny))
   :group 'forj)
 
-(defvar forj-tools-capacity-bytes nil
-  "Room left in the model's context for this batch's results, in bytes.
+(defvar-local forj-tools-capacity-bytes nil
+  "Room left in the model's context for this buffer's results, in bytes.
 The chat sets this from its context estimate; nil lets the worker use
 its conservative default (64 KiB per result).")
 
@@ -320,7 +417,10 @@ MODIFIED pairs ids with alists of (path . text) the user wrote instead
 of the proposal."
   (forj-epc-call (forj-worker-connection (forj-tools-batch-worker batch)) "execute"
                  (list :batch_id (forj-tools-batch-batch-id batch)
-                       :capacity_bytes (or forj-tools-capacity-bytes :null)
+                       :capacity_bytes (or (and (buffer-live-p (forj-tools-batch-buffer batch))
+                                                (buffer-local-value 'forj-tools-capacity-bytes
+                                                                    (forj-tools-batch-buffer batch)))
+                                           :null)
                        :approved (vconcat approved)
                        :denied (forj-tools--table denied)
                        :modified (forj-tools--table
@@ -502,7 +602,16 @@ run."
   :lighter " forj-tools"
   :keymap forj-tools-mode-map
   :group 'forj
-  (if forj-tools-mode
+  (forj-tools-keep-worker forj-tools-mode))
+
+(defvar-local forj-tools--keeps-worker nil
+  "Non-nil in a buffer that keeps its project's worker running.")
+
+(defun forj-tools-keep-worker (on)
+  "Make the current buffer keep its project's worker running while it lives, if ON.
+The worker stops when the last such buffer of its project is killed."
+  (setq forj-tools--keeps-worker on)
+  (if on
       (add-hook 'kill-buffer-hook #'forj-tools--last-buffer-check nil t)
     (remove-hook 'kill-buffer-hook #'forj-tools--last-buffer-check t)))
 
@@ -513,7 +622,7 @@ run."
     (when (and root
                (not (cl-some (lambda (buffer)
                                (and (not (eq buffer this))
-                                    (buffer-local-value 'forj-tools-mode buffer)
+                                    (buffer-local-value 'forj-tools--keeps-worker buffer)
                                     (equal (buffer-local-value 'forj-tools--root buffer) root)))
                              (buffer-list))))
       (forj-worker-stop root))))
@@ -531,6 +640,7 @@ run."
                    ""))
          (mark (pcase state
                  ('pending "…")
+                 ('manual "⏸")
                  ('running (propertize (forj-tools--spinner-frame) 'forj-tools-spinner t))
                  (_ (cond ((eq (plist-get result :ok) t) "✓")
                           ((member (plist-get (plist-get result :error) :type)

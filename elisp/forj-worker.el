@@ -79,9 +79,12 @@ it has one, else \"python3\" found on the variable `exec-path'."
 
 ;;; Finding things
 
+(defconst forj-worker--file (or load-file-name buffer-file-name)
+  "This file, as it was loaded.")
+
 (defun forj-worker--source-root ()
   "The forj checkout this file belongs to, or nil."
-  (let ((here (or load-file-name (locate-library "forj-worker") buffer-file-name)))
+  (let ((here (or forj-worker--file (locate-library "forj-worker"))))
     (when here
       (let ((dir (file-name-directory (directory-file-name (file-name-directory here)))))
         (and (file-exists-p (expand-file-name "forj_py/__main__.py" dir)) dir)))))

@@ -1,0 +1,121 @@
+;;; forj-provider-gemini.el --- Google Gemini streamGenerateContent  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The forj authors
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The `gemini' family: models/MODEL:streamGenerateContent?alt=sse.
+;; Every event is a whole GenerateContentResponse: text in
+;; candidates[0].content.parts[].text, native calls whole in
+;; parts[].functionCall; the last one carries a finishReason.  The key
+;; travels in the x-goog-api-key header, never in the URL.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'forj-provider)
+
+(defun forj-provider-gemini--contents (messages)
+  "MESSAGES as Gemini contents."
+  (vconcat
+   (cl-loop
+    for message in messages
+    for parts = (pcase (plist-get message :role)
+                  ("user" (list (list :text (plist-get message :text))))
+                  ("assistant"
+                   (append (unless (string-empty-p (or (plist-get message :text) ""))
+                             (list (list :text (plist-get message :text))))
+                           (mapcar (lambda (call)
+                                     (list :functionCall
+                                           (list :name (plist-get call :name)
+                                                 :args (let ((args (plist-get call :args)))
+                                                         (if (or (null args) (stringp args))
+                                                             (make-hash-table)
+                                                           args)))))
+                                   (plist-get message :calls))))
+                  ("tool"
+                   (mapcar (lambda (result)
+                             (list :functionResponse
+                                   (list :name (plist-get result :name)
+                                         :response (list :content (plist-get result :content)))))
+                           (plist-get message :results))))
+    when parts
+    collect (list :role (if (equal (plist-get message :role) "assistant") "model" "user")
+                  :parts (vconcat parts)))))
+
+(defun forj-provider-gemini--request (provider system messages tools)
+  "The streamGenerateContent request for PROVIDER with SYSTEM, MESSAGES and TOOLS."
+  (list :url (format "%s/models/%s:streamGenerateContent?alt=sse"
+                     (string-remove-suffix "/" (plist-get provider :url))
+                     (url-hexify-string (plist-get provider :model)))
+        :headers nil
+        :secret-headers (and (plist-get provider :key)
+                             (list (concat "x-goog-api-key: " (plist-get provider :key))))
+        :body (forj-provider-json-encode
+               (append (list :systemInstruction (list :parts (vector (list :text system)))
+                             :contents (forj-provider-gemini--contents messages))
+                       (when tools
+                         (list :tools
+                               (vector
+                                (list :functionDeclarations
+                                      (vconcat
+                                       (mapcar (lambda (tool)
+                                                 (list :name (plist-get tool :name)
+                                                       :description (plist-get tool :description)
+                                                       :parametersJsonSchema (plist-get tool :parameters)))
+                                               tools))))))))))
+
+(defun forj-provider-gemini--event (stream _event data)
+  "Turn one event's DATA of STREAM into actions."
+  (let* ((json (forj-provider-json data))
+         (candidates (plist-get json :candidates))
+         (candidate (and (vectorp candidates) (> (length candidates) 0) (aref candidates 0)))
+         (parts (plist-get (plist-get candidate :content) :parts))
+         (actions nil))
+    (when (plist-get json :error)
+      (push (list :error (or (forj-provider-error-message data) data)) actions))
+    (let ((blocked (plist-get (plist-get json :promptFeedback) :blockReason)))
+      (when (stringp blocked)
+        (push (list :error (format "Gemini blocked the prompt (%s)" blocked)) actions)))
+    (when (vectorp parts)
+      (cl-loop for part across parts
+               do (cond
+                   ((stringp (plist-get part :text))
+                    (unless (eq (plist-get part :thought) t)
+                      (push (list :text (plist-get part :text)) actions)))
+                   ((plist-get part :functionCall)
+                    (let* ((call (plist-get part :functionCall))
+                           (count (1+ (or (forj-provider-state stream :count) 0))))
+                      (forj-provider-set-state stream :count count)
+                      (push (list :call (list :id (or (plist-get call :id) (format "g%d" count))
+                                              :name (plist-get call :name)
+                                              :args (or (plist-get call :args) (make-hash-table))))
+                            actions))))))
+    (let ((finish (plist-get candidate :finishReason)))
+      (when (stringp finish)
+        (unless (member finish '("STOP" "MAX_TOKENS"))
+          (push (list :error (format "Gemini stopped the reply (%s)" finish)) actions))
+        (push (list :done) actions)))
+    (nreverse actions)))
+
+(forj-provider-register-family
+ 'gemini
+ :request #'forj-provider-gemini--request
+ :event #'forj-provider-gemini--event
+ :error-message #'forj-provider-error-message)
+
+(provide 'forj-provider-gemini)
+;;; forj-provider-gemini.el ends here

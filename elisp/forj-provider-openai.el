@@ -1,0 +1,138 @@
+;;; forj-provider-openai.el --- OpenAI-compatible chat completions  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The forj authors
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The `openai' family: the chat completions API with "stream": true, as
+;; served by OpenAI and by the servers that copy it (Ollama, llama.cpp's
+;; server, vLLM, OpenRouter).  Events are `data: {json}' lines ending
+;; with `data: [DONE]'; text arrives in choices[0].delta.content, native
+;; function calls in choices[0].delta.tool_calls, their arguments in
+;; pieces keyed by index.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'forj-provider)
+
+(defun forj-provider-openai--messages (system messages)
+  "SYSTEM and MESSAGES as chat completions messages."
+  (vconcat
+   (list (list :role "system" :content system))
+   (cl-loop
+    for message in messages
+    append
+    (pcase (plist-get message :role)
+      ("user" (list (list :role "user" :content (plist-get message :text))))
+      ("assistant"
+       (list (append (list :role "assistant" :content (or (plist-get message :text) ""))
+                     (when (plist-get message :calls)
+                       (list :tool_calls
+                             (vconcat
+                              (mapcar (lambda (call)
+                                        (list :id (plist-get call :id) :type "function"
+                                              :function (list :name (plist-get call :name)
+                                                              :arguments (forj-provider-json-encode
+                                                                          (or (plist-get call :args)
+                                                                              (make-hash-table))))))
+                                      (plist-get message :calls))))))))
+      ("tool"
+       (mapcar (lambda (result)
+                 (list :role "tool" :tool_call_id (plist-get result :id)
+                       :content (plist-get result :content)))
+               (plist-get message :results)))))))
+
+(defun forj-provider-openai--request (provider system messages tools)
+  "The chat completions request for PROVIDER with SYSTEM, MESSAGES and TOOLS."
+  (list :url (concat (string-remove-suffix "/" (plist-get provider :url)) "/chat/completions")
+        :headers nil
+        :secret-headers (and (plist-get provider :key)
+                             (list (concat "Authorization: Bearer " (plist-get provider :key))))
+        :body (forj-provider-json-encode
+               (append (list :model (plist-get provider :model)
+                             :stream t
+                             :messages (forj-provider-openai--messages system messages))
+                       (when (plist-get provider :max-tokens)
+                         (list :max_tokens (plist-get provider :max-tokens)))
+                       (when tools
+                         (list :tools
+                               (vconcat
+                                (mapcar (lambda (tool)
+                                          (list :type "function"
+                                                :function (list :name (plist-get tool :name)
+                                                                :description (plist-get tool :description)
+                                                                :parameters (plist-get tool :parameters))))
+                                        tools))))))))
+
+(defun forj-provider-openai--flush-calls (stream)
+  "Return a :call action for each function call gathered in STREAM."
+  (prog1 (mapcar (lambda (entry)
+                   (let ((call (cdr entry)))
+                     (list :call (list :id (or (plist-get call :id) (format "call-%d" (car entry)))
+                                       :name (or (plist-get call :name) "")
+                                       :args (forj-provider-parse-args (plist-get call :arguments))))))
+                 (sort (copy-sequence (forj-provider-state stream :calls))
+                       (lambda (a b) (< (car a) (car b)))))
+    (forj-provider-set-state stream :calls nil)))
+
+(defun forj-provider-openai--gather (stream piece)
+  "Add PIECE, one tool call fragment of a delta, to what STREAM has gathered."
+  (let* ((index (or (plist-get piece :index) 0))
+         (calls (forj-provider-state stream :calls))
+         (known (alist-get index calls))
+         (function (plist-get piece :function))
+         (text (lambda (value) (and (stringp value) (not (string-empty-p value)) value))))
+    (forj-provider-set-state
+     stream :calls
+     (cons (cons index
+                 (list :id (or (funcall text (plist-get piece :id)) (plist-get known :id))
+                       :name (or (funcall text (plist-get function :name)) (plist-get known :name))
+                       :arguments (concat (plist-get known :arguments)
+                                          (funcall text (plist-get function :arguments)))))
+           (assq-delete-all index (copy-alist calls))))))
+
+(defun forj-provider-openai--event (stream _event data)
+  "Turn one event's DATA of STREAM into actions."
+  (if (equal (string-trim data) "[DONE]")
+      (append (forj-provider-openai--flush-calls stream) (list (list :done)))
+    (let* ((json (forj-provider-json data))
+           (choice (let ((choices (plist-get json :choices)))
+                     (and (vectorp choices) (> (length choices) 0) (aref choices 0))))
+           (delta (plist-get choice :delta))
+           (actions nil))
+      (when (plist-get json :error)
+        (push (list :error (or (forj-provider-error-message data) data)) actions))
+      (let ((content (plist-get delta :content)))
+        (when (stringp content) (push (list :text content) actions)))
+      (let ((pieces (plist-get delta :tool_calls)))
+        (when (vectorp pieces)
+          (cl-loop for piece across pieces
+                   do (forj-provider-openai--gather stream piece))))
+      (let ((finish (plist-get choice :finish_reason)))
+        (when (stringp finish)
+          (setq actions (append (reverse (forj-provider-openai--flush-calls stream)) actions))
+          (push (list :done) actions)))
+      (nreverse actions))))
+
+(forj-provider-register-family
+ 'openai
+ :request #'forj-provider-openai--request
+ :event #'forj-provider-openai--event
+ :error-message #'forj-provider-error-message)
+
+(provide 'forj-provider-openai)
+;;; forj-provider-openai.el ends here

@@ -1,0 +1,505 @@
+;;; forj-provider.el --- Language model providers: configuration and streaming over curl  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The forj authors
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; What every provider family shares, free of any UI: the list of
+;; configured providers (`forj-providers'), API keys (auth-source, then
+;; environment variables; never written to a buffer, a log or a command
+;; line), and one streaming HTTP request run by curl in an asynchronous
+;; process, so Emacs never waits on the network.
+;;
+;; A request is described by its family (forj-provider-openai.el,
+;; forj-provider-anthropic.el, forj-provider-gemini.el): the URL, the
+;; headers, the JSON body, and a function that turns each server-sent
+;; event into actions.  This file runs curl, reads the HTTP status and
+;; headers, splits the body into server-sent events, and reports to the
+;; caller through four callbacks:
+;;
+;;   :on-text  (lambda (string))     a piece of the assistant's text
+;;   :on-call  (lambda (call))       a native function call, normalized to
+;;                                   a tool-call plist (:id :name :args)
+;;   :on-done  (lambda ())           the reply is complete
+;;   :on-error (lambda (message))    anything else: HTTP errors with the
+;;                                   provider's own message, a cut stream,
+;;                                   curl's own failures
+;;
+;; Exactly one of :on-done and :on-error is called, once.  The secret
+;; header reaches curl through its standard input (curl's -K -), the
+;; body through a file only the user can read, deleted when curl ends.
+;;
+;; Messages handed to a family are provider-neutral plists:
+;;   (:role "user" :text S)
+;;   (:role "assistant" :text S :calls (CALL ...))   ; CALL: (:id :name :args)
+;;   (:role "tool" :results (RESULT ...))            ; RESULT: (:id :name :content)
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'auth-source)
+(require 'url-parse)
+(require 'forj)
+
+;;; Options
+
+(defcustom forj-providers
+  '(("gemini" :family gemini :model "gemini-2.5-flash"
+     :url "https://generativelanguage.googleapis.com/v1beta"
+     :key-env ("GEMINI_API_KEY" "GOOGLE_API_KEY"))
+    ("openai" :family openai :model "gpt-4.1"
+     :url "https://api.openai.com/v1" :key-env ("OPENAI_API_KEY"))
+    ("anthropic" :family anthropic :model "claude-sonnet-4-5"
+     :url "https://api.anthropic.com/v1" :key-env ("ANTHROPIC_API_KEY"))
+    ("openrouter" :family openai :model "openai/gpt-4.1"
+     :url "https://openrouter.ai/api/v1" :key-env ("OPENROUTER_API_KEY"))
+    ("ollama" :family openai :model "qwen2.5-coder" :url "http://127.0.0.1:11434/v1"
+     :key-env nil :local t)
+    ("llama.cpp" :family openai :model "local" :url "http://127.0.0.1:8080/v1"
+     :key-env nil :local t)
+    ("scripted" :family scripted :script "demo/session.json"))
+  "The language model providers forj can talk to, by name.
+Each entry is (NAME . PLIST).  PLIST keys:
+  :family      `openai' (any OpenAI-compatible chat completions server:
+               OpenAI, Ollama, llama.cpp, vLLM, OpenRouter), `anthropic',
+               `gemini', or `scripted' (replays a recorded session)
+  :url         the API base URL
+  :model       the model name
+  :key-env     environment variables that may hold the API key, in order
+  :local       non-nil: a local server that needs no key
+  :native-tools  non-nil: advertise tools through the provider's own
+               function calling instead of the fenced protocol
+  :max-tokens  the reply's token limit (Anthropic requires one)
+  :script      for `scripted': the session file, relative to the forj
+               checkout unless absolute.
+API keys are looked up in auth-source first (host: the URL's host,
+user: \"apikey\"), then in the :key-env variables."
+  :type '(alist :key-type (string :tag "Name")
+                :value-type (plist :tag "Settings"
+                                   :key-type (choice (const :family) (const :url) (const :model)
+                                                     (const :key-env) (const :local)
+                                                     (const :native-tools) (const :max-tokens)
+                                                     (const :script))
+                                   :value-type sexp))
+  :group 'forj)
+
+(defcustom forj-provider nil
+  "The name of the provider in `forj-providers' to use.
+nil picks the first provider whose API key is available; if there is
+none, forj says which variables it looked at and offers the
+scripted provider."
+  :type '(choice (const :tag "The first with a key" nil) (string :tag "Provider name"))
+  :group 'forj)
+
+(defcustom forj-provider-curl-program "curl"
+  "The curl program used for every request."
+  :type 'string
+  :group 'forj)
+
+(defcustom forj-provider-connect-timeout 20
+  "Seconds curl may take to connect to a provider."
+  :type 'natnum
+  :group 'forj)
+
+;;; Families
+
+(defvar forj-provider--families nil
+  "Alist: family symbol -> plist of its functions.
+:request (lambda (PROVIDER SYSTEM MESSAGES TOOLS)) returns a plist
+  (:url :headers :secret-headers :body) for curl; TOOLS is nil unless
+  native function calling is on.
+:event (lambda (STREAM EVENT DATA)) handles one server-sent event (its
+  name, or nil, and its data) and returns a list of actions: (:text S),
+  (:call CALL), (:done), (:error S).  A family keeps its own state in
+  the stream's state slot (`forj-provider-state').
+:error-message (lambda (BODY)) extracts the provider's message from an
+  error response body, or nil.
+:start (lambda (PROVIDER SYSTEM MESSAGES TOOLS CALLBACKS)) for a family
+  that does not use HTTP; returns a function that stops it.")
+
+(defun forj-provider-register-family (family &rest functions)
+  "Register provider FAMILY (a symbol) with FUNCTIONS (a plist)."
+  (setf (alist-get family forj-provider--families) functions))
+
+(defun forj-provider-get (name)
+  "The provider called NAME as a plist with :name, or nil."
+  (let ((entry (assoc name forj-providers)))
+    (and entry (append (list :name (car entry)) (cdr entry)))))
+
+;;; Keys
+
+(defun forj-provider--host (url)
+  "The host part of URL."
+  (and url (url-host (url-generic-parse-url url))))
+
+(defun forj-provider-key (provider)
+  "The API key of PROVIDER, or nil.
+auth-source first (host of the URL, user \"apikey\"), then the
+environment variables of :key-env."
+  (or (let ((host (forj-provider--host (plist-get provider :url))))
+        (when host
+          (let* ((found (car (auth-source-search :host host :user "apikey" :max 1)))
+                 (secret (plist-get found :secret)))
+            (if (functionp secret) (funcall secret) secret))))
+      (cl-some (lambda (var)
+                 (let ((value (getenv var)))
+                   (and value (not (string-empty-p value)) value)))
+               (plist-get provider :key-env))))
+
+(defun forj-provider-usable-p (provider)
+  "Whether PROVIDER can be used now: it needs no key, or its key is found."
+  (or (plist-get provider :local)
+      (eq (plist-get provider :family) 'scripted)
+      (and (forj-provider-key provider) t)))
+
+(defun forj-provider-pick ()
+  "The provider to use: `forj-provider', else the first with a key, or nil."
+  (if forj-provider
+      (or (forj-provider-get forj-provider)
+          (user-error "No forj provider named %S in `forj-providers'" forj-provider))
+    (cl-loop for (name . plist) in forj-providers
+             for provider = (append (list :name name) plist)
+             when (and (not (plist-get provider :local))
+                       (not (eq (plist-get provider :family) 'scripted))
+                       (forj-provider-key provider))
+             return provider)))
+
+(defun forj-provider-key-variables ()
+  "Every environment variable a provider key is looked up in."
+  (delete-dups (cl-loop for (_ . plist) in forj-providers
+                        append (copy-sequence (plist-get plist :key-env)))))
+
+;;; Streams
+
+(cl-defstruct (forj-provider-stream (:constructor forj-provider--make-stream) (:copier nil))
+  "One streaming request."
+  (process nil :documentation "The curl process, or nil for a non-HTTP family.")
+  (stop nil :documentation "For a non-HTTP family: the function that stops it.")
+  (family nil :documentation "The family's function plist.")
+  (callbacks nil :documentation "Plist of :on-text :on-call :on-done :on-error.")
+  (pending "" :documentation "Bytes received but not yet handled.")
+  (status nil :documentation "The HTTP status, once the headers are read.")
+  (headers nil :documentation "Alist of the response's headers, names downcased.")
+  (body nil :documentation "An error response's body, as received.")
+  (event nil :documentation "The current server-sent event's name.")
+  (data nil :documentation "The current event's data lines, newest first.")
+  (state nil :documentation "Plist the family keeps its own state in.")
+  (finished nil :documentation "Non-nil once the family reported the end.")
+  (ended nil :documentation "Non-nil once a final callback was called.")
+  (files nil :documentation "Temporary files to delete when curl ends."))
+
+(defun forj-provider--end (stream kind &optional message)
+  "Call STREAM's final callback once: KIND is :done or :error with MESSAGE."
+  (unless (forj-provider-stream-ended stream)
+    (setf (forj-provider-stream-ended stream) t)
+    (let ((callbacks (forj-provider-stream-callbacks stream)))
+      (if (eq kind :done)
+          (funcall (plist-get callbacks :on-done))
+        (funcall (plist-get callbacks :on-error) message)))))
+
+(defun forj-provider--act (stream actions)
+  "Carry out the ACTIONS a family returned for STREAM."
+  (let ((callbacks (forj-provider-stream-callbacks stream)))
+    (dolist (action actions)
+      (unless (forj-provider-stream-ended stream)
+        (pcase (car action)
+          (:text (when (and (cadr action) (not (string-empty-p (cadr action))))
+                   (funcall (plist-get callbacks :on-text) (cadr action))))
+          (:call (funcall (plist-get callbacks :on-call) (cadr action)))
+          (:done (setf (forj-provider-stream-finished stream) t))
+          (:error (forj-provider--stop-process stream)
+                  (forj-provider--end stream :error (cadr action))))))))
+
+(defun forj-provider-start (provider system messages tools callbacks)
+  "Send MESSAGES with SYSTEM to PROVIDER and stream the reply.
+TOOLS, a list of tool definitions, is advertised natively when the
+provider has :native-tools.  CALLBACKS is a plist of :on-text,
+:on-call, :on-done and :on-error (see the Commentary).  Return the
+stream; `forj-provider-stop' stops it."
+  (let* ((family (or (alist-get (plist-get provider :family) forj-provider--families)
+                     (error "Unknown forj provider family %S" (plist-get provider :family))))
+         (tools (and (plist-get provider :native-tools) tools))
+         (stream (forj-provider--make-stream :family family :callbacks callbacks)))
+    (if (plist-get family :start)
+        (setf (forj-provider-stream-stop stream)
+              (funcall (plist-get family :start) provider system messages tools
+                       (list :on-text (plist-get callbacks :on-text)
+                             :on-call (plist-get callbacks :on-call)
+                             :on-done (lambda () (forj-provider--end stream :done))
+                             :on-error (lambda (m) (forj-provider--end stream :error m)))))
+      (let ((key (unless (plist-get provider :local) (forj-provider-key provider))))
+        (if (and (not (plist-get provider :local)) (not key))
+            (run-at-time 0 nil #'forj-provider--end stream :error
+                         (format "No API key for %s: set one of %s, or add it to auth-source (host %s, user apikey)"
+                                 (plist-get provider :name)
+                                 (string-join (plist-get provider :key-env) ", ")
+                                 (forj-provider--host (plist-get provider :url))))
+          (forj-provider--curl stream (funcall (plist-get family :request)
+                                               (plist-put (copy-sequence provider) :key key)
+                                               system messages tools)))))
+    stream))
+
+(defun forj-provider--curl-quote (string)
+  "STRING as a double-quoted value of a curl config file."
+  (concat "\"" (replace-regexp-in-string "[\"\\\\]" "\\\\\\&" string) "\""))
+
+(defun forj-provider--curl (stream request)
+  "Run curl for STREAM's REQUEST (a plist from a family's :request)."
+  (let* ((body-file (make-temp-file "forj-body-"))
+         (headers (plist-get request :headers))
+         (process-connection-type nil))
+    (set-file-modes body-file #o600)
+    (let ((coding-system-for-write 'utf-8-unix))
+      (write-region (plist-get request :body) nil body-file nil 'silent))
+    (setf (forj-provider-stream-files stream) (list body-file))
+    (let ((process
+           (make-process
+            :name "forj-curl"
+            :command (append (list forj-provider-curl-program
+                                   "--silent" "--show-error" "--no-buffer"
+                                   "--dump-header" "-"
+                                   "--connect-timeout" (number-to-string forj-provider-connect-timeout)
+                                   "--config" "-"
+                                   "--data-binary" (concat "@" body-file)
+                                   "--header" "Content-Type: application/json")
+                             (cl-loop for header in headers append (list "--header" header))
+                             (list (plist-get request :url)))
+            :connection-type 'pipe
+            :coding 'binary
+            :noquery t
+            :stderr (get-buffer-create " *forj-curl-stderr*" t)
+            :filter (lambda (_process output) (forj-provider--receive stream output))
+            :sentinel (lambda (process _event) (forj-provider--sentinel stream process)))))
+      (setf (forj-provider-stream-process stream) process)
+      ;; Secrets go through curl's standard input, never its command line.
+      (process-send-string
+       process
+       (mapconcat (lambda (header) (concat "header = " (forj-provider--curl-quote header) "\n"))
+                  (plist-get request :secret-headers) ""))
+      (process-send-eof process))))
+
+(defun forj-provider--receive (stream output)
+  "Handle OUTPUT, raw bytes from curl, for STREAM."
+  (setf (forj-provider-stream-pending stream) (concat (forj-provider-stream-pending stream) output))
+  (unless (forj-provider-stream-status stream)
+    (forj-provider--read-headers stream))
+  (when (forj-provider-stream-status stream)
+    (if (forj-provider--ok-p stream)
+        (forj-provider--read-events stream)
+      (setf (forj-provider-stream-body stream)
+            (concat (forj-provider-stream-body stream) (forj-provider-stream-pending stream))
+            (forj-provider-stream-pending stream) ""))))
+
+(defun forj-provider--ok-p (stream)
+  "Whether STREAM's HTTP status is a success."
+  (let ((status (forj-provider-stream-status stream)))
+    (and status (<= 200 status 299))))
+
+(defun forj-provider--read-headers (stream)
+  "Read the response's header blocks from STREAM's pending bytes.
+Interim responses (100 Continue) are skipped."
+  (let ((pending (forj-provider-stream-pending stream)))
+    (while (and (not (forj-provider-stream-status stream))
+                (string-match "\r?\n\r?\n" pending))
+      (let* ((block (substring pending 0 (match-beginning 0)))
+             (lines (split-string block "\r?\n"))
+             (status (and (string-match "\\`HTTP/[0-9.]+ \\([0-9]+\\)" (car lines))
+                          (string-to-number (match-string 1 (car lines))))))
+        (setq pending (substring pending (match-end 0)))
+        (when (and status (>= status 200))
+          (setf (forj-provider-stream-status stream) status
+                (forj-provider-stream-headers stream)
+                (cl-loop for line in (cdr lines)
+                         when (string-match "\\`\\([^:]+\\):[ \t]*\\(.*\\)" line)
+                         collect (cons (downcase (match-string 1 line)) (match-string 2 line)))))))
+    (setf (forj-provider-stream-pending stream) pending)))
+
+(defun forj-provider--read-events (stream)
+  "Split STREAM's pending bytes into server-sent events and dispatch them."
+  (let ((pending (forj-provider-stream-pending stream))
+        (start 0))
+    (while (and (not (forj-provider-stream-ended stream))
+                (string-match "\n" pending start))
+      (let ((line (decode-coding-string (substring pending start (match-beginning 0)) 'utf-8-unix)))
+        (setq start (match-end 0))
+        (forj-provider--line stream (string-remove-suffix "\r" line))))
+    (setf (forj-provider-stream-pending stream) (substring pending start))))
+
+(defun forj-provider--line (stream line)
+  "Handle one LINE of STREAM's event stream."
+  (cond
+   ((string-empty-p line) (forj-provider--dispatch stream))
+   ((string-prefix-p ":" line))         ; a comment (keep-alive)
+   ((string-match "\\`\\([a-z]+\\):? ?\\(.*\\)\\'" line)
+    (let ((field (match-string 1 line)) (value (match-string 2 line)))
+      (pcase field
+        ("event" (setf (forj-provider-stream-event stream) value))
+        ("data" (push value (forj-provider-stream-data stream))))))
+   ;; Not SSE at all (an HTML page with a 200, a JSON body): keep it
+   ;; for the error message.
+   (t (setf (forj-provider-stream-body stream)
+            (concat (forj-provider-stream-body stream) line "\n")))))
+
+(defun forj-provider--dispatch (stream)
+  "Hand STREAM's current event to its family."
+  (let ((data (forj-provider-stream-data stream))
+        (event (forj-provider-stream-event stream)))
+    (setf (forj-provider-stream-data stream) nil
+          (forj-provider-stream-event stream) nil)
+    (when data
+      (let ((text (string-join (reverse data) "\n")))
+        (forj-provider--act
+         stream
+         (condition-case err
+             (funcall (plist-get (forj-provider-stream-family stream) :event)
+                      stream event text)
+           (error (list (list :error (format "The provider sent an event forj cannot read (%s): %s"
+                                             (error-message-string err)
+                                             (truncate-string-to-width text 200 nil nil "…")))))))))))
+
+(defun forj-provider-state (stream key)
+  "The value of KEY in the family state of STREAM."
+  (plist-get (forj-provider-stream-state stream) key))
+
+(defun forj-provider-set-state (stream key value)
+  "Set KEY to VALUE in the family state of STREAM."
+  (setf (forj-provider-stream-state stream)
+        (plist-put (forj-provider-stream-state stream) key value)))
+
+(defun forj-provider-error-message (body)
+  "The message in a JSON error BODY ({\"error\": {\"message\": ...}}), or nil.
+Also takes a list of such objects (Gemini) and a bare error string."
+  (let* ((json (ignore-errors (forj-provider-json body)))
+         (json (if (and (vectorp json) (> (length json) 0)) (aref json 0) json))
+         (err (and (consp json) (plist-get json :error))))
+    (cond ((stringp err) err)
+          ((consp err)
+           (let ((message (plist-get err :message)) (type (or (plist-get err :type) (plist-get err :status))))
+             (and (stringp message)
+                  (if (stringp type) (format "%s (%s)" message type) message))))
+          ((and (consp json) (stringp (plist-get json :message))) (plist-get json :message)))))
+
+(defun forj-provider-parse-args (text)
+  "Parse a native call's argument TEXT; unparsable text stays a string.
+The worker then answers the call with a validation error the model
+can act on."
+  (if (or (null text) (string-blank-p text))
+      (make-hash-table)
+    (condition-case nil
+        (let ((value (forj-provider-json text)))
+          ;; An empty object parses to nil, which would encode as null.
+          (or value (make-hash-table)))
+      (error text))))
+
+(defun forj-provider-json (text)
+  "Parse JSON TEXT from a provider into plists, vectors, :null and :false.
+`forj-provider-json-encode' gives the same JSON back."
+  (json-parse-string text :object-type 'plist :array-type 'array
+                     :null-object :null :false-object :false))
+
+(defun forj-provider-json-encode (value)
+  "Encode VALUE, made of plists, vectors, strings, numbers, :null, :false and t."
+  (json-serialize value :null-object :null :false-object :false))
+
+(defun forj-provider--stop-process (stream)
+  "Stop STREAM's curl without reporting anything."
+  (let ((process (forj-provider-stream-process stream)))
+    (when (process-live-p process)
+      (set-process-sentinel process #'ignore)
+      (delete-process process)
+      (forj-provider--cleanup stream))))
+
+(defun forj-provider--cleanup (stream)
+  "Delete STREAM's temporary files."
+  (dolist (file (forj-provider-stream-files stream))
+    (ignore-errors (delete-file file)))
+  (setf (forj-provider-stream-files stream) nil))
+
+(defun forj-provider--sentinel (stream process)
+  "Report the outcome of STREAM once its curl PROCESS has ended."
+  (unless (process-live-p process)
+    (forj-provider--cleanup stream)
+    ;; A last event without its blank line still counts.
+    (when (forj-provider--ok-p stream)
+      (forj-provider--read-events stream)
+      (unless (string-empty-p (forj-provider-stream-pending stream))
+        (forj-provider--line stream (decode-coding-string (forj-provider-stream-pending stream) 'utf-8-unix)))
+      (forj-provider--dispatch stream))
+    (let ((code (process-exit-status process))
+          (stderr (with-current-buffer (get-buffer-create " *forj-curl-stderr*" t)
+                    (prog1 (string-trim (buffer-string)) (erase-buffer)))))
+      (cond
+       ((forj-provider-stream-ended stream))
+       ((and (forj-provider-stream-status stream) (not (forj-provider--ok-p stream)))
+        (forj-provider--end stream :error (forj-provider--http-error stream)))
+       ((forj-provider-stream-finished stream)
+        (forj-provider--end stream :done))
+       ((not (zerop code))
+        (forj-provider--end stream :error
+                            (format "The request failed (curl exit %d): %s" code
+                                    (if (string-empty-p stderr) "no message" stderr))))
+       ((null (forj-provider-stream-status stream))
+        (forj-provider--end stream :error "The provider closed the connection without answering"))
+       ((forj-provider-stream-body stream)
+        (forj-provider--end stream :error
+                            (format "The provider answered with something that is not an event stream: %s"
+                                    (forj-provider--excerpt (forj-provider-stream-body stream)))))
+       (t
+        (forj-provider--end stream :error
+                            "The reply stream was cut before it finished (the text so far is kept)"))))))
+
+(defun forj-provider--excerpt (body)
+  "A short readable excerpt of an error BODY: HTML tags stripped, cut."
+  (let ((text (decode-coding-string (or body "") 'utf-8-unix)))
+    (when (string-match-p "<\\(?:html\\|body\\|head\\|!DOCTYPE\\)" text)
+      (setq text (replace-regexp-in-string "<[^>]*>" " " text)))
+    (setq text (string-trim (replace-regexp-in-string "[ \t\r\n]+" " " text)))
+    (if (string-empty-p text) "(an empty body)" (truncate-string-to-width text 300 nil nil "…"))))
+
+(defun forj-provider--http-error (stream)
+  "The message for STREAM's failed HTTP status, with the provider's own words."
+  (let* ((status (forj-provider-stream-status stream))
+         (body (forj-provider-stream-body stream))
+         (own (ignore-errors
+                (funcall (plist-get (forj-provider-stream-family stream) :error-message)
+                         (decode-coding-string (or body "") 'utf-8-unix))))
+         (retry (cdr (assoc "retry-after" (forj-provider-stream-headers stream)))))
+    (concat (format "HTTP %d%s: %s" status
+                    (pcase status
+                      (401 " (the API key was refused)")
+                      (403 " (not allowed)")
+                      (404 " (check the URL and the model name)")
+                      (429 " (rate limited)")
+                      ((pred (<= 500)) " (the provider failed)")
+                      (_ ""))
+                    (or own (forj-provider--excerpt body)))
+            (if retry (format "; the provider asks to retry after %s seconds" retry) ""))))
+
+(defun forj-provider-stop (stream)
+  "Stop STREAM without calling any of its callbacks again."
+  (when stream
+    (setf (forj-provider-stream-ended stream) t)
+    (forj-provider--stop-process stream)
+    (when (forj-provider-stream-stop stream)
+      (funcall (forj-provider-stream-stop stream)))))
+
+(defun forj-provider-stream-live-p (stream)
+  "Return non-nil while STREAM is still running."
+  (and stream (not (forj-provider-stream-ended stream))))
+
+(provide 'forj-provider)
+;;; forj-provider.el ends here
