@@ -20,7 +20,7 @@
 ;; `M-x forj' opens (or returns to) `*forj: PROJECT*', a conversation
 ;; with a language model about the current project.  The buffer is the
 ;; record: what the model reads on every turn is what the buffer holds,
-;; parsed into messages by its role headings (outside code blocks):
+;; parsed into messages by its role headings:
 ;;
 ;;   ## User           what the user wrote
 ;;   ## Assistant      what the model wrote, tool-call blocks included
@@ -28,7 +28,9 @@
 ;;
 ;; The last `## User' section is the prompt: type there, `C-c C-c' sends.
 ;; Replies stream in above the prompt, so the user can draft the next
-;; message meanwhile.  Lines starting with "⚠ forj:" are notices for
+;; message meanwhile.  A heading line inside a reply or a message is
+;; escaped with a backslash, so only forj's own headings divide the
+;; record.  Lines starting with "⚠ forj:" are notices for
 ;; the user (errors, stops) and are not sent to the model.
 ;;
 ;; The tool loop (seed 000 sections 2.6 and 3.8): when a reply ends with
@@ -263,28 +265,19 @@ This is what `make run' calls."
 ;;; Reading the record
 
 (defun forj-chat--heading-lines (beg end)
-  "The role heading lines between BEG and END outside code blocks.
-A list of (ROLE LINE-START LINE-END)."
+  "The role heading lines between BEG and END.
+A list of (ROLE LINE-START LINE-END).
+Code blocks do not hide headings: a reply cut inside a code block must
+not swallow the rest of the record.  Heading lines that the model or
+the user write are escaped instead (`forj-chat--escape-headings')."
   (save-excursion
     (goto-char beg)
-    (let ((open nil) (found nil))
-      (while (< (point) end)
-        (cond
-         ((looking-at forj-tools--fence-re)
-          (let ((fence (match-string-no-properties 2))
-                (rest (buffer-substring-no-properties (match-end 2) (line-end-position))))
-            (cond ((null open)
-                   (unless (and (eq (aref fence 0) ?`) (string-match-p "`" rest))
-                     (setq open (cons (aref fence 0) (length fence)))))
-                  ((and (eq (aref fence 0) (car open)) (>= (length fence) (cdr open))
-                        (string-match-p "\\`[ \t]*\\'" rest))
-                   (setq open nil)))))
-         ((and (null open) (looking-at forj-chat--heading-re))
-          (push (list (pcase (match-string-no-properties 1)
-                        ("User" "user") ("Assistant" "assistant") (_ "tool"))
-                      (point) (line-end-position))
-                found)))
-        (forward-line 1))
+    (let ((found nil))
+      (while (re-search-forward forj-chat--heading-re end t)
+        (push (list (pcase (match-string-no-properties 1)
+                      ("User" "user") ("Assistant" "assistant") (_ "tool"))
+                    (match-beginning 0) (match-end 0))
+              found))
       (nreverse found))))
 
 (defun forj-chat--sections (&optional end)

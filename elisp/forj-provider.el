@@ -199,6 +199,7 @@ environment variables of :key-env."
   (data nil :documentation "The current event's data lines, newest first.")
   (state nil :documentation "Plist the family keeps its own state in.")
   (finished nil :documentation "Non-nil once the family reported the end.")
+  (seen nil :documentation "Non-nil once any event arrived.")
   (ended nil :documentation "Non-nil once a final callback was called.")
   (files nil :documentation "Temporary files to delete when curl ends."))
 
@@ -316,10 +317,11 @@ Interim responses (100 Continue) are skipped."
     (while (and (not (forj-provider-stream-status stream))
                 (string-match "\r?\n\r?\n" pending))
       (let* ((block (substring pending 0 (match-beginning 0)))
+             (rest (substring pending (match-end 0)))
              (lines (split-string block "\r?\n"))
              (status (and (string-match "\\`HTTP/[0-9.]+ \\([0-9]+\\)" (car lines))
                           (string-to-number (match-string 1 (car lines))))))
-        (setq pending (substring pending (match-end 0)))
+        (setq pending rest)
         (when (and status (>= status 200))
           (setf (forj-provider-stream-status stream) status
                 (forj-provider-stream-headers stream)
@@ -334,10 +336,14 @@ Interim responses (100 Continue) are skipped."
         (start 0))
     (while (and (not (forj-provider-stream-ended stream))
                 (string-match "\n" pending start))
-      (let ((line (decode-coding-string (substring pending start (match-beginning 0)) 'utf-8-unix)))
+      (let ((line (forj-provider--decode (substring pending start (match-beginning 0)))))
         (setq start (match-end 0))
         (forj-provider--line stream (string-remove-suffix "\r" line))))
     (setf (forj-provider-stream-pending stream) (substring pending start))))
+
+(defun forj-provider--decode (bytes)
+  "BYTES as UTF-8 text; invalid bytes become U+FFFD, visibly."
+  (replace-regexp-in-string "[\200-\377]" "\ufffd" (decode-coding-string bytes 'utf-8-unix) t t))
 
 (defun forj-provider--line (stream line)
   "Handle one LINE of STREAM's event stream."
@@ -361,6 +367,7 @@ Interim responses (100 Continue) are skipped."
     (setf (forj-provider-stream-data stream) nil
           (forj-provider-stream-event stream) nil)
     (when data
+      (setf (forj-provider-stream-seen stream) t)
       (let ((text (string-join (reverse data) "\n")))
         (forj-provider--act
          stream
@@ -433,12 +440,9 @@ can act on."
   "Report the outcome of STREAM once its curl PROCESS has ended."
   (unless (process-live-p process)
     (forj-provider--cleanup stream)
-    ;; A last event without its blank line still counts.
     (when (forj-provider--ok-p stream)
       (forj-provider--read-events stream)
-      (unless (string-empty-p (forj-provider-stream-pending stream))
-        (forj-provider--line stream (decode-coding-string (forj-provider-stream-pending stream) 'utf-8-unix)))
-      (forj-provider--dispatch stream))
+      (forj-provider--last-event stream))
     (let ((code (process-exit-status process))
           (stderr (with-current-buffer (get-buffer-create " *forj-curl-stderr*" t)
                     (prog1 (string-trim (buffer-string)) (erase-buffer)))))
@@ -454,6 +458,8 @@ can act on."
                                     (if (string-empty-p stderr) "no message" stderr))))
        ((null (forj-provider-stream-status stream))
         (forj-provider--end stream :error "The provider closed the connection without answering"))
+       ((and (not (forj-provider-stream-seen stream)) (null (forj-provider-stream-body stream)))
+        (forj-provider--end stream :error "The provider's reply was empty (HTTP 200, no events)"))
        ((forj-provider-stream-body stream)
         (forj-provider--end stream :error
                             (format "The provider answered with something that is not an event stream: %s"
@@ -461,6 +467,24 @@ can act on."
        (t
         (forj-provider--end stream :error
                             "The reply stream was cut before it finished (the text so far is kept)"))))))
+
+(defun forj-provider--last-event (stream)
+  "Dispatch STREAM's last event if it arrived whole but without its blank line.
+An event cut off in the middle is dropped (as the SSE standard says), and
+the stream then counts as cut."
+  (unless (string-empty-p (forj-provider-stream-pending stream))
+    (forj-provider--line stream (forj-provider--decode (forj-provider-stream-pending stream)))
+    (setf (forj-provider-stream-pending stream) ""))
+  (let ((data (forj-provider-stream-data stream))
+        (event (forj-provider-stream-event stream)))
+    (setf (forj-provider-stream-data stream) nil)
+    (when data
+      (let ((actions (ignore-errors
+                       (funcall (plist-get (forj-provider-stream-family stream) :event)
+                                stream event (string-join (reverse data) "\n")))))
+        (when actions
+          (setf (forj-provider-stream-seen stream) t)
+          (forj-provider--act stream actions))))))
 
 (defun forj-provider--excerpt (body)
   "A short readable excerpt of an error BODY: HTML tags stripped, cut."

@@ -1,0 +1,320 @@
+"""A local HTTP server that speaks the providers' streaming wire formats.
+
+The ERT tests of forj-provider*.el start it, point a provider's URL at it,
+and let forj's real curl requests hit it.  The first path segment picks the
+scenario, ``<family>-<case>``: ``http://127.0.0.1:PORT/openai-text/v1``.
+Every request is appended to the log file (argv[1]) as one JSON line with
+its method, path, headers and body, so tests can check what was sent.
+
+The event streams follow each provider's published streaming format:
+OpenAI chat completions (``data: {chunk}`` ... ``data: [DONE]``),
+Anthropic Messages (named events ``message_start`` ... ``message_stop``)
+and Gemini ``streamGenerateContent?alt=sse`` (``data: {response}``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+LOG = sys.argv[1]
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+# --- OpenAI-compatible chat completions ------------------------------------------
+
+
+def openai_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    return sse(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": "fake",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
+
+
+def openai(case: str) -> list[bytes]:
+    if case == "text":
+        return [
+            openai_chunk({"role": "assistant", "content": ""}),
+            openai_chunk({"content": "Hello"}),
+            openai_chunk({"content": ", world"}),
+            openai_chunk({}, "stop"),
+            sse("[DONE]"),
+        ]
+    if case == "tools":
+        return [
+            openai_chunk({"role": "assistant", "content": "Reading."}),
+            openai_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_abc",
+                            "type": "function",
+                            "function": {"name": "read_file", "arguments": ""},
+                        }
+                    ]
+                }
+            ),
+            openai_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"pa'}}]}),
+            openai_chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'th": "a.txt"}'}}]}),
+            openai_chunk({}, "tool_calls"),
+            sse("[DONE]"),
+        ]
+    if case == "cut":
+        return [openai_chunk({"content": "Half a"}), b'data: {"id": "chatcmpl-1", "choi']
+    if case == "badutf8":
+        return [
+            openai_chunk({"content": "ok "}),
+            b'data: {"choices":[{"index":0,"delta":{"content":"caf\xe9 \xff"}}]}\n\n',
+            openai_chunk({}, "stop"),
+            sse("[DONE]"),
+        ]
+    raise KeyError(case)
+
+
+# --- Anthropic Messages ------------------------------------------------------------
+
+
+def anthropic(case: str) -> list[bytes]:
+    start = sse(
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "model": "fake",
+                "stop_reason": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1},
+            },
+        },
+        "message_start",
+    )
+    stop = [
+        sse(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 5},
+            },
+            "message_delta",
+        ),
+        sse({"type": "message_stop"}, "message_stop"),
+    ]
+    text_block = [
+        sse(
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            "content_block_start",
+        ),
+        sse({"type": "ping"}, "ping"),
+        sse(
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}},
+            "content_block_delta",
+        ),
+        sse(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": ", world"},
+            },
+            "content_block_delta",
+        ),
+        sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+    ]
+    if case == "text":
+        return [start, *text_block, *stop]
+    if case == "tools":
+        tool = [
+            sse(
+                {
+                    "type": "content_block_start",
+                    "index": 1,
+                    "content_block": {
+                        "type": "tool_use",
+                        "id": "toolu_01",
+                        "name": "read_file",
+                        "input": {},
+                    },
+                },
+                "content_block_start",
+            ),
+            sse(
+                {
+                    "type": "content_block_delta",
+                    "index": 1,
+                    "delta": {"type": "input_json_delta", "partial_json": '{"path": '},
+                },
+                "content_block_delta",
+            ),
+            sse(
+                {
+                    "type": "content_block_delta",
+                    "index": 1,
+                    "delta": {"type": "input_json_delta", "partial_json": '"a.txt"}'},
+                },
+                "content_block_delta",
+            ),
+            sse({"type": "content_block_stop", "index": 1}, "content_block_stop"),
+        ]
+        return [start, *text_block, *tool, *stop]
+    if case == "overloaded":
+        return [
+            start,
+            *text_block[:3],
+            sse(
+                {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+                "error",
+            ),
+        ]
+    if case == "cut":
+        return [start, *text_block[:3]]
+    if case == "badutf8":
+        return [
+            start,
+            text_block[0],
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+            b'"delta":{"type":"text_delta","text":"caf\xe9 \xff"}}\n\n',
+            text_block[4],
+            *stop,
+        ]
+    raise KeyError(case)
+
+
+# --- Gemini --------------------------------------------------------------------------
+
+
+def gemini_chunk(parts: list[dict[str, Any]], finish: str | None = None) -> bytes:
+    candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
+    if finish:
+        candidate["finishReason"] = finish
+    return sse(
+        {
+            "candidates": [candidate],
+            "usageMetadata": {"promptTokenCount": 10, "totalTokenCount": 12},
+            "modelVersion": "fake",
+        }
+    )
+
+
+def gemini(case: str) -> list[bytes]:
+    if case == "text":
+        return [gemini_chunk([{"text": "Hello"}]), gemini_chunk([{"text": ", world"}], "STOP")]
+    if case == "tools":
+        return [
+            gemini_chunk([{"text": "Reading."}]),
+            gemini_chunk(
+                [{"functionCall": {"name": "read_file", "args": {"path": "a.txt"}}}], "STOP"
+            ),
+        ]
+    if case == "cut":
+        return [gemini_chunk([{"text": "Half a"}]), b'data: {"candidates": [{"content": ']
+    if case == "badutf8":
+        return [
+            b'data: {"candidates":[{"content":{"parts":[{"text":"caf\xe9 \xff"}],"role":"model"}}]}'
+            b"\n\n",
+            gemini_chunk([{"text": "!"}], "STOP"),
+        ]
+    raise KeyError(case)
+
+
+STREAMS = {"openai": openai, "anthropic": anthropic, "gemini": gemini}
+
+ERROR_BODIES = {
+    "openai": lambda message, kind: {
+        "error": {"message": message, "type": kind, "param": None, "code": None}
+    },
+    "anthropic": lambda message, kind: {
+        "type": "error",
+        "error": {"type": kind, "message": message},
+    },
+    "gemini": lambda message, kind: [
+        {"error": {"code": 400, "message": message, "status": kind.upper()}}
+    ],
+}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length).decode("utf-8", "replace")
+        with open(LOG, "a", encoding="utf-8") as log:
+            log.write(
+                json.dumps(
+                    {"path": self.path, "headers": dict(self.headers.items()), "body": body}
+                )
+                + "\n"
+            )
+        scenario = self.path.strip("/").split("/")[0]
+        family, _, case = scenario.partition("-")
+        if case == "unauthorized":
+            self._json(401, ERROR_BODIES[family]("Incorrect API key provided", "invalid_key"))
+        elif case == "ratelimited":
+            self._json(
+                429,
+                ERROR_BODIES[family]("Rate limit reached, slow down", "rate_limit_error"),
+                {"Retry-After": "7"},
+            )
+        elif case == "html":
+            page = b"<!DOCTYPE html><html><body><h1>502 Bad Gateway</h1></body></html>"
+            self._raw(502, "text/html", page)
+        elif case == "empty":
+            self._raw(200, "text/event-stream", b"")
+        elif case == "notsse":
+            self._raw(200, "text/html", b"<html><body>Sign in to continue</body></html>")
+        else:
+            self._stream(STREAMS[family](case))
+
+    def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self._raw(status, "application/json", json.dumps(body).encode(), headers)
+
+    def _raw(
+        self, status: int, kind: str, data: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, chunks: list[bytes]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for chunk in chunks:
+            self.wfile.write(chunk)
+            self.wfile.flush()
+            time.sleep(0.005)
+        self.close_connection = True
+
+
+def main() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+;;; forj-chat-test.el --- The chat and the tool loop, end to end  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; The chat driven by the scripted provider (a recorded model session)
+;; against the real worker on a temporary project: the whole loop
+;; (IT-E2E-01), the tools modes (T-MODE-01, T-MODE-02), the iteration
+;; cap, stopping, native calls, bad model output, saving and reopening.
+
+;;; Code:
+
+(require 'ert)
+(require 'forj-chat)
+(require 'forj-epc-test)
+
+(defun forj-chat-test--script (replies)
+  "Write REPLIES (a list of plists with :text and maybe :calls) to a session file."
+  (let ((file (make-temp-file "forj-session-" nil ".json")))
+    (with-temp-file file
+      (insert (json-serialize (list :replies (vconcat replies)))))
+    file))
+
+(defmacro forj-chat-test-with-session (tree replies &rest body)
+  "Run BODY in a chat on a project made of TREE, the model replaying REPLIES.
+`root' is the project, `chat' the chat buffer."
+  (declare (indent 2) (debug t))
+  `(forj-test-with-project ,tree
+     (make-directory (expand-file-name ".git" root)) ; project.el's root marker
+     (let* ((script (forj-chat-test--script ,replies))
+            (forj-providers (cons (list "test-script" :family 'scripted :script script)
+                                  forj-providers))
+            (forj-provider "test-script")
+            (forj-provider-scripted-delay 0.001)
+            (forj-provider-scripted-chunk 40)
+            (chat (forj root)))
+       (unwind-protect
+           (with-current-buffer chat ,@body)
+         (when (buffer-live-p chat)
+           (with-current-buffer chat (set-buffer-modified-p nil))
+           (kill-buffer chat))
+         (when (get-buffer "*forj-review*") (kill-buffer "*forj-review*"))
+         (delete-file script)))))
+
+(defun forj-chat-test--say (text)
+  "Type TEXT at the prompt and send it."
+  (goto-char (point-max))
+  (insert text)
+  (forj-chat-send))
+
+(defun forj-chat-test--wait-idle (&optional timeout)
+  "Wait until the chat's turn is over; return non-nil if it is."
+  (let ((buffer (current-buffer)))
+    (forj-test--wait-for (lambda () (eq (buffer-local-value 'forj-chat--state buffer) 'idle))
+                         (or timeout 30))))
+
+(defun forj-chat-test--block (json)
+  "A tool-call block holding JSON."
+  (concat "```tool-call\n" json "\n```\n"))
+
+(ert-deftest forj-test-chat-it-e2e-01-full-loop ()
+  "IT-E2E-01: the model asks for a tool, it runs, the result lands, the model answers."
+  (forj-chat-test-with-session '(("notes.txt" . "remember the milk\n"))
+      (list (list :text (concat "Let me read it.\n\n"
+                                (forj-chat-test--block
+                                 "{\"id\": \"r1\", \"name\": \"read_file\", \"args\": {\"path\": \"notes.txt\"}}")))
+            (list :text "The note says: remember the milk."))
+    (forj-chat-test--say "What does notes.txt say?")
+    (should (forj-chat-test--wait-idle))
+    (let ((text (buffer-string)))
+      (should (string-match-p "## User\n\nWhat does notes.txt say\\?\n\n## Assistant\n\nLet me read it." text))
+      (should (string-match-p "## Tool results\n\n✓ read_file notes.txt\n```tool-result\n{\"id\":\"r1\"" text))
+      (should (string-match-p "## Assistant\n\nThe note says: remember the milk.\n\n## User\n\n\\'" text)))
+    ;; The record reads back as the conversation the model saw, results included.
+    (let ((messages (forj-chat-messages)))
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) messages)
+                     '("user" "assistant" "user" "assistant")))
+      (should (string-match-p "\\````tool-result\n{\"id\":\"r1\".*remember the milk"
+                              (plist-get (nth 2 messages) :text))))
+    ;; The system prompt carried the worker's tools and the protocol.
+    (let ((prompt (forj-chat-system-prompt)))
+      (should (string-match-p "```tool-call" prompt))
+      (should (string-match-p "### read_file" prompt))
+      (should (string-match-p (regexp-quote root) prompt)))))
+
+(ert-deftest forj-test-chat-edit-reviewed-then-resumed ()
+  "An edit waits for review; approved, it runs and the model is resumed."
+  (forj-chat-test-with-session '(("a.txt" . "old\n"))
+      (list (list :text (concat (forj-chat-test--block
+                                 "{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}")
+                                (forj-chat-test--block
+                                 "{\"id\": \"e\", \"name\": \"edit\", \"args\": {\"path\": \"a.txt\", \"old_string\": \"old\", \"new_string\": \"new\"}}")))
+            (list :text "Changed."))
+    (forj-chat-test--say "Change it.")
+    (should (forj-test--wait-for (lambda () (get-buffer "*forj-review*")) 30))
+    (with-current-buffer "*forj-review*"
+      (forj-review-approve-all)
+      (forj-review-commit))
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "✓ edit a.txt" (buffer-string)))
+    (should (string-match-p "## Assistant\n\nChanged.\n" (buffer-string)))
+    (should (equal (with-temp-buffer (insert-file-contents (expand-file-name "a.txt" root))
+                                     (buffer-string))
+                   "new\n"))))
+
+(ert-deftest forj-test-chat-denied-batch-still-resumes ()
+  "A batch whose only call was denied still resumes the model, with the reason."
+  (forj-chat-test-with-session '(("a.txt" . "old\n"))
+      (list (list :text (forj-chat-test--block
+                         "{\"id\": \"w\", \"name\": \"write_file\", \"args\": {\"path\": \"b.txt\", \"content\": \"x\"}}"))
+            (list :text "Understood, I will not write it."))
+    (forj-chat-test--say "Write b.txt.")
+    (should (forj-test--wait-for (lambda () (get-buffer "*forj-review*")) 30))
+    (with-current-buffer "*forj-review*"
+      (goto-char (point-min))
+      (forj-review-next)
+      (forj-review-deny-with-reason "not now")
+      (forj-review-commit))
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "The user denied this call: not now" (buffer-string)))
+    (should (string-match-p "Understood, I will not write it." (buffer-string)))
+    (should-not (file-exists-p (expand-file-name "b.txt" root)))))
+
+(ert-deftest forj-test-chat-t-mode-01-disabled-mode-rejects-calls ()
+  "T-MODE-01: with tools disabled nothing is advertised and calls are answered as invalid."
+  (let ((forj-chat-tools-mode 'disabled))
+    (forj-chat-test-with-session '(("a.txt" . "secret plans\n"))
+        (list (list :text (forj-chat-test--block
+                           "{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}"))
+              (list :text "I cannot use tools here."))
+      (should-not (string-match-p "tool-call" (forj-chat-system-prompt)))
+      (forj-chat-test--say "Read a.txt.")
+      (should (forj-chat-test--wait-idle))
+      (should (string-match-p "Tools are disabled in this conversation" (buffer-string)))
+      (should-not (string-match-p "secret plans" (buffer-string)))
+      (should (string-match-p "I cannot use tools here." (buffer-string))))))
+
+(ert-deftest forj-test-chat-t-mode-02-parse-only-waits-for-the-user ()
+  "T-MODE-02: parse-only lists pending calls, runs nothing, resumes with the user's results."
+  (let ((forj-chat-tools-mode 'parse-only))
+    (forj-chat-test-with-session '(("a.txt" . "from disk\n"))
+        (list (list :text (concat (forj-chat-test--block
+                                   "{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}")
+                                  (forj-chat-test--block
+                                   "{\"id\": \"bad\", \"name\": \"no_such_tool\", \"args\": {}}")))
+              (list :text "Thanks for the result."))
+      (forj-chat-test--say "Read a.txt.")
+      (should (forj-test--wait-for
+               (lambda () (string-match-p "⏸ read_file a.txt" (buffer-string))) 30))
+      (should (eq forj-chat--state 'tools))
+      ;; The invalid call already has its error; the valid one waits.
+      (should (string-match-p "Unknown tool" (buffer-string)))
+      (should-not (string-match-p "from disk" (buffer-string)))
+      (forj-tool-result "r" "{\"content\": \"typed by the user\"}")
+      (should (forj-chat-test--wait-idle))
+      (should (string-match-p "\"result\":{\"content\":\"typed by the user\"}" (buffer-string)))
+      (should (string-match-p "Thanks for the result." (buffer-string)))
+      (should-not (string-match-p "from disk" (buffer-string))))))
+
+(ert-deftest forj-test-chat-iteration-cap ()
+  "FR-RES-03: past the cap, calls are refused and the model resumed once; then it stops."
+  (let ((forj-chat-max-tool-iterations 2)
+        (call (forj-chat-test--block
+               "{\"id\": \"l\", \"name\": \"list_files\", \"args\": {}}")))
+    (forj-chat-test-with-session '(("a.txt" . "a\n"))
+        (list (list :text call) (list :text call) (list :text call) (list :text call)
+              (list :text "never reached"))
+      (forj-chat-test--say "Loop.")
+      (should (forj-chat-test--wait-idle))
+      (let ((text (buffer-string)))
+        (should (= (how-many "^✓ list_files" (point-min) (point-max)) 2))
+        (should (= (how-many "Max tool iterations reached" (point-min) (point-max)) 4))
+        (should (string-match-p "kept calling tools past the iteration limit" text))
+        (should-not (string-match-p "never reached" text))))))
+
+(ert-deftest forj-test-chat-stop-mid-stream-keeps-text-and-does-not-resume ()
+  "Stopping a streaming reply keeps what arrived, says so, runs no tools."
+  (let ((forj-provider-scripted-chunk 1))
+    (forj-chat-test-with-session '(("a.txt" . "a\n"))
+        (list (list :text (concat (make-string 400 ?x)
+                                  (forj-chat-test--block
+                                   "{\"id\": \"l\", \"name\": \"list_files\", \"args\": {}}"))))
+      (let ((forj-provider-scripted-delay 0.01))
+        (forj-chat-test--say "Go.")
+        (should (forj-test--wait-for (lambda () (string-match-p "xxxxx" (buffer-string))) 30))
+        ;; Sending again while the reply streams is refused; the draft stays.
+        (goto-char (point-max))
+        (insert "second thoughts")
+        (should-error (forj-chat-send) :type 'user-error)
+        (forj-chat-stop)
+        (should (eq forj-chat--state 'idle))
+        (accept-process-output nil 0.2)
+        (let ((text (buffer-string)))
+          (should (string-match-p "⚠ forj: stopped by the user" text))
+          (should (string-match-p "second thoughts\\'" text))
+          (should-not (string-match-p "## Tool results" text)))))))
+
+(ert-deftest forj-test-chat-stop-in-review-denies-and-does-not-resume ()
+  "Stopping while the batch waits for review denies it and does not resume the model."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text (forj-chat-test--block
+                         "{\"id\": \"w\", \"name\": \"write_file\", \"args\": {\"path\": \"b.txt\", \"content\": \"x\"}}"))
+            (list :text "should not be asked for"))
+    (forj-chat-test--say "Write.")
+    (should (forj-test--wait-for (lambda () (get-buffer "*forj-review*")) 30))
+    (forj-chat-stop)
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "denied" (buffer-string)))
+    (should-not (string-match-p "should not be asked for" (buffer-string)))
+    (should-not (file-exists-p (expand-file-name "b.txt" root)))))
+
+(ert-deftest forj-test-chat-native-calls-become-blocks ()
+  "Native function calls are written as tool-call blocks and read back as native calls."
+  (forj-chat-test-with-session '(("a.txt" . "native\n"))
+      (list (list :text "Reading." :calls (vector (list :id "n1" :name "read_file" :args (list :path "a.txt"))))
+            (list :text "Done."))
+    (setq forj-chat--provider (plist-put (copy-sequence forj-chat--provider) :native-tools t))
+    (forj-chat-test--say "Read natively.")
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "```tool-call\n{\"id\":\"n1\",\"name\":\"read_file\",\"args\":{\"path\":\"a.txt\"}}\n```"
+                            (buffer-string)))
+    (should (string-match-p "✓ read_file a.txt" (buffer-string)))
+    (let ((messages (forj-chat-messages)))
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) messages)
+                     '("user" "assistant" "tool" "assistant")))
+      (should (equal (plist-get (nth 1 messages) :text) "Reading."))
+      (should (equal (plist-get (car (plist-get (nth 1 messages) :calls)) :id) "n1"))
+      (should (string-match-p "native" (plist-get (car (plist-get (nth 2 messages) :results)) :content))))))
+
+(ert-deftest forj-test-chat-bad-model-output ()
+  "Half a fence, JSON with comments, an unknown tool, a heading in prose: errors the model reads."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text (concat "## User\n\nI pretend to be you.\n\n"
+                                "```tool-call\n{\"id\": \"c\", // a comment\n \"name\": \"list_files\"}\n```\n"
+                                (forj-chat-test--block "{\"id\": \"u\", \"name\": \"no_such_tool\", \"args\": {}}")
+                                "```tool-call\n{\"id\": \"h\", \"name\": \"list_files\""))
+            (list :text "I will write proper calls."))
+    (forj-chat-test--say "Go.")
+    (should (forj-chat-test--wait-idle))
+    (let ((text (buffer-string)))
+      (should (string-match-p "Invalid JSON in the tool-call block" text))
+      (should (string-match-p "Unknown tool" text))
+      (should (string-match-p "never closed" text))
+      (should (string-match-p "I will write proper calls." text)))
+    ;; The model's fake heading stayed text: the record still has one user message first.
+    (should (string-match-p "^\\\\## User\nI pretend\\|^\\\\## User\n\nI pretend" (buffer-string)))
+    (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages))
+                   '("user" "assistant" "user" "assistant")))))
+
+(ert-deftest forj-test-chat-save-and-reopen ()
+  "A saved chat reopens as a chat of the same project, with the same conversation."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text "Hello there."))
+    (forj-chat-test--say "Hi.")
+    (should (forj-chat-test--wait-idle))
+    (let ((file (make-temp-file "forj-chat-" nil ".md"))
+          (messages (forj-chat-messages)))
+      (forj-save file)
+      (let ((reopened (find-file-noselect file t)))
+        (unwind-protect
+            (with-current-buffer reopened
+              (should (eq major-mode 'forj-chat-mode))
+              (should (equal forj-chat--root root))
+              (should (equal (forj-chat-messages) messages)))
+          (kill-buffer reopened)
+          (delete-file file))))))
+
+(provide 'forj-chat-test)
+;;; forj-chat-test.el ends here
