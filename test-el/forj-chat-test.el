@@ -264,5 +264,47 @@
           (kill-buffer reopened)
           (delete-file file))))))
 
+(ert-deftest forj-test-chat-demo-session-runs-on-the-sample-project ()
+  "The demo of `make run' without a key: reads, a reviewed edit, a result, the answer."
+  (let* ((forj-provider-scripted-delay 0.001)
+         (forj-provider-scripted-chunk 200)
+         (chat (forj-demo))
+         (root (buffer-local-value 'forj-chat--root chat)))
+    (unwind-protect
+        (with-current-buffer chat
+          (should (equal (plist-get forj-chat--provider :name) "scripted"))
+          (forj-chat-test--say "Please fix greet.")
+          (should (forj-test--wait-for (lambda () (get-buffer "*forj-review*")) 30))
+          (with-current-buffer "*forj-review*"
+            (should (string-match-p "\\+    return f\"Hello, {name}!\"" (buffer-string)))
+            (forj-review-approve-all)
+            (forj-review-commit))
+          (should (forj-chat-test--wait-idle))
+          (should (= (how-many "^✓ " (point-min) (point-max)) 3))
+          (should (string-match-p "Done. `greet(\"Ada\")` now returns" (buffer-string)))
+          (should (string-match-p "return f\"Hello, {name}!\""
+                                  (with-temp-buffer
+                                    (insert-file-contents (expand-file-name "greet.py" root))
+                                    (buffer-string)))))
+      (with-current-buffer chat (set-buffer-modified-p nil))
+      (kill-buffer chat)
+      (forj-worker-stop root)
+      (delete-directory root t))))
+
+(ert-deftest forj-test-chat-killing-the-last-chat-stops-the-worker ()
+  "The worker lives while a chat (or a forj-tools-mode buffer) of its project does."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text "Hi."))
+    (forj-chat-test--say "Hello.")
+    (should (forj-chat-test--wait-idle))
+    (should (gethash root forj-worker--by-root))
+    (let ((other (generate-new-buffer "*forj-other*")))
+      (with-current-buffer other (setq forj-tools--root root) (forj-tools-mode 1))
+      (set-buffer-modified-p nil)
+      (kill-buffer (current-buffer))
+      (should (gethash root forj-worker--by-root))
+      (kill-buffer other)
+      (should-not (gethash root forj-worker--by-root)))))
+
 (provide 'forj-chat-test)
 ;;; forj-chat-test.el ends here
