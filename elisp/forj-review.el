@@ -27,7 +27,7 @@
 ;;   r  deny it with a reason (the model reads the reason)
 ;;   e  edit the proposed text in ediff, then approve it as edited
 ;;   A  approve all                    D  deny all
-;;   C-c C-c  commit the decisions     q  deny all and commit
+;;   C-c C-c  commit the decisions     q, C-g  deny all and commit
 ;;
 ;; Editing before approving: `e' fetches the call's proposal from the
 ;; worker (the file as it is and as the call would leave it) and opens
@@ -93,6 +93,7 @@ plist.")
     (define-key map "p" #'forj-review-previous)
     (define-key map (kbd "C-c C-c") #'forj-review-commit)
     (define-key map "q" #'forj-review-quit)
+    (define-key map (kbd "C-g") #'forj-review-quit)
     map)
   "Keymap of `forj-review-mode'.")
 
@@ -161,6 +162,13 @@ buffer."
     (forward-line (1- line))))
 
 (defun forj-review--diff (text)
+  "TEXT indented; a unified diff is coloured with `diff-mode' faces.
+Other previews (a command's argv, cwd and environment) stay plain."
+  (if (not (string-match-p "\\`\\(?:--- \\|@@\\)" text))
+      (mapconcat (lambda (line) (concat "    " line "\n")) (split-string text "\n" t) "")
+    (forj-review--diff-lines text)))
+
+(defun forj-review--diff-lines (text)
   "TEXT, a unified diff, indented and coloured with `diff-mode' faces."
   (mapconcat
    (lambda (line)

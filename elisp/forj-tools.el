@@ -161,6 +161,7 @@ Objects become plists, arrays vectors, null `:null' and false `:false'."
 
 (require 'forj-worker)
 (require 'forj-review)
+(require 'forj-shell)
 
 (defcustom forj-tools-fold-chars 1200
   "Results longer than this many characters are folded.
@@ -186,6 +187,7 @@ it, as does \<forj-tools-mode-map>\[forj-tools-toggle-fold] on its line."
   (worker nil :documentation "The worker running the batch.")
   (batch-id nil :documentation "The worker's id for the batch.")
   (mode "enabled" :documentation "The tool loop mode it is planned in.")
+  (shells nil :documentation "Vector: per entry, its output buffer (or nil).")
   (callback nil :documentation "Called with the results when the batch is done."))
 
 (defvar-local forj-tools--current-batch nil
@@ -220,6 +222,7 @@ Everything waits asynchronously; Emacs stays usable."
                      :entries entries
                      :states (make-vector (length entries) 'pending)
                      :results (make-vector (length entries) nil)
+                     :shells (make-vector (length entries) nil)
                      :callback callback)))
         (set-marker-insertion-type start nil)
         (setq forj-tools--current-batch batch)
@@ -237,16 +240,25 @@ Everything waits asynchronously; Emacs stays usable."
   (let ((conn (forj-worker-connection worker))
         (calls (cl-loop for entry in (forj-tools-batch-entries batch)
                         when (plist-get entry :call) collect (plist-get entry :call))))
-    (setf (forj-epc-connection-on-event conn) (lambda (event) (forj-tools--event batch event)))
+    (setf (forj-epc-connection-on-event conn) #'forj-tools--dispatch-event)
     (if (null calls)
         (forj-tools--finish batch)
       (forj-epc-call conn "plan" (list :calls (vconcat calls) :mode (forj-tools-batch-mode batch))
                      :success (lambda (plan) (forj-tools--review batch plan))
                      :error (lambda (err) (forj-tools--fail-all batch err))))))
 
+(defvar forj-tools--batches (make-hash-table :test #'equal)
+  "Batches being executed, by the worker's batch id: where events go.")
+
+(defun forj-tools--dispatch-event (event)
+  "Hand a worker EVENT to the batch it belongs to."
+  (let ((batch (gethash (plist-get event :batch_id) forj-tools--batches)))
+    (when batch (forj-tools--event batch event))))
+
 (defun forj-tools--review (batch plan)
   "Ask the user about the confirm items of PLAN, then execute BATCH."
   (setf (forj-tools-batch-batch-id batch) (plist-get plan :batch_id))
+  (puthash (plist-get plan :batch_id) batch forj-tools--batches)
   (if (equal (plist-get plan :mode) "parse_only")
       (forj-tools--await-manual batch plan)
     (forj-tools--review-and-execute batch plan)))
@@ -430,15 +442,37 @@ of the proposal."
                  :success (lambda (reply) (forj-tools--results batch (plist-get reply :results)))
                  :error (lambda (err) (forj-tools--fail-all batch err))))
 
+(defconst forj-tools--streaming-tools '("run_shell" "run_tests")
+  "Tools whose output streams into a `*forj-shell: ID*' buffer.")
+
 (defun forj-tools--event (batch event)
-  "Show a worker EVENT of BATCH: a call started or finished."
-  (when (equal (plist-get event :batch_id) (forj-tools-batch-batch-id batch))
-    (let ((index (forj-tools--index-of batch (plist-get event :call_id))))
-      (when (and index (member (plist-get event :kind) '("started" "finished")))
-        (aset (forj-tools-batch-states batch) index
-              (if (equal (plist-get event :kind) "started") 'running 'pending))
-        (forj-tools--render batch)
-        (forj-tools--spin batch (equal (plist-get event :kind) "started"))))))
+  "Show a worker EVENT of BATCH: a call started, wrote output, or finished."
+  (let* ((index (forj-tools--index-of batch (plist-get event :call_id)))
+         (kind (plist-get event :kind))
+         (shells (forj-tools-batch-shells batch)))
+    (when index
+      (pcase kind
+        ((or "stdout" "stderr")
+         (let ((shell (or (aref shells index)
+                          (aset shells index (forj-tools--start-shell batch index)))))
+           (forj-shell-append shell kind (plist-get event :data))))
+        ((or "started" "finished")
+         (let ((started (equal kind "started")))
+           (aset (forj-tools-batch-states batch) index (if started 'running 'pending))
+           (when (and started
+                      (member (plist-get (plist-get (nth index (forj-tools-batch-entries batch)) :call) :name)
+                              forj-tools--streaming-tools))
+             (aset shells index (forj-tools--start-shell batch index)))
+           (when (and (not started) (aref shells index))
+             (forj-shell-finish (aref shells index) (eq (plist-get event :ok) t)))
+           (forj-tools--render batch)
+           (forj-tools--spin batch started)))))))
+
+(defun forj-tools--start-shell (batch index)
+  "The output buffer of the call at INDEX in BATCH, started afresh."
+  (let ((entry (nth index (forj-tools-batch-entries batch))))
+    (forj-shell-buffer (plist-get (plist-get entry :call) :id)
+                       (forj-tools--header entry 'running nil))))
 
 ;;; The spinner
 
@@ -533,6 +567,8 @@ The shared timer runs while any spinner turns."
   (cl-loop for index below (length (forj-tools-batch-states batch))
            do (aset (forj-tools-batch-states batch) index 'done))
   (forj-tools--spin batch nil)
+  (when (forj-tools-batch-batch-id batch)
+    (remhash (forj-tools-batch-batch-id batch) forj-tools--batches))
   (forj-tools--render batch)
   (when (buffer-live-p (forj-tools-batch-buffer batch))
     (with-current-buffer (forj-tools-batch-buffer batch)
@@ -738,9 +774,17 @@ are as for `forj-tools--buttonize'.  Only the first
                      for index from 0
                      for state = (aref (forj-tools-batch-states batch) index)
                      for result = (aref (forj-tools-batch-results batch) index)
-                     do (let ((from (point)))
-                          (insert (forj-tools--header entry state result) "\n")
-                          (forj-tools--buttonize from (point) root cache))
+                     do (let ((from (point))
+                              (shell (and (forj-tools-batch-shells batch)
+                                          (aref (forj-tools-batch-shells batch) index))))
+                          (insert (forj-tools--header entry state result))
+                          (forj-tools--buttonize from (point) root cache)
+                          (when (buffer-live-p shell)
+                            (insert " ")
+                            (insert-text-button "[output]" 'action (lambda (_) (pop-to-buffer shell))
+                                                'help-echo (format "Show %s" (buffer-name shell))
+                                                'follow-link t))
+                          (insert "\n"))
                      when result
                      do (let ((from (point)))
                           (insert "```tool-result\n" (forj-tools-json-encode result) "\n```\n")
