@@ -1,0 +1,54 @@
+;;; shell-bench.el --- run_shell output streaming into Emacs, timed, in batch  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Run by bench/run.py with $FORJ_PYTHON, $FORJ_BENCH_ROOT (an empty
+;; project) and $FORJ_CONFIG (output limits raised).  Runs
+;; `yes | head -c 50M' through run_shell, approved programmatically, and
+;; prints:
+;;   mbps MB/S   megabytes of output that reached the *forj-shell* buffer
+;;               per second, from the call's start to its last chunk
+;;   lag MS      the worst lateness of a 10 ms timer meanwhile
+;;   bytes N     what the shell buffer received (should be 52428800)
+
+;;; Code:
+
+(require 'forj-tools)
+
+(let* ((forj-worker-python (getenv "FORJ_PYTHON"))
+       (root (getenv "FORJ_BENCH_ROOT"))
+       (worst-lag 0)
+       (started nil)
+       (last-chunk nil)
+       (received 0))
+  (let ((ready nil))
+    (forj-worker-ensure root (lambda (_) (setq ready t)))
+    (while (not ready) (accept-process-output nil 0.05)))
+  (advice-add 'forj-shell-append :after
+              (lambda (_buffer _kind data)
+                (setq received (+ received (string-bytes data)) last-chunk (float-time))))
+  (advice-add 'forj-review-open :override
+              (lambda (items callback &optional _proposal)
+                (setq started (float-time))
+                (funcall callback (mapcar (lambda (i) (plist-get i :id)) items) nil nil)))
+  (let* ((expected (+ (float-time) 0.01))
+         (timer (run-at-time 0.01 0.01
+                             (lambda ()
+                               (let ((now (float-time)))
+                                 (setq worst-lag (max worst-lag (- now expected)))
+                                 (setq expected (+ now 0.01)))))))
+    (with-temp-buffer
+      (insert "```tool-call\n{\"id\": \"yes\", \"name\": \"run_shell\", \"args\": {\"cmd\": \"yes | head -c 52428800\"}}\n```\n")
+      (let ((done nil))
+        (forj-tools-run-region (point-min) (point-max) (lambda (_) (setq done t)) root)
+        (while (not done) (accept-process-output nil 0.005))))
+    (cancel-timer timer))
+  (princ (format "mbps %.1f\nlag %.1f\nbytes %d\n"
+                 (/ (/ received 1048576.0) (max 0.001 (- last-chunk started)))
+                 (* 1000 worst-lag)
+                 received))
+  (when (get-buffer "*forj-shell: yes*")
+    (with-current-buffer "*forj-shell: yes*" (princ (format "buffer %d\n" (buffer-size)))))
+  (forj-worker-stop root))
+
+;;; shell-bench.el ends here
