@@ -6,7 +6,8 @@ Measures, on this machine, in one run:
 - a 1 MB ``read_file`` round trip (plan + execute) from both clients;
 - a small ``read_file`` round trip (plan + execute, journal writes included);
 - sandbox validation per path;
-- the EPC codec against sexpdata on a megabyte of quotes and backslashes.
+- the EPC codec against sexpdata on a megabyte of quotes and backslashes;
+- the file tools (bench/tools.py) and run_shell (bench/shell.py).
 
 Prints a Markdown table (with machine and date) and writes it to
 bench/results/latest.md for docs/benchmarks.md.
@@ -93,6 +94,22 @@ def _emacs_flow(emacs: str, env: dict[str, str], tmp: Path) -> list[tuple[str, s
     ]
 
 
+def _emacs_shell(emacs: str, env: dict[str, str], tmp: Path) -> list[tuple[str, str, str]]:
+    """``yes | head -c 50M`` through run_shell into a *forj-shell* buffer."""
+    project = tmp / "shell"
+    (project / ".git").mkdir(parents=True)
+    out = _run_emacs_bench(emacs, "shell-bench.el", dict(env, FORJ_BENCH_ROOT=str(project)))
+    values = dict(line.split() for line in out.strip().splitlines() if " " in line)
+    return [
+        (
+            "run_shell `yes | head -c 50M` into the Emacs shell buffer",
+            f"{values['mbps']} MB/s ({int(values['bytes']) >> 20} MB, every byte)",
+            "—",
+        ),
+        ("Emacs timer lag while those 50 MB stream in", f"{values['lag']} ms", "≤ 50 ms"),
+    ]
+
+
 def main() -> None:
     rows: list[tuple[str, str, str]] = []
     rows.append(("CPU reference: 10⁶ Python additions", f"{calibration() * 1000:.0f} ms", "—"))
@@ -149,6 +166,7 @@ def main() -> None:
                     ("no-op round trip from Emacs, forj-epc.el", f"{ms:.3f} ms", "≤ 0.5 ms")
                 )
                 rows.extend(_emacs_flow(emacs, env, Path(tmp)))
+                rows.extend(_emacs_shell(emacs, env, Path(tmp)))
 
             def read(client_call: Callable[[str, dict], dict], path: str) -> None:
                 plan = client_call(
@@ -246,6 +264,10 @@ def main() -> None:
     import tools  # the file tool benchmarks, beside this file
 
     rows.extend(tools.main())
+
+    import shell  # run_shell: streaming throughput, time to kill a group
+
+    rows.extend(shell.main())
 
     lines = [
         f"Machine: {machine()}  ",

@@ -2,6 +2,7 @@
 
 Reads the token from ``FORJ_TOKEN`` (and removes it from the environment,
 so no command the worker runs inherits it), loads the configuration,
+becomes the child subreaper of the commands it runs (Linux),
 opens the journal, listens on 127.0.0.1 and prints the port as the first
 line of stdout.  It serves until ``shutdown``, until its stdin closes, or
 until its parent dies: the worker never outlives the Emacs that started it.
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import __version__
+from . import __version__, process
 from .config import ConfigError, load
 from .journal import Journal, JournalError, default_state_dir
 from .registry import Registry
@@ -81,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     for warning in loaded.warnings:
         log.warning("%s", warning)
+    # Orphans of the commands it runs are re-parented to the worker and reaped
+    # here (Linux); from the main thread, before any command starts.
+    if process.become_subreaper():
+        process.start_reaper()
     worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
     server = ForjServer(worker, token)
     stop = server.stop

@@ -100,6 +100,20 @@ class ApprovalConfig(_Section):
     allowlist: list[str] = Field(default_factory=list)
     denylist: list[str] = Field(default_factory=list)
     prompt_side_effects: bool = True
+    # "auto": run_shell calls the classifier finds read-only run without a
+    # prompt.  "prompt" by default; only the user's own file can set "auto".
+    read_only_commands: Literal["prompt", "auto"] = "prompt"
+
+
+class ShellConfig(_Section):
+    # Bytes of each stream (stdout, stderr) kept for the result: the first
+    # and the last half; everything is still streamed to Emacs.
+    max_capture_bytes: int = Field(default=4 << 20, ge=64 << 10, le=256 << 20)
+    # SIGTERM to the process group, then SIGKILL after this long.
+    kill_grace_seconds: float = Field(default=2.0, gt=0, le=60)
+    # After the command exits, how long its pipes are still read when
+    # something it left behind holds them open.
+    drain_seconds: float = Field(default=1.0, gt=0, le=60)
 
 
 class BackupsConfig(_Section):
@@ -140,6 +154,7 @@ class ToolsConfig(_Section):
     backups: BackupsConfig = Field(default_factory=BackupsConfig)
     listing: ListingConfig = Field(default_factory=ListingConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    shell: ShellConfig = Field(default_factory=ShellConfig)
 
 
 class TrustConfig(_Section):
@@ -347,6 +362,7 @@ _SAFETY_RULES: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     ("tools", "approval", "allowlist"): _subset,
     ("tools", "approval", "denylist"): _union,
     ("tools", "approval", "prompt_side_effects"): _bool_only_to(True),
+    ("tools", "approval", "read_only_commands"): _stricter_of(["prompt", "auto"]),
     ("tools", "sandbox", "allow_absolute"): _bool_only_to(False),
     ("tools", "sandbox", "denied_patterns"): _union,
     ("tools", "sandbox", "include_default_denies"): _bool_only_to(True),

@@ -187,3 +187,35 @@ def file_error(message: str, path: str, *, recovery: list[str], **details: Any) 
         path=path,
         **details,
     )
+
+
+def process_error(message: str, *, recovery: list[str], **details: Any) -> ToolFailure:
+    """A command that failed, or could not be started (seed 001 ``process-error``)."""
+    return ToolFailure(
+        ErrorType.PROCESS,
+        message,
+        kind=ErrorKind.EXECUTION_FAILED,
+        recovery=recovery,
+        **details,
+    )
+
+
+def command_timed_out(
+    tool: str, limit: float, *, recovery: list[str] | None = None, **details: Any
+) -> ToolFailure:
+    """A command stopped at its own time limit; ``details`` carry what it wrote."""
+    return ToolFailure(
+        ErrorType.TIMEOUT,
+        f"{tool}: the command did not finish within {limit:g} s; its process group was killed",
+        kind=ErrorKind.TIMEOUT,
+        recovery=recovery
+        or [
+            "Look at the output so far (stdout, stderr) to see where it got stuck",
+            "Run something faster or narrower, or pass a larger timeout within the configured "
+            "limit",
+            "A command that waits for input gets none: stdin is closed unless given",
+        ],
+        tool=tool,
+        timeout_s=limit,
+        **details,
+    )

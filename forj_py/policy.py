@@ -1,7 +1,10 @@
 """The approval policy: may a call run, must a human confirm it, or is it denied?
 
 Seed 000 FR-APR-04 and its precedence (FR-APR-05), for one valid call of a
-known tool.  Validation, limits and the sandbox come before this (the
+known tool.  One switch of forj's own, ``read_only_commands = "auto"``,
+lets a tool that always asks (``run_shell``) run a call without asking when
+the tool classifies that call as read-only; it is ``"prompt"`` unless the
+user's own configuration says otherwise.  Validation, limits and the sandbox come before this (the
 planner); what is decided here is only the user's standing policy and the
 tool's own demand for approval.
 """
@@ -58,7 +61,17 @@ def decide(policy: ApprovalConfig, tool: Tool[Any], args: Any) -> Outcome | Tool
         and not allowlisted
     ):
         outcome = Outcome.CONFIRM
-    # A tool that demands approval gets it asked for in every mode.
-    if tool.requires_approval:
+    # A tool that demands approval gets it asked for in every mode, unless the
+    # user's own config lets calls the tool itself vouches for as read-only
+    # run without a prompt (run_shell's read-only command classifier).
+    if tool.requires_approval and not (
+        policy.read_only_commands == "auto" and read_only_call(tool, args)
+    ):
         outcome = Outcome.CONFIRM
     return outcome
+
+
+def read_only_call(tool: Tool[Any], args: Any) -> bool:
+    """Whether ``tool`` classifies this call as only reading (``Tool.read_only_call``)."""
+    check = getattr(tool, "read_only_call", None)
+    return bool(check(args)) if callable(check) else False

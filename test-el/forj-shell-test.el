@@ -91,5 +91,33 @@
     (should-not (string-match-p "should not be asked for" (buffer-string)))
     (should (forj-test--wait-for (lambda () (not (forj-shell-test--alive-p "sleep 42.75"))) 5))))
 
+(ert-deftest forj-test-tools-run-tests-selector ()
+  "Seed 001 `forj-test-tools-run-tests-selector': ERT in a batch Emacs, only the selected tests."
+  (forj-test-with-project
+      '(("demo-test.el" . ";;; demo-test.el --- t  -*- lexical-binding: t; -*-
+(require 'ert)
+(ert-deftest demo-good () (should (= 1 1)))
+(ert-deftest demo-good-too () (should (equal \"a\" \"a\")))
+(ert-deftest demo-bad () (should (= 1 2)))
+"))
+    (let ((run (forj-flow-test--run root "```tool-call
+{\"id\": \"t\", \"name\": \"run_tests\", \"args\": {\"selector\": \"demo-good\"}}
+```
+```tool-call
+{\"id\": \"all\", \"name\": \"run_tests\", \"args\": {}}
+```
+")))
+      (forj-shell-test--approve)
+      (should (forj-test--wait-for (cdr run) 60))
+      (pcase-let ((`(,picked ,all) (funcall (cdr run))))
+        (should (eq (plist-get picked :ok) t))
+        (should (equal (plist-get (plist-get picked :result) :total) 2))
+        (should (equal (plist-get (plist-get picked :result) :passed) 2))
+        (let ((body (or (plist-get all :result) (plist-get (plist-get all :error) :details))))
+          (should (equal (plist-get body :total) 3))
+          (should (equal (plist-get body :failed) 1))
+          (should (string-match-p "demo-bad" (plist-get body :report)))))
+      (kill-buffer (car run)))))
+
 (provide 'forj-shell-test)
 ;;; forj-shell-test.el ends here

@@ -10,7 +10,9 @@ from .edit_region import EditRegion
 from .listing import Glob, ListFiles
 from .multi_edit import MultiEdit
 from .read_file import ReadFile
+from .run_tests import RunTests
 from .search import Search
+from .shell import RunShell
 from .write_file import WriteFile
 
 
@@ -25,4 +27,6 @@ def builtin_tools() -> list[Tool[Any]]:
         EditRegion(),
         MultiEdit(),
         Edit(),
+        RunShell(),
+        RunTests(),
     ]

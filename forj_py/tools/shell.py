@@ -1,0 +1,335 @@
+"""``run_shell``: run a command in the project (seed 001 section 4.6, seed 000 3.6.6-3.7).
+
+``cmd`` is an argv array run as it is (no shell), or a string run through
+``/bin/sh -c``.  The command runs in its own session and process group,
+inside the project (``cwd``), with stdin closed unless ``stdin`` is given,
+with the environment cleaned of secrets (``_shell.clean_environment``),
+its output streamed to Emacs as it comes, and a time limit that kills the
+whole group.  The result is ``{exit_code, stdout, stderr, duration_ms}``;
+a non-zero exit is a ``process-error`` whose details carry the same four
+fields.
+
+Every call asks for approval (risk high) unless it is a read-only command
+(``_readonly``: risk low) and the user's own configuration sets
+``[tools.approval] read_only_commands = "auto"``.  The review
+shows the exact argv, the working directory and the environment additions.
+A call that runs without review is checked again before it starts, with
+the sandbox this time: its program must resolve outside the project and
+every argument naming an existing file must pass the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+
+from .. import errors
+from ..output import visible_controls
+from ..process import Outcome
+from ..protocol import DenialReason, RiskLevel
+from ..registry import Tool, ToolContext
+from ..sandbox import SafePath
+from . import _shell
+from ._readonly import Verdict, classify_cmd, split_plain_shell
+
+SHELL = "/bin/sh"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+Argv = Annotated[list[str], Field(min_length=1, max_length=10_000)]
+Script = Annotated[str, Field(min_length=1)]
+# One schema with both types rather than anyOf: a validator then says what is
+# wrong with the value given ("[] should be non-empty"), not that it is not
+# the other type.
+CMD_SCHEMA = {
+    "type": ["array", "string"],
+    "items": {"type": "string"},
+    "minItems": 1,
+    "maxItems": 10_000,
+    "minLength": 1,
+}
+
+
+class RunShellArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cmd: Annotated[Argv | Script, WithJsonSchema(CMD_SCHEMA)] = Field(
+        description="The command: an argv array run as it is (['git', 'status']), or a "
+        "string run through /bin/sh -c (for pipes, redirections, globs)"
+    )
+    cwd: str | None = Field(
+        default=None,
+        description="Working directory, relative to the project root (or meta.cwd); "
+        "must be inside the project. Default: the project root",
+    )
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        description="Seconds before the command's process group is killed; at most the "
+        "configured shell limit",
+    )
+    env: dict[str, str] | None = Field(
+        default=None, description="Environment variables to add or override"
+    )
+    stdin: str | None = Field(
+        default=None, description="Text written to the command's stdin; stdin is closed if absent"
+    )
+
+    @field_validator("cmd")
+    @classmethod
+    def _argv(cls, cmd: list[str] | str) -> list[str] | str:
+        parts = [cmd] if isinstance(cmd, str) else cmd
+        if isinstance(cmd, list) and not cmd[0]:
+            raise ValueError("the program (cmd[0]) is empty")
+        if any("\0" in p for p in parts):
+            raise ValueError("cmd holds a NUL character, which no command line can carry")
+        if isinstance(cmd, str) and not cmd.strip():
+            raise ValueError("cmd is blank")
+        return cmd
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str] | None) -> dict[str, str] | None:
+        for name, value in (env or {}).items():
+            if not _ENV_NAME.match(name):
+                raise ValueError(
+                    f"environment variable name {name!r} must be letters, digits and '_', "
+                    "not starting with a digit"
+                )
+            if "\0" in value:
+                raise ValueError(f"the value of {name} holds a NUL character")
+        return env
+
+    @field_validator("stdin")
+    @classmethod
+    def _stdin(cls, text: str | None) -> str | None:
+        if text is not None and "\0" in text:
+            raise ValueError("stdin holds a NUL character; send text")
+        return text
+
+    def argv(self) -> list[str]:
+        return [SHELL, "-c", self.cmd] if isinstance(self.cmd, str) else list(self.cmd)
+
+
+class RunShell(Tool[RunShellArgs]):
+    name = "run_shell"
+    description = (
+        "Run a command in the project and return {exit_code, stdout, stderr, duration_ms}. "
+        "cmd is an argv array (no shell) or a string run through sh -c. Runs in cwd (inside "
+        "the project), stdin closed unless given, secrets removed from the environment, "
+        "killed with its whole process group at the timeout. A non-zero exit is a "
+        "process-error whose details carry the same fields. Long output keeps its head and "
+        "tail. Usually needs the user's approval."
+    )
+    Args = RunShellArgs
+    side_effecting = True
+    requires_approval = True
+    timeout_kind = "shell"
+
+    def verdict(self, args: RunShellArgs) -> Verdict:
+        if args.env:
+            return Verdict(False, "it sets environment variables")
+        return classify_cmd(args.cmd)
+
+    def read_only_call(self, args: RunShellArgs) -> bool:
+        """For the approval policy (``read_only_commands = "auto"``)."""
+        return self.verdict(args).read_only
+
+    def mutates(self, args: RunShellArgs) -> bool:
+        return not self.read_only_call(args)
+
+    def risk(self, args: RunShellArgs) -> RiskLevel:
+        return RiskLevel.LOW if self.read_only_call(args) else RiskLevel.HIGH
+
+    def summary(self, args: RunShellArgs) -> str:
+        shown = args.cmd if isinstance(args.cmd, str) else shlex.join(args.cmd)
+        text = f"Run {shown}"
+        if args.cwd not in (None, "", "."):
+            text += f" (in {args.cwd})"
+        if args.env:
+            text += " with " + " ".join(f"{k}={shlex.quote(v)}" for k, v in args.env.items())
+        return text
+
+    def paths(self, args: RunShellArgs) -> list[str]:
+        return [args.cwd] if args.cwd else []
+
+    def preview(self, args: RunShellArgs, ctx: ToolContext) -> str | None:
+        cwd = _shell.resolve_cwd(ctx, args.cwd)
+        return self._describe(args, ctx, cwd)
+
+    def _describe(self, args: RunShellArgs, ctx: ToolContext, cwd: SafePath) -> str:
+        argv = args.argv()
+        env = _shell.clean_environment(_shell.denylist(ctx), extra=args.env)
+        if "/" in argv[0]:
+            # A path: it may be written by an earlier call of this batch, so
+            # the review names it as given rather than what exists now.
+            program = f"{argv[0]} (a path, relative to cwd)"
+        else:
+            program = _shell.which(argv[0], env.env, cwd.canonical) or "(not found on PATH)"
+        verdict = self.verdict(args)
+        lines = [
+            "$ " + (args.cmd if isinstance(args.cmd, str) else shlex.join(args.cmd)),
+            "",
+            "argv:    " + json.dumps(argv, ensure_ascii=False),
+            f"program: {program}",
+            f"cwd:     {cwd.display}  ({cwd.canonical})",
+        ]
+        if args.env:
+            lines.append("env:     (added to the cleaned environment)")
+            lines += [
+                f"  {name}={json.dumps(value, ensure_ascii=False)}"
+                for name, value in args.env.items()
+            ]
+        else:
+            lines.append("env:     no additions")
+        if env.removed:
+            lines.append("removed: " + " ".join(env.removed))
+        stdin = len(args.stdin.encode("utf-8")) if args.stdin is not None else None
+        lines.append("stdin:   closed" if stdin is None else f"stdin:   {stdin} bytes of text")
+        lim = _shell.limits(ctx, args.timeout)
+        lines.append(f"timeout: {lim.timeout:g} s, then the process group is killed")
+        lines.append(
+            "risk:    low, read-only (" + verdict.reason + ")"
+            if verdict.read_only
+            else "risk:    high (not read-only: " + verdict.reason + ")"
+        )
+        return "\n".join(lines) + "\n"
+
+    def execute(self, args: RunShellArgs, ctx: ToolContext) -> Any:
+        cwd = _shell.resolve_cwd(ctx, args.cwd)
+        argv = args.argv()
+        if ctx.approved_preview is not None:
+            if visible_controls(self._describe(args, ctx, cwd)) != ctx.approved_preview:
+                raise errors.bad_args(
+                    "run_shell: what would run now differs from what was approved (the "
+                    "working directory, the program found on PATH or the environment "
+                    "changed); nothing was run",
+                    recovery=["Make the call again so the user can review it as it is now"],
+                )
+        else:
+            argv = self._check_unreviewed(args, ctx, cwd.canonical)
+        env = _shell.clean_environment(_shell.denylist(ctx), extra=args.env)
+        lim = _shell.limits(ctx, args.timeout)
+        stdin = args.stdin.encode("utf-8") if args.stdin is not None else None
+        outcome = _shell.run(ctx, self.name, argv, cwd.canonical, env, stdin=stdin, lim=lim)
+        status = _shell.exit_status(outcome.returncode)
+        result: dict[str, Any] = {
+            **status,
+            "stdout": "",
+            "stderr": "",
+            "duration_ms": round(outcome.duration * 1000),
+        }
+        notes = _notes(outcome)
+        if notes:
+            result["note"] = notes
+
+        def failure(fields: dict[str, Any]) -> errors.ToolFailure | None:
+            if outcome.timed_out:
+                return errors.command_timed_out(self.name, lim.timeout, **fields)
+            if outcome.returncode != 0:
+                return errors.process_error(
+                    _failure_message(outcome.returncode, status),
+                    recovery=_failure_recovery(outcome.returncode, isinstance(args.cmd, str)),
+                    **fields,
+                )
+            return None
+
+        # What the result weighs without the output, the fields a cut adds included.
+        reserve = {"truncated": True, "omitted_bytes": {"stdout": 10**12, "stderr": 10**12}}
+        reserve.update({"stdout_encoding": "base64", "stderr_encoding": "base64"})
+        shape = failure({**result, **reserve})
+        skeleton = shape.error.model_dump(mode="json") if shape else {**result, **reserve}
+        budget = _shell.budget_for(ctx, self.name, skeleton)
+        rendered = _shell.render_streams(
+            {"stdout": outcome.stdout, "stderr": outcome.stderr}, env.secrets, budget
+        )
+        result.update(rendered.fields)
+        if rendered.omitted:
+            result["truncated"] = True
+            result["omitted_bytes"] = rendered.omitted
+        fail = failure(result)
+        if fail is not None:
+            raise fail
+        return result
+
+    def _check_unreviewed(self, args: RunShellArgs, ctx: ToolContext, cwd: str) -> list[str]:
+        """A call that runs without review must be read-only with the sandbox's word too.
+
+        Returns the argv to run: a plain string command runs as the argv it
+        splits into (the same thing, without a shell in between), and ``rg``
+        gets the sandbox's denied patterns as exclusions.
+        """
+        verdict = self.verdict(args)
+        if not verdict.read_only:  # the policy only skips review for read-only calls
+            raise errors.denied_by_policy(
+                f"run_shell ran without review but is not read-only ({verdict.reason})",
+                DenialReason.NOT_ALLOWLISTED,
+            )
+        argv = split_plain_shell(args.cmd) if isinstance(args.cmd, str) else list(args.cmd)
+        assert argv is not None
+        env = _shell.clean_environment(_shell.denylist(ctx))
+        program = _shell.which(argv[0], env.env, cwd)
+        if program is None:
+            raise _shell.start_failure(self.name, argv, FileNotFoundError(), env)
+        inside = [ctx.sandbox.project_root, *ctx.sandbox.allowed_roots]
+        if any(program == r or program.startswith(r.rstrip(os.sep) + os.sep) for r in inside):
+            raise _unreviewed_refusal(
+                f"{argv[0]} resolves to {program}, inside the project: a program the project "
+                "ships is not trusted to only read"
+            )
+        for token in verdict.paths:
+            if os.path.lexists(os.path.join(cwd, token)):
+                try:
+                    ctx.sandbox.resolve(token, cwd)
+                except errors.ToolFailure as failure:
+                    raise _unreviewed_refusal(
+                        f"argument {token!r}: {failure.error.message}"
+                    ) from None
+        if argv[0] == "rg":
+            exclusions = [f"--iglob=!{p}" for p in ctx.sandbox.denied_patterns]
+            argv = [argv[0], *exclusions, *argv[1:]]
+        return argv
+
+
+def _unreviewed_refusal(reason: str) -> errors.ToolFailure:
+    return errors.denied_by_policy(
+        f"run_shell would run this read-only command without review, but {reason}; nothing was run",
+        DenialReason.DENIED_PATTERN_MATCHED,
+    )
+
+
+def _notes(outcome: Outcome) -> str:
+    notes = []
+    if outcome.leftovers_stopped:
+        notes.append("the command left processes running in its process group; they were stopped")
+    if outcome.pipes_abandoned:
+        notes.append(
+            "a process outside the group kept the output pipes open; the worker stopped "
+            "reading them"
+        )
+    return "; ".join(notes)
+
+
+def _failure_message(returncode: int, status: dict[str, Any]) -> str:
+    if returncode < 0:
+        return f"The command was killed by {status.get('signal')}"
+    return f"The command exited with code {returncode}"
+
+
+def _failure_recovery(returncode: int, through_shell: bool) -> list[str]:
+    if returncode == 127 and through_shell:
+        return [
+            "The shell could not find a program (exit 127): check its name and PATH",
+            "Read stderr for the name it could not find",
+        ]
+    if returncode == 126 and through_shell:
+        return ["The shell found the program but could not run it (exit 126): is it executable?"]
+    return [
+        "Read stderr and stdout in the details for the cause",
+        "Fix the cause and run the command again; do not repeat it unchanged",
+    ]

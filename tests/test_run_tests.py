@@ -1,0 +1,228 @@
+"""run_tests: a real pytest and a real batch Emacs over small projects with known counts."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import MakeWorker, call, write_tree
+
+from forj_py.service import Worker
+from forj_py.tools.run_tests import junit_cases
+
+HANG = 120
+
+PYTEST_PROJECT = {
+    "tests": {
+        "test_math.py": (
+            "import pytest\n\n"
+            "def test_add():\n    assert 1 + 1 == 2\n\n"
+            "def test_sub():\n    assert 3 - 1 == 2\n\n"
+            "def test_mul():\n    assert 2 * 2 == 4\n\n"
+            "def test_wrong_sum():\n    assert 1 + 1 == 3, 'arithmetic is broken'\n\n"
+            "def test_wrong_len():\n    assert len('abc') == 4\n\n"
+            "@pytest.fixture\ndef broken():\n    raise RuntimeError('fixture exploded')\n\n"
+            "def test_uses_broken(broken):\n    pass\n\n"
+            "@pytest.mark.skip(reason='not today')\ndef test_skipped():\n    pass\n"
+        )
+    }
+}
+
+ERT_PROJECT = {
+    "calc.el": (
+        ";;; calc.el --- tiny  -*- lexical-binding: t -*-\n"
+        "(defun calc-add (a b) (+ a b))\n(provide 'calc)\n"
+    ),
+    "test": {
+        "calc-test.el": (
+            ";;; calc-test.el  -*- lexical-binding: t -*-\n"
+            "(require 'ert)\n(require 'calc)\n"
+            "(ert-deftest calc-add-small () (should (= (calc-add 1 2) 3)))\n"
+            "(ert-deftest calc-add-zero () (should (= (calc-add 0 0) 0)))\n"
+            "(ert-deftest calc-add-wrong () (should (= (calc-add 1 1) 3)))\n"
+            '(ert-deftest calc-errors () (error "boom in calc"))\n'
+            "(ert-deftest calc-skipped () (skip-unless nil))\n"
+            "(ert-deftest calc-known-bug () :expected-result :failed (should nil))\n"
+        )
+    },
+}
+
+
+def run_tests_call(worker: Worker, **args: Any) -> dict[str, Any]:
+    plan = worker.plan({"calls": [call("t", "run_tests", **args)]})
+    item = plan["items"][0]
+    assert item["disposition"] == "confirm" and item["risk"] == "high", item
+    result = worker.execute(
+        {"batch_id": plan["batch_id"], "approved": ["t"], "capacity_bytes": 200_000},
+        lambda e: None,
+    )
+    return dict(result["results"][0])
+
+
+def pytest_cmd(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
+
+
+def test_pytest_counts_and_failures_come_from_its_junit_report(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    write_tree(project, PYTEST_PROJECT)
+    r = run_tests_call(make_worker(), command=pytest_cmd("tests"))
+    assert r["ok"], r
+    res = r["result"]
+    assert (res["total"], res["passed"], res["failed"], res["errors"], res["skipped"]) == (
+        7,
+        3,
+        2,
+        1,
+        1,
+    )
+    assert res["runner"] == "pytest"
+    report = res["report"]
+    assert report.startswith("7 tests: 2 failed, 1 error, 3 passed, 1 skipped (pytest")
+    # The failing tests' names and messages come first, then the output's end.
+    failed = report.index("FAILED tests.test_math::test_wrong_sum")
+    assert "arithmetic is broken" in report[failed:]
+    assert "FAILED tests.test_math::test_wrong_len" in report
+    assert "ERROR tests.test_math::test_uses_broken" in report
+    assert "fixture exploded" in report
+    assert report.index("--- output (end) ---") > failed
+    assert not list(project.rglob("junit*.xml"))  # the report lives outside the project
+
+
+def test_pytest_that_crashes_before_reporting_is_a_process_error(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    write_tree(project, PYTEST_PROJECT)
+    worker = make_worker()
+    r = run_tests_call(worker, command=pytest_cmd("--no-such-option"))
+    err = r["error"]
+    assert err["type"] == "process-error"
+    assert "before it reported any results" in err["message"]
+    assert err["details"]["exit_code"] == 4
+    assert "no-such-option" in err["details"]["output"]
+    assert any("pytest" in step for step in err["recovery"])
+    # The worker still serves.
+    assert run_tests_call(worker, command=pytest_cmd("tests"))["result"]["passed"] == 3
+
+
+@pytest.mark.skipif(shutil.which("emacs") is None, reason="needs emacs")
+def test_ert_runs_in_a_batch_emacs_with_known_counts(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    write_tree(project, ERT_PROJECT)
+    worker = make_worker()
+    plan = worker.plan({"calls": [call("t", "run_tests")]})
+    preview = plan["items"][0]["preview"]
+    assert "-L test" in preview and "-l test/calc-test.el" in preview
+    assert "{forj-ert-driver}" in preview
+    r = run_tests_call(worker)
+    assert r["ok"], r
+    res = r["result"]
+    assert (res["total"], res["passed"], res["failed"], res["errors"], res["skipped"]) == (
+        6,
+        3,  # two plain passes and the expected failure
+        1,
+        1,
+        1,
+    )
+    assert res["runner"] == "ert"
+    report = res["report"]
+    assert "FAILED calc-add-wrong" in report
+    assert "(calc-add 1 1)" in report
+    assert "ERROR calc-errors" in report and "boom in calc" in report
+
+
+@pytest.mark.skipif(shutil.which("emacs") is None, reason="needs emacs")
+def test_ert_selector_picks_tests(make_worker: MakeWorker, project: Path) -> None:
+    write_tree(project, ERT_PROJECT)
+    worker = make_worker()
+    res = run_tests_call(worker, selector="calc-add-")["result"]
+    assert (res["total"], res["passed"], res["failed"]) == (3, 2, 1)
+    res = run_tests_call(worker, selector="(member calc-add-small calc-skipped)")["result"]
+    assert (res["total"], res["passed"], res["skipped"]) == (2, 1, 1)
+
+
+@pytest.mark.skipif(shutil.which("emacs") is None, reason="needs emacs")
+def test_ert_test_file_written_earlier_in_the_batch_is_run(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    write_tree(project, ERT_PROJECT)
+    worker = make_worker()
+    new_test = "(require 'ert)\n(ert-deftest calc-new () (should (= 4 (calc-add 2 2))))\n"
+    calls = [
+        call("w", "write_file", path="test/calc-new-test.el", content=new_test),
+        call("t", "run_tests", selector="calc-new"),
+    ]
+    plan = worker.plan({"calls": calls})
+    result = worker.execute({"batch_id": plan["batch_id"], "approved": ["w", "t"]}, lambda e: None)
+    wrote, ran = result["results"]
+    assert wrote["ok"], wrote
+    assert (ran["result"]["total"], ran["result"]["passed"]) == (1, 1)
+
+
+@pytest.mark.skipif(shutil.which("emacs") is None, reason="needs emacs")
+def test_ert_file_that_does_not_load_is_a_process_error(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    write_tree(project, {"broken-test.el": "(require 'ert)\n(ert-deftest x () (should t)\n"})
+    r = run_tests_call(make_worker())
+    err = r["error"]
+    assert err["type"] == "process-error"
+    assert "before it reported any results" in err["message"]
+    assert "broken-test.el" in err["details"]["output"] or err["details"]["output"]
+    assert any("does not load" in step for step in err["recovery"])
+
+
+def test_no_ert_test_files_is_a_precise_error(make_worker: MakeWorker) -> None:
+    worker = make_worker()
+    plan = worker.plan({"calls": [call("t", "run_tests")]})
+    item = plan["items"][0]
+    assert item["disposition"] == "resolved"
+    err = item["result"]["error"]
+    assert err["type"] == "validation-error"
+    assert "No ERT test files" in err["message"]
+    assert any("command" in step for step in err["recovery"])
+
+
+def test_selector_with_command_is_refused(make_worker: MakeWorker) -> None:
+    plan = make_worker().plan(
+        {"calls": [call("t", "run_tests", selector="x", command=["make", "test"])]}
+    )
+    assert "selector applies to ERT only" in plan["items"][0]["result"]["error"]["message"]
+
+
+def test_other_runners_are_read_from_their_summary_lines(make_worker: MakeWorker) -> None:
+    worker = make_worker()
+    res = run_tests_call(
+        worker,
+        command=["sh", "-c", "echo 'test result: FAILED. 5 passed; 2 failed; 1 ignored'; exit 101"],
+    )["result"]
+    assert (res["total"], res["passed"], res["failed"], res["skipped"]) == (8, 5, 2, 1)
+    assert res["runner"] == "command" and res["exit_code"] == 101
+    err = run_tests_call(worker, command=["sh", "-c", "echo segfault >&2; exit 139"])["error"]
+    assert err["type"] == "process-error"
+    assert "segfault" in err["details"]["output"]
+    ok = run_tests_call(worker, command=["true"])["result"]
+    assert ok["total"] == 0 and "counts are unknown" in ok["report"]
+
+
+def test_junit_reports_with_a_doctype_are_not_read() -> None:
+    bomb = (
+        b'<?xml version="1.0"?><!DOCTYPE t [<!ENTITY a "aaaaaaaaaa">'
+        b'<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">]><testsuite><testcase name="&b;"/></testsuite>'
+    )
+    with pytest.raises(ValueError, match="document type"):
+        junit_cases(bomb)
+    cases = junit_cases(
+        b'<testsuites><testsuite><testcase classname="m" name="ok"/>'
+        b'<testcase classname="m" name="bad"><failure message="no">trace</failure></testcase>'
+        b"</testsuite></testsuites>"
+    )
+    assert [(c.name, c.status, c.message) for c in cases] == [
+        ("m::ok", "passed", ""),
+        ("m::bad", "failed", "no\ntrace"),
+    ]
