@@ -215,6 +215,7 @@ class Runner:
             approved_preview=planned.preview
             if planned.disposition is Disposition.CONFIRM
             else None,
+            time_limit=planned.timeout or tool.timeout(self.config),
         )
         box: dict[str, Any] = {}
         done = threading.Event()

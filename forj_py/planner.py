@@ -342,4 +342,5 @@ def _preview_context(pc: PlanContext, planned: PlannedCall) -> ToolContext:
         cancel=threading.Event(),
         overlay=pc.overlay,
         staged=[],
+        time_limit=planned.timeout,
     )

@@ -93,6 +93,10 @@ class ToolContext:
     overlay: dict[str, str] | None = None
     # Planning only: the files this call proposes to write, in order.
     staged: list[Staged] | None = None
+    # How long the executor waits for this call (the tool's limit, or a
+    # shorter meta.timeout): tools that can stop themselves earlier, with a
+    # result saying so, plan within it.
+    time_limit: float | None = None
 
     def check_cancelled(self) -> None:
         """Long-running tools call this between steps."""

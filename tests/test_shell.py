@@ -223,7 +223,8 @@ def test_t_tmo_01_command_timeout_kills_the_group_and_the_batch_continues(
     assert nxt["ok"] is True
 
 
-def test_t_tmo_01_executor_deadline_also_kills_the_group(make_worker: MakeWorker) -> None:
+def test_t_tmo_01_meta_timeout_shortens_the_commands_own_limit(make_worker: MakeWorker) -> None:
+    """A meta.timeout shorter than the shell limit: the command stops inside it, reporting."""
     worker = make_worker()
     events: list[dict[str, Any]] = []
     calls = [
@@ -236,9 +237,14 @@ def test_t_tmo_01_executor_deadline_also_kills_the_group(make_worker: MakeWorker
         call("next", "read_file", path="README.md"),
     ]
     slow, nxt = shell(worker, *calls, events=events)
-    assert slow["error"]["type"] == "timeout-error"
+    err = slow["error"]
+    assert err["type"] == "timeout-error"
+    # The command's own limit fired (inside the executor's 1 s), so the result
+    # still says what the command printed and how it ended.
+    assert err["details"]["timeout_s"] < 1
     assert nxt["ok"] is True
     printed = "".join(e["data"] for e in events if e["kind"] == "stdout")
+    assert err["details"]["stdout"].strip() == printed.strip()
     assert wait_gone(_pgid(printed)) == []
 
 

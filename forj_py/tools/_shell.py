@@ -143,7 +143,7 @@ def limits(ctx: ToolContext, requested: float | None) -> Limits:
     the grace period and the last reads, so its result can say how it ended.
     """
     shell = ctx.config.tools.shell
-    budget = ctx.config.tools.timeouts.shell_commands_seconds
+    budget = ctx.time_limit or ctx.config.tools.timeouts.shell_commands_seconds
     grace = min(shell.kill_grace_seconds, budget / 4)
     reserve = min(grace + process.KILLED_DRAIN_SECONDS + 0.5, budget / 2)
     own = budget - reserve
