@@ -390,11 +390,16 @@ def _supervise(
     term_at: float | None = None  # SIGTERM sent
     kill_at: float | None = None  # SIGKILL sent
     exited_at: float | None = None
+    # Time spent waiting for the receiver (back-pressure) does not count
+    # toward the drain limits: a slow Emacs is not a process holding pipes.
+    stalled = 0.0
+    stalled_at_exit = stalled_at_kill = 0.0
     try:
         while True:
             now = time.monotonic()
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
+                stalled_at_exit = stalled
             reading = any(k.data != "stdin" for k in sel.get_map().values())
             if exited_at is not None and not reading:
                 break
@@ -404,7 +409,12 @@ def _supervise(
                     outcome.cancelled = True
                 elif exited_at is None and deadline is not None and now >= deadline:
                     outcome.timed_out = True
-                elif exited_at is not None and now - exited_at >= drain_seconds:
+                elif exited_at is not None and (
+                    now - exited_at - (stalled - stalled_at_exit) >= drain_seconds
+                    # A leftover writing without end, to a slow receiver: the
+                    # call's own limit still holds.
+                    or (deadline is not None and now >= deadline)
+                ):
                     outcome.leftovers_stopped = True  # something still holds the pipes
                 if outcome.cancelled or outcome.timed_out or outcome.leftovers_stopped:
                     _signal_tree(pid, signal.SIGTERM)
@@ -414,17 +424,21 @@ def _supervise(
             ):
                 _signal_tree(pid, signal.SIGKILL, descendants=True)
                 kill_at = now
+                stalled_at_kill = stalled
             elif (
                 kill_at is not None
-                and now - kill_at >= KILLED_DRAIN_SECONDS
-                and (exited_at is not None or now - kill_at >= 4 * KILLED_DRAIN_SECONDS)
+                and (since_kill := now - kill_at - (stalled - stalled_at_kill))
+                >= KILLED_DRAIN_SECONDS
+                and (exited_at is not None or since_kill >= 4 * KILLED_DRAIN_SECONDS)
             ):
                 # Killed, and the pipes are still open: a process outside the
                 # group holds them.  Stop reading; the worker must not hang.
                 outcome.pipes_abandoned = reading
                 break
             if channel is not None and not channel.has_room():
+                waited = time.monotonic()
                 channel.wait_room(POLL_SECONDS)  # back-pressure: stop reading for now
+                stalled += time.monotonic() - waited
                 if cancel.is_set():
                     channel.abandon()
                 continue

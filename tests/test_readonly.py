@@ -24,7 +24,6 @@ READ_ONLY = [
     ["git", "diff", "HEAD..main"],
     ["git", "log", "--oneline", "-n", "20"],
     ["git", "--no-pager", "log", "-p", "--stat"],
-    ["git", "show", "HEAD:src/main.py"],
     ["git", "blame", "-L", "1,20", "README.md"],
     ["git", "branch", "-a"],
     ["git", "branch", "--list", "feature/*"],
@@ -41,7 +40,6 @@ READ_ONLY = [
     ["uniq", "-c", "data"],
     ["date"],
     ["hostname"],
-    ["jq", ".name", "package.json"],
     ["diff", "-u", "a", "b"],
     ["tree", "-L", "2"],
     ["sha256sum", "dist/a.tar"],
@@ -128,6 +126,20 @@ NOT_READ_ONLY = {
     "awk can run programs": ["awk", '{system("id")}'],
     "sh": ["sh", "-c", "ls"],
     "tee writes": ["tee", "out"],
+    # found in review: every git subcommand that takes --output writes with it
+    "git reflog --output": ["git", "reflog", "-1", "--output=.git/config"],
+    "git rev-list --output": ["git", "rev-list", "--output=a.txt", "HEAD"],
+    "git shortlog --output": ["git", "shortlog", "--output=a.txt"],
+    "git stash show --output": ["git", "stash", "show", "--output=a.txt"],
+    "git diff --no-index": ["git", "diff", "--no-index", ".", "empty"],
+    "git log --textconv": ["git", "log", "-p", "--textconv"],
+    "git show REV:path": ["git", "show", "HEAD:.env"],
+    "git cat-file REV:path": ["git", "cat-file", "-p", "HEAD:.env"],
+    "diff -N": ["diff", "-N", ".", "empty"],
+    "diff --new-file abbreviated": ["diff", "--new", "a", "b"],
+    "diff --unidirectional-new-file": ["diff", "--unidirectional-new-file", "a", "b"],
+    "jq reads modules from anywhere": ["jq", "-n", 'import "config" as $c {search: "~/x"}; $c'],
+    "printenv shows what scrubbing missed": ["printenv"],
 }
 
 
@@ -142,6 +154,13 @@ def test_commands_that_write_run_code_or_leave_the_project(name: str) -> None:
     verdict = classify(NOT_READ_ONLY[name])
     assert not verdict.read_only
     assert verdict.reason
+
+
+def test_glued_option_values_reach_the_sandbox_check() -> None:
+    """Found in review: ``date -f.env`` reads .env; the sandbox must see '.env'."""
+    for argv in (["date", "-f.env"], ["file", "-f.env"]):
+        verdict = classify(argv)
+        assert ".env" in verdict.paths, verdict
 
 
 def test_path_arguments_are_collected_for_the_sandbox_check() -> None:

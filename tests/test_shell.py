@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -586,6 +587,66 @@ def test_unreviewed_read_only_commands_are_checked_against_the_sandbox(
     (r,) = shell(make_worker(), sh("fake", ["ls"]))
     assert r["error"]["type"] == "permission-error"
     assert "inside the project" in r["error"]["message"]
+
+
+def test_unreviewed_calls_found_in_review_are_refused(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """Auto-approved calls that read denied files or run repository config: refused."""
+    user_config("[tools.approval]\nread_only_commands = 'auto'\n")
+    (project / ".env").write_text("OPENAI_API_KEY=sk-live-SECRET123\n")
+    (project / "empty").mkdir()
+    (project / "vendor" / "lib" / ".git").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    worker = make_worker()
+    calls = [
+        sh("date", ["date", "-f.env"]),
+        sh("diffdir", ["diff", "empty", "src"]),
+        {
+            "id": "nested",
+            "name": "run_shell",
+            "args": {"cmd": ["git", "status"]},
+            "meta": {"cwd": "vendor/lib"},
+        },
+        sh("own", ["git", "status", "--short"]),
+    ]
+    plan = worker.plan({"calls": calls})
+    assert [i["disposition"] for i in plan["items"]] == ["execute"] * 4
+    date_r, diff_r, nested_r, own_r = worker.execute(
+        {"batch_id": plan["batch_id"]}, lambda e: None
+    )["results"]
+    for r in (date_r, diff_r, nested_r):
+        assert r["error"]["type"] == "permission-error", r
+        assert "nothing was run" in r["error"]["message"]
+        assert "SECRET123" not in json.dumps(r)
+    assert "reads every file in it" in diff_r["error"]["message"]
+    assert "repository of its own" in nested_r["error"]["message"]
+    # The project's own repository still answers.
+    assert own_r["ok"] is True, own_r
+
+
+def test_output_is_not_lost_when_the_receiver_is_slow(make_worker: MakeWorker) -> None:
+    """Found in review: waiting for a slow receiver is not time a leftover holds the pipes."""
+    worker = make_worker()
+    seen: list[int] = []
+
+    def slow(event: dict[str, Any]) -> None:
+        if event.get("kind") == "stdout":
+            seen.append(len(event["data"]))
+            if len(seen) == 2:
+                time.sleep(3)  # longer than the drain limits
+
+    plan = worker.plan(
+        {"calls": [sh("big", "head -c 5000000 /dev/zero | tr '\\0' a; echo END-MARKER")]}
+    )
+    result = worker.execute(
+        {"batch_id": plan["batch_id"], "approved": ["big"], "capacity_bytes": 200_000},
+        lambda e: slow(e.wire()),
+    )["results"][0]
+    assert result["ok"] is True, result
+    assert result["result"]["stdout"].rstrip().endswith("END-MARKER")
+    assert "left processes running" not in json.dumps(result)
+    assert sum(seen) == 5_000_011
 
 
 def test_reviewed_call_whose_context_changed_is_not_run(

@@ -255,7 +255,12 @@ _GIT_GLOBAL_OK = {
     "--icase-pathspecs",
     "--no-replace-objects",
 }
-_GIT_DIFF_DENY = ("output", "ext-diff")
+# Denied for every subcommand: --output writes a file (log, show, diff,
+# reflog, rev-list, shortlog, stash show all take it), --no-index reads
+# files git does not track (.env, keys), --ext-diff / --textconv run
+# programs named in config.
+_GIT_ALWAYS_DENY = ("output", "no-index", "ext-diff", "textconv", "open-files-in-pager")
+_GIT_DIFF_DENY = ()
 _GIT_SUBCOMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     # subcommand: (denied long options, denied short letters)
     "status": ((), ""),
@@ -284,7 +289,7 @@ _GIT_SUBCOMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "count-objects": ((), ""),
     # -O / --open-files-in-pager runs the program given; --no-index and
     # --untracked search files git does not track (.env, keys).
-    "grep": (("open-files-in-pager", "no-index", "untracked", "no-exclude-standard"), "O"),
+    "grep": (("untracked", "no-exclude-standard"), "O"),
     "version": ((), ""),
     "branch": ((), ""),
     "tag": ((), ""),
@@ -377,7 +382,14 @@ def _check_git(args: list[str], paths: list[str]) -> str | None:
     if sub not in _GIT_SUBCOMMANDS:
         return f"git {sub} is not on the read-only list"
     deny_long, deny_short = _GIT_SUBCOMMANDS[sub]
-    reason = _options(rest, Spec(frozenset(deny_long), deny_short), f"git {sub}", paths=paths)
+    spec = Spec(frozenset(deny_long + _GIT_ALWAYS_DENY), deny_short)
+    reason = _options(rest, spec, f"git {sub}", paths=paths)
+    if reason is None:
+        # REV:path names a file's content at a revision, where the sandbox
+        # cannot see it (a committed .env).
+        revision_path = next((a for a in rest if not a.startswith("-") and ":" in a), None)
+        if revision_path is not None:
+            reason = f"git {sub} {revision_path} reads a file's content at a revision"
     return reason or _git_special(sub, rest)
 
 
@@ -424,7 +436,6 @@ PROGRAMS: dict[str, Spec] = {
             "false",
             "echo",
             "printf",
-            "printenv",
             "cut",
             "tr",
             "nl",
@@ -449,7 +460,6 @@ PROGRAMS: dict[str, Spec] = {
             "sha512sum",
             "b2sum",
             "cksum",
-            "jq",
         )
     },
     "file": _spec(("compile",), "C"),
@@ -459,7 +469,9 @@ PROGRAMS: dict[str, Spec] = {
     "sort": _spec(("output", "compress-program"), "o"),
     "uniq": _spec(max_positionals=1),  # a second name is the output file
     "xxd": _spec(max_positionals=1),
-    "diff": _spec(("recursive",), "r"),  # -r reads whole trees, denied files too
+    # -r reads whole trees, -N prints absent files' partners whole (denied
+    # ones too); directory operands are refused before an unreviewed run.
+    "diff": _spec(("recursive", "new-file", "unidirectional-new-file"), "rN"),
     "grep": _spec(("recursive", "dereference-recursive", "directories"), "rRd"),
     "egrep": _spec(("recursive", "dereference-recursive", "directories"), "rRd"),
     "fgrep": _spec(("recursive", "dereference-recursive", "directories"), "rRd"),
@@ -535,12 +547,13 @@ def _options(
                 paths.append(value)
             continue
         letters = arg[1:]
-        # An option value glued to its letter (-f/etc/passwd): check each tail.
-        if any(c in letters for c in "/~."):
-            for k in range(1, len(letters)):
-                reason = bad_path(letters[k:])
-                if reason:
-                    return reason
+        # An option value glued to its letter (-f/etc/passwd, -f.env): check
+        # each tail, and let the sandbox see those that name files.
+        for k in range(1, len(letters)):
+            reason = bad_path(letters[k:])
+            if reason:
+                return reason
+            paths.append(letters[k:])
         for letter in letters:
             if letter in spec.deny_short:
                 return f"{program} -{letter} may write, run code or read hidden files"

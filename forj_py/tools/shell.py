@@ -290,10 +290,41 @@ class RunShell(Tool[RunShellArgs]):
                     raise _unreviewed_refusal(
                         f"argument {token!r}: {failure.error.message}"
                     ) from None
+            if argv[0] in ("diff", "cmp") and os.path.isdir(os.path.join(cwd, token)):
+                raise _unreviewed_refusal(
+                    f"{argv[0]} on the directory {token!r} reads every file in it"
+                )
+        if argv[0] == "git":
+            nested = _nested_repository(cwd, ctx.sandbox.project_root)
+            if nested is not None:
+                raise _unreviewed_refusal(
+                    f"{nested} holds a repository of its own, whose configuration could make "
+                    "git run programs (hooks, fsmonitor, filters)"
+                )
+            # The project's own repository: still take no program from its config.
+            argv = [
+                "git",
+                "-c",
+                "core.fsmonitor=false",
+                "-c",
+                "core.hooksPath=/dev/null",
+                *argv[1:],
+            ]
         if argv[0] == "rg":
             exclusions = [f"--iglob=!{p}" for p in ctx.sandbox.denied_patterns]
             argv = [argv[0], *exclusions, *argv[1:]]
         return argv
+
+
+def _nested_repository(cwd: str, root: str) -> str | None:
+    """A directory from ``cwd`` up to (not including) ``root`` that has a ``.git``."""
+    here = os.path.realpath(cwd)
+    root = os.path.realpath(root)
+    while here != root and here.startswith(root.rstrip(os.sep) + os.sep):
+        if os.path.lexists(os.path.join(here, ".git")):
+            return here
+        here = os.path.dirname(here)
+    return None
 
 
 def _unreviewed_refusal(reason: str) -> errors.ToolFailure:
