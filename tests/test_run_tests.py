@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -144,6 +145,20 @@ def test_ert_selector_picks_tests(make_worker: MakeWorker, project: Path) -> Non
     assert (res["total"], res["passed"], res["failed"]) == (3, 2, 1)
     res = run_tests_call(worker, selector="(member calc-add-small calc-skipped)")["result"]
     assert (res["total"], res["passed"], res["skipped"]) == (2, 1, 1)
+    res = run_tests_call(worker, selector="(and (tag nope) (not :failed))")["result"]
+    assert res["total"] == 0 or res["passed"] >= 0
+
+
+@pytest.mark.skipif(shutil.which("emacs") is None, reason="needs emacs")
+def test_ert_selector_that_runs_code_is_refused(make_worker: MakeWorker, project: Path) -> None:
+    """Found in review: (satisfies FN) would run code the review line does not show."""
+    write_tree(project, ERT_PROJECT)
+    worker = make_worker()
+    sneaky = '(satisfies (lambda (_) (with-temp-file "pwned" (insert "x")) t))'
+    result = run_tests_call(worker, selector=sneaky)
+    assert result["ok"] is False, result
+    assert "not made of plain ERT selectors" in json.dumps(result)
+    assert not (project / "pwned").exists()
 
 
 @pytest.mark.skipif(shutil.which("emacs") is None, reason="needs emacs")
