@@ -118,6 +118,11 @@ Tool results are cut to fit what is left of it."
 (defvar-local forj-chat--capped nil "Non-nil once the iteration cap answered a batch.")
 (defvar-local forj-chat--cancelled nil "Non-nil once the user stopped the turn.")
 (defvar-local forj-chat--tools nil "The worker's tool definitions.")
+(defvar-local forj-chat--turn 0
+  "Counts sends and stops.
+A callback of an older turn finds it changed and does nothing.")
+(defvar-local forj-chat--root-confirmed nil
+  "Non-nil once the project root of this chat is known to be the user's choice.")
 
 (defconst forj-chat--heading-re "^## \\(User\\|Assistant\\|Tool results\\)$"
   "A role heading line.")
@@ -180,7 +185,12 @@ Type below the last \"## User\" heading and send with \\[forj-chat-send].
       (let ((root (expand-file-name (match-string-no-properties 1))))
         (when (file-directory-p root)
           (setq forj-chat--root (file-name-as-directory root)
-                forj-tools--root forj-chat--root)
+                forj-tools--root forj-chat--root
+                ;; A chat file from elsewhere (a download, a repository) only
+                ;; names a root; the user confirms it before the first send.
+                forj-chat--root-confirmed
+                (and buffer-file-name
+                     (file-in-directory-p buffer-file-name forj-chat-directory)))
           (forj-tools-keep-worker t))))))
 
 ;;; Entry point
@@ -203,6 +213,7 @@ An existing chat of the project is shown again."
              (insert (forj-chat--metadata-line root))
              (forj-chat-mode)
              (setq forj-chat--root root
+                   forj-chat--root-confirmed t
                    forj-tools--root root)
              (forj-tools-keep-worker t)
              (let ((here (point-max)))
@@ -451,7 +462,13 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
      ((null forj-chat--provider)
       (setq forj-chat--provider (forj-chat--choose-provider))
       (unless forj-chat--provider (user-error "No provider; see the notice in the chat"))))
+    (unless (or forj-chat--root-confirmed
+                (yes-or-no-p (format "This chat file names the project %s; let the model work there? "
+                                     forj-chat--root)))
+      (user-error "Not sent; open a chat on your project with M-x forj"))
+    (setq forj-chat--root-confirmed t)
     (forj-chat--escape-headings beg (point-max))
+    (cl-incf forj-chat--turn)
     (setq forj-chat--iterations 0 forj-chat--capped nil forj-chat--cancelled nil)
     (goto-char (point-max))
     (skip-chars-backward " \t\n")
@@ -465,17 +482,19 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
 
 (defun forj-chat--with-worker (then)
   "Start the project's worker if needed, learn its tools, then call THEN."
-  (let ((buffer (current-buffer)))
+  (let ((buffer (current-buffer))
+        (turn forj-chat--turn))
     (setq forj-chat--state 'streaming)
     (forj-worker-ensure
      forj-chat--root
      (lambda (worker)
        (when (buffer-live-p buffer)
          (with-current-buffer buffer
-           (setq forj-chat--tools (plist-get (forj-worker-hello worker) :tools))
-           (unless forj-chat--cancelled (funcall then)))))
+           (when (= turn forj-chat--turn)
+             (setq forj-chat--tools (plist-get (forj-worker-hello worker) :tools))
+             (funcall then)))))
      (lambda (err)
-       (when (buffer-live-p buffer)
+       (when (and (buffer-live-p buffer) (= turn (buffer-local-value 'forj-chat--turn buffer)))
          (with-current-buffer buffer
            (forj-chat--notice (format "the tool worker could not start: %s (M-x forj-worker-log shows its output)"
                                       (or (plist-get err :message) err)))
@@ -525,11 +544,19 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
             "\n```\n")))
 
 (defun forj-chat--escape-headings (beg end)
-  "Escape role heading lines between BEG and END, so they stay text."
+  "Escape role heading and notice lines between BEG and END, so they stay text.
+Only forj writes headings that divide the record, and notices."
   (save-excursion
-    (dolist (heading (reverse (forj-chat--heading-lines beg end)))
-      (goto-char (nth 1 heading))
-      (insert "\\"))))
+    (let ((end (copy-marker end)))
+      (dolist (heading (reverse (forj-chat--heading-lines beg end)))
+        (goto-char (nth 1 heading))
+        (insert "\\"))
+      (goto-char beg)
+      (while (re-search-forward (concat "^" forj-chat--notice-prefix) end t)
+        (goto-char (match-beginning 0))
+        (insert "\\")
+        (forward-line 1))
+      (set-marker end nil))))
 
 (defun forj-chat--finish-reply ()
   "Tidy the reply just streamed: escape headings, end it with a newline."
@@ -564,6 +591,7 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
   "Run the tool-call blocks of the reply as one batch, then resume the model."
   (cl-incf forj-chat--iterations)
   (let ((buffer (current-buffer))
+        (turn forj-chat--turn)
         (beg (marker-position forj-chat--reply-start)))
     (setq forj-chat--reply-start nil)
     (forj-chat--results-heading)
@@ -580,18 +608,24 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
              beg forj-chat--out
              (lambda (_results)
                (when (buffer-live-p buffer)
-                 (with-current-buffer buffer (forj-chat--batch-done))))
+                 (with-current-buffer buffer (forj-chat--batch-done turn))))
              forj-chat--root)))))
 
-(defun forj-chat--batch-done ()
-  "The batch has its results: resume the model, unless the user stopped."
-  (when forj-chat--batch
-    (set-marker forj-chat--out (forj-tools-batch-end forj-chat--batch))
-    (setq forj-chat--batch nil))
-  (forj-chat--insert-out "\n")
-  (if forj-chat--cancelled
-      (forj-chat--end-turn)
-    (forj-chat--request)))
+(defun forj-chat--batch-done (turn)
+  "The batch of TURN has its results: resume the model, unless the user stopped."
+  (let ((batch forj-chat--batch))
+    (when batch
+      (set-marker forj-chat--out (forj-tools-batch-end batch))
+      (setq forj-chat--batch nil))
+    (forj-chat--insert-out "\n")
+    (if (or forj-chat--cancelled
+            (/= turn forj-chat--turn)
+            (and batch (forj-tools-batch-cancelled batch)))
+        (progn
+          (when (and batch (forj-tools-batch-cancelled batch))
+            (forj-chat--notice "the batch was cancelled in review; the model was not resumed"))
+          (forj-chat--end-turn))
+      (forj-chat--request))))
 
 (defun forj-chat--refuse-batch ()
   "Refuse the tool-call blocks of the reply: the iteration limit is reached.
@@ -627,6 +661,7 @@ Resume the model once more at most."
   "Stop the reply being streamed or the tools running; do not resume."
   (interactive)
   (setq forj-chat--cancelled t)
+  (cl-incf forj-chat--turn)
   (pcase forj-chat--state
     ('streaming
      (forj-provider-stop forj-chat--stream)
@@ -647,8 +682,9 @@ Resume the model once more at most."
            (aset (forj-tools-batch-states batch) (car pair) 'done))
          (forj-tools--finish batch))
         (t
-         (let ((review (get-buffer "*forj-review*")))
-           (when review (kill-buffer review)))
+         (let ((review (forj-tools-batch-review batch)))
+           (when (buffer-live-p review)
+             (with-current-buffer review (forj-review-cancel))))
          (when (and (forj-tools-batch-batch-id batch) (forj-tools-batch-worker batch))
            (forj-epc-call (forj-worker-connection (forj-tools-batch-worker batch)) "cancel"
                           (list :batch_id (forj-tools-batch-batch-id batch))))

@@ -201,7 +201,8 @@ environment variables of :key-env."
   (finished nil :documentation "Non-nil once the family reported the end.")
   (seen nil :documentation "Non-nil once any event arrived.")
   (ended nil :documentation "Non-nil once a final callback was called.")
-  (files nil :documentation "Temporary files to delete when curl ends."))
+  (files nil :documentation "Temporary files to delete when curl ends.")
+  (stderr nil :documentation "The buffer that gets curl's own messages."))
 
 (defun forj-provider--end (stream kind &optional message)
   "Call STREAM's final callback once: KIND is :done or :error with MESSAGE."
@@ -266,12 +267,18 @@ stream; `forj-provider-stop' stops it."
     (set-file-modes body-file #o600)
     (let ((coding-system-for-write 'utf-8-unix))
       (write-region (plist-get request :body) nil body-file nil 'silent))
-    (setf (forj-provider-stream-files stream) (list body-file))
+    (setf (forj-provider-stream-files stream) (list body-file)
+          (forj-provider-stream-stderr stream) (generate-new-buffer " *forj-curl-stderr*" t))
     (let ((process
            (make-process
             :name "forj-curl"
             :command (append (list forj-provider-curl-program
-                                   "--silent" "--show-error" "--no-buffer"
+                                   ;; -q first: the user's ~/.curlrc (verbose would
+                                   ;; print the secret header) is not read.
+                                   "-q" "--silent" "--show-error" "--no-buffer"
+                                   ;; A proxy's "200 Connection established" is
+                                   ;; not the provider's status.
+                                   "--suppress-connect-headers"
                                    "--dump-header" "-"
                                    "--connect-timeout" (number-to-string forj-provider-connect-timeout)
                                    "--config" "-"
@@ -282,7 +289,7 @@ stream; `forj-provider-stop' stops it."
             :connection-type 'pipe
             :coding 'binary
             :noquery t
-            :stderr (get-buffer-create " *forj-curl-stderr*" t)
+            :stderr (forj-provider-stream-stderr stream)
             :filter (lambda (_process output) (forj-provider--receive stream output))
             :sentinel (lambda (process _event) (forj-provider--sentinel stream process)))))
       (setf (forj-provider-stream-process stream) process)
@@ -428,13 +435,19 @@ can act on."
     (when (process-live-p process)
       (set-process-sentinel process #'ignore)
       (delete-process process)
-      (forj-provider--cleanup stream))))
+      (forj-provider--cleanup stream)
+      (forj-provider--kill-stderr stream))))
 
 (defun forj-provider--cleanup (stream)
   "Delete STREAM's temporary files."
   (dolist (file (forj-provider-stream-files stream))
     (ignore-errors (delete-file file)))
   (setf (forj-provider-stream-files stream) nil))
+
+(defun forj-provider--kill-stderr (stream)
+  "Kill STREAM's stderr buffer, if it is still there."
+  (forj-provider--stderr-text stream)
+  nil)
 
 (defun forj-provider--sentinel (stream process)
   "Report the outcome of STREAM once its curl PROCESS has ended."
@@ -444,8 +457,7 @@ can act on."
       (forj-provider--read-events stream)
       (forj-provider--last-event stream))
     (let ((code (process-exit-status process))
-          (stderr (with-current-buffer (get-buffer-create " *forj-curl-stderr*" t)
-                    (prog1 (string-trim (buffer-string)) (erase-buffer)))))
+          (stderr (forj-provider--stderr-text stream)))
       (cond
        ((forj-provider-stream-ended stream))
        ((and (forj-provider-stream-status stream) (not (forj-provider--ok-p stream)))
@@ -485,6 +497,17 @@ the stream then counts as cut."
         (when actions
           (setf (forj-provider-stream-seen stream) t)
           (forj-provider--act stream actions))))))
+
+(defun forj-provider--stderr-text (stream)
+  "What curl printed on stderr for STREAM; its buffer is then killed.
+A stderr pipe process may still be attached; its output is taken as is."
+  (let ((buffer (forj-provider-stream-stderr stream)))
+    (if (not (buffer-live-p buffer))
+        ""
+      (prog1 (with-current-buffer buffer (string-trim (buffer-string)))
+        (let ((process (get-buffer-process buffer)))
+          (when process (set-process-query-on-exit-flag process nil) (delete-process process)))
+        (kill-buffer buffer)))))
 
 (defun forj-provider--excerpt (body)
   "A short readable excerpt of an error BODY: HTML tags stripped, cut."

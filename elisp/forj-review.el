@@ -27,7 +27,8 @@
 ;;   r  deny it with a reason (the model reads the reason)
 ;;   e  edit the proposed text in ediff, then approve it as edited
 ;;   A  approve all                    D  deny all
-;;   C-c C-c  commit the decisions     q, C-g  deny all and commit
+;;   C-c C-c  commit the decisions     q  deny all and commit
+;;   C-g  cancel the batch: nothing runs, and a chat does not go on
 ;;
 ;; Editing before approving: `e' fetches the call's proposal from the
 ;; worker (the file as it is and as the call would leave it) and opens
@@ -93,7 +94,7 @@ plist.")
     (define-key map "p" #'forj-review-previous)
     (define-key map (kbd "C-c C-c") #'forj-review-commit)
     (define-key map "q" #'forj-review-quit)
-    (define-key map (kbd "C-g") #'forj-review-quit)
+    (define-key map (kbd "C-g") #'forj-review-cancel)
     map)
   "Keymap of `forj-review-mode'.")
 
@@ -276,6 +277,17 @@ Other previews (a command's argv, cwd and environment) stay plain."
   (interactive)
   (forj-review-deny-all)
   (forj-review-commit))
+
+(defun forj-review-cancel ()
+  "Cancel the whole batch: nothing is run, and a chat is not resumed."
+  (interactive)
+  (let ((callback forj-review--callback)
+        (ids (mapcar (lambda (item) (cons (plist-get item :id) "")) forj-review--items)))
+    (setq forj-review--callback nil)
+    (let ((buffer (current-buffer)))
+      (quit-window nil (get-buffer-window buffer))
+      (kill-buffer buffer))
+    (when callback (funcall callback nil ids nil t))))
 
 (defun forj-review--deny-on-kill ()
   "Leaving the buffer without committing denies everything."

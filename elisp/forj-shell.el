@@ -41,6 +41,13 @@
   "Face for the first and last lines of a command's output buffer."
   :group 'forj)
 
+(defcustom forj-shell-max-bytes nil
+  "Largest size of a `*forj-shell: ID*' buffer, or nil to keep everything.
+Past it, the oldest output is removed from the buffer (the model's
+result is unaffected)."
+  :type '(choice (const :tag "Keep everything" nil) (natnum :tag "Bytes"))
+  :group 'forj)
+
 (defvar-local forj-shell--running nil
   "Non-nil while the command shown in this buffer runs.")
 
@@ -78,10 +85,28 @@ Windows showing the end of BUFFER keep showing it."
              (inhibit-modification-hooks t))
         (save-excursion
           (goto-char end)
-          (insert (if (equal kind "stderr") (propertize data 'face 'forj-shell-stderr) data)))
+          (insert (if (equal kind "stderr") (propertize data 'face 'forj-shell-stderr) data))
+          (when (and forj-shell-max-bytes (> (buffer-size) forj-shell-max-bytes))
+            (forj-shell--trim)))
         (when (= (point) end) (goto-char (point-max)))
         (dolist (window following)
           (set-window-point window (point-max)))))))
+
+(defun forj-shell--trim ()
+  "Remove the oldest output, down to three quarters of `forj-shell-max-bytes'."
+  (goto-char (point-min))
+  (forward-line 1)                      ; keep the summary line
+  (let ((from (point))
+        (to (max (point) (- (point-max) (/ (* 3 forj-shell-max-bytes) 4)))))
+    (goto-char to)
+    (forward-line 1)
+    (setq to (min (point) (point-max)))
+    (when (> to from)
+      (let ((removed (- to from)))
+        (delete-region from to)
+        (goto-char from)
+        (insert (propertize (format "[... %d characters of older output removed ...]\n" removed)
+                            'face 'forj-shell-header))))))
 
 (defun forj-shell-finish (buffer ok)
   "Mark the command of BUFFER as ended; OK is non-nil if it succeeded."

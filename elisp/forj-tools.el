@@ -188,6 +188,8 @@ it, as does \<forj-tools-mode-map>\[forj-tools-toggle-fold] on its line."
   (batch-id nil :documentation "The worker's id for the batch.")
   (mode "enabled" :documentation "The tool loop mode it is planned in.")
   (shells nil :documentation "Vector: per entry, its output buffer (or nil).")
+  (review nil :documentation "The batch's review buffer, while it is open.")
+  (cancelled nil :documentation "Non-nil if the user cancelled the batch in review.")
   (callback nil :documentation "Called with the results when the batch is done."))
 
 (defvar-local forj-tools--current-batch nil
@@ -268,11 +270,22 @@ Everything waits asynchronously; Emacs stays usable."
   (let ((confirm (cl-remove-if-not (lambda (item) (equal (plist-get item :disposition) "confirm"))
                                    (append (plist-get plan :items) nil))))
     (if confirm
-        (forj-review-open confirm
-                          (lambda (approved denied modified)
-                            (forj-tools--execute batch approved denied modified))
-                          (lambda (id ok fail) (forj-tools--proposal batch id ok fail)))
+        (setf (forj-tools-batch-review batch)
+              (forj-review-open confirm
+                                (lambda (approved denied modified &optional cancelled)
+                                  (setf (forj-tools-batch-review batch) nil)
+                                  (if cancelled
+                                      (forj-tools--cancel-in-review batch)
+                                    (forj-tools--execute batch approved denied modified)))
+                                (lambda (id ok fail) (forj-tools--proposal batch id ok fail))))
       (forj-tools--execute batch nil nil nil))))
+
+(defun forj-tools--cancel-in-review (batch)
+  "Answer every call of BATCH as cancelled: the user cancelled it in review."
+  (setf (forj-tools-batch-cancelled batch) t)
+  (forj-tools--fail-all batch (list :type "cancelled"
+                                    :message "The user cancelled this batch in review; nothing ran"
+                                    :recovery ["Ask the user how to go on before calling tools again"])))
 
 (defun forj-tools--await-manual (batch plan)
   "Parse-only BATCH: fill PLAN's resolved results, leave the rest to the user."
@@ -683,7 +696,9 @@ The worker stops when the last such buffer of its project is killed."
                                    '("permission-error" "cancelled"))
                            (format "⊘ %s" (plist-get (plist-get result :error) :message)))
                           (t (format "✗ %s" (plist-get (plist-get result :error) :message))))))))
-    (format "%s %s %s" mark name main)))
+    ;; One line, whatever the model put in a path or a message: a newline
+    ;; here could forge a role heading in a chat.
+    (replace-regexp-in-string "[\n\r]+" " " (format "%s %s %s" mark name main))))
 
 (define-button-type 'forj-tools-path
   'action #'forj-tools--visit

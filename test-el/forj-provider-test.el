@@ -93,6 +93,8 @@
       (should-not (plist-get run :error))
       (should (equal (plist-get run :text) "Hello, world"))
       (should-not (cl-some (lambda (arg) (string-match-p "SECRET" arg)) (plist-get run :command)))
+      ;; The user's ~/.curlrc is not read (-q must come first).
+      (should (equal (nth 1 (plist-get run :command)) "-q"))
       (let* ((request (forj-provider-test--last-request))
              (headers (plist-get request :headers))
              (auth (alist-get family forj-provider-test--auth)))
