@@ -63,9 +63,9 @@ POLL_SECONDS = 0.05
 # The streaming channel: at most this many bytes queued, and events of at
 # most this size (coalesced from smaller reads).
 CHANNEL_BYTES = 4 << 20
-# 256 KiB of escape-heavy output (``yes``) costs Emacs about 25 ms to
+# 128 KiB of escape-heavy output (``yes``) costs Emacs about 12 ms to
 # decode; a larger event would stall its timers (bench/shell-bench.el).
-EVENT_BYTES = 1 << 18
+EVENT_BYTES = 1 << 17
 
 _PR_SET_CHILD_SUBREAPER = 36
 _LINUX = sys.platform.startswith("linux")
