@@ -474,6 +474,10 @@ def test_environment_is_scrubbed_by_the_denylist_and_removed_values_are_redacted
         "GOOGLE_API_KEY": "google-value-12345",
         "lower_case_token": "lower-token-value",
         "CUSTOM_THING": "custom-value-1234",
+        # spellings the seed's patterns miss (found in review)
+        "PGPASSWORD": "pg-password-value",
+        "GITHUB_PAT": "github-pat-value-1",
+        "AZURE_OPENAI_APIKEY": "azure-apikey-value",
     }
     kept = {"PLAIN_SETTING": "visible", "KEYBOARD": "us", "TOKENIZER": "fast"}
     for name, value in {**secrets, **kept}.items():

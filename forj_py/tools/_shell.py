@@ -33,17 +33,27 @@ from ..process import Capture, Channel, Outcome, redact_values
 from ..registry import ToolContext
 from ..sandbox import SafePath
 
-# Seed 000 CFG-ENV-01, plus the Gemini / Google names forj's providers use.
+# Seed 000 CFG-ENV-01, plus the Gemini / Google names forj's providers use,
+# plus common secret spellings the seed's patterns miss (PGPASSWORD,
+# GITHUB_PAT, AZURE_OPENAI_APIKEY, DOCKER_AUTH_CONFIG).
 BUILTIN_ENV_DENYLIST = (
     "*_KEY",
     "*_TOKEN",
     "*_SECRET",
     "*_PASSWORD",
+    "*PASSWORD",
+    "*PASSWD",
+    "*_PAT",
+    "*APIKEY",
+    "*_AUTH",
+    "*_AUTH_CONFIG",
+    "*_CREDENTIALS",
     "AWS_*",
     "ANTHROPIC_*",
     "OPENAI_*",
     "GEMINI_*",
     "GOOGLE_API_KEY",
+    "OPENROUTER_*",
 )
 # Shorter values ("json", "us-east-1", "default") would blank out ordinary output.
 MIN_REDACTED_VALUE = 8
