@@ -496,7 +496,7 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
      (lambda (err)
        (when (and (buffer-live-p buffer) (= turn (buffer-local-value 'forj-chat--turn buffer)))
          (with-current-buffer buffer
-           (forj-chat--notice (format "the tool worker could not start: %s (M-x forj-worker-log shows its output)"
+           (forj-chat--notice (format "the tool worker could not start: %s"
                                       (or (plist-get err :message) err)))
            (forj-chat--end-turn)))))))
 
@@ -569,8 +569,7 @@ Only forj writes headings that divide the record, and notices."
 (defun forj-chat--reply-failed (message)
   "The reply ended in MESSAGE: keep the text, say what happened, end the turn."
   (forj-chat--finish-reply)
-  (forj-chat--notice (concat message (substitute-command-keys
-                                      "  (\\<forj-chat-mode-map>\\[forj-chat-send] with an empty prompt is refused; write \"continue\" to try again)")))
+  (forj-chat--notice (concat message "  (the text so far is kept; send \"continue\" to try again)"))
   (forj-chat--end-turn))
 
 (defun forj-chat--reply-done ()
@@ -673,14 +672,9 @@ Resume the model once more at most."
        (cond
         ((null batch) (forj-chat--end-turn))
         ((forj-tools--manual-entries batch)
-         (dolist (pair (forj-tools--manual-entries batch))
-           (aset (forj-tools-batch-results batch) (car pair)
-                 (list :id (plist-get (cdr pair) :id) :name (plist-get (cdr pair) :name) :ok :false
-                       :error (list :type "cancelled" :message "The user stopped the turn"
-                                    :details (list :kind "Cancelled")
-                                    :recovery ["Ask the user how to go on"])))
-           (aset (forj-tools-batch-states batch) (car pair) 'done))
-         (forj-tools--finish batch))
+         ;; Parse-only: the calls waiting for the user's results are cancelled.
+         (forj-tools--fail-all batch (list :type "cancelled" :message "The user stopped the turn"
+                                           :recovery ["Ask the user how to go on"])))
         (t
          (let ((review (forj-tools-batch-review batch)))
            (when (buffer-live-p review)

@@ -436,18 +436,13 @@ can act on."
       (set-process-sentinel process #'ignore)
       (delete-process process)
       (forj-provider--cleanup stream)
-      (forj-provider--kill-stderr stream))))
+      (forj-provider--stderr-text stream))))
 
 (defun forj-provider--cleanup (stream)
   "Delete STREAM's temporary files."
   (dolist (file (forj-provider-stream-files stream))
     (ignore-errors (delete-file file)))
   (setf (forj-provider-stream-files stream) nil))
-
-(defun forj-provider--kill-stderr (stream)
-  "Kill STREAM's stderr buffer, if it is still there."
-  (forj-provider--stderr-text stream)
-  nil)
 
 (defun forj-provider--sentinel (stream process)
   "Report the outcome of STREAM once its curl PROCESS has ended."

@@ -213,20 +213,7 @@ Everything waits asynchronously; Emacs stays usable."
   (let ((entries (forj-tools-parse-region beg end)))
     (if (null entries)
         (progn (message "forj: no tool-call blocks here") nil)
-      (let* ((start (copy-marker (save-excursion (goto-char end)
-                                                 (unless (bolp) (insert "\n"))
-                                                 (point))))
-             (batch (forj-tools--make-batch
-                     :mode forj-tools-plan-mode
-                     :buffer (current-buffer)
-                     :start start
-                     :end (copy-marker start t)
-                     :entries entries
-                     :states (make-vector (length entries) 'pending)
-                     :results (make-vector (length entries) nil)
-                     :shells (make-vector (length entries) nil)
-                     :callback callback)))
-        (set-marker-insertion-type start nil)
+      (let ((batch (forj-tools--new-batch entries end callback)))
         (setq forj-tools--current-batch batch)
         (forj-tools--render batch)
         (setq forj-tools--root (or root (forj-worker-project-root)))
@@ -234,6 +221,22 @@ Everything waits asynchronously; Emacs stays usable."
                             (lambda (worker) (forj-tools--plan batch worker))
                             (lambda (err) (forj-tools--fail-all batch err)))
         batch))))
+
+(defun forj-tools--new-batch (entries end callback)
+  "A batch of the parsed ENTRIES, its results drawn after END; CALLBACK gets them."
+  (let ((start (copy-marker (save-excursion (goto-char end)
+                                            (unless (bolp) (insert "\n"))
+                                            (point)))))
+    (forj-tools--make-batch
+     :mode forj-tools-plan-mode
+     :buffer (current-buffer)
+     :start start
+     :end (copy-marker start t)
+     :entries entries
+     :states (make-vector (length entries) 'pending)
+     :results (make-vector (length entries) nil)
+     :shells (make-vector (length entries) nil)
+     :callback callback)))
 
 (defun forj-tools--plan (batch worker)
   "Have WORKER plan every tool call of BATCH."
@@ -357,15 +360,7 @@ Nothing is sent to the worker.  The results are drawn after END as for
 `forj-tools-run-region'; CALLBACK gets them.  Return the batch."
   (let ((entries (forj-tools-parse-region beg end)))
     (when entries
-      (let* ((start (copy-marker (save-excursion (goto-char end)
-                                                 (unless (bolp) (insert "\n"))
-                                                 (point))))
-             (batch (forj-tools--make-batch
-                     :buffer (current-buffer) :start start :end (copy-marker start t)
-                     :entries entries
-                     :states (make-vector (length entries) 'pending)
-                     :results (make-vector (length entries) nil)
-                     :callback callback)))
+      (let ((batch (forj-tools--new-batch entries end callback)))
         (forj-tools--fail-all batch (list :type "validation-error" :message message
                                           :recovery ["Answer the user with what you have found so far"]))
         batch))))
