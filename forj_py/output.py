@@ -15,6 +15,8 @@ import json
 import re
 from typing import Any
 
+import regex
+
 TRUNCATION_MARKER = "\n\n... [output truncated]"
 
 # ESC-introduced sequences, longest forms first:
@@ -274,3 +276,124 @@ def short_summary(text: str, limit: int = 200) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 1] + "…"
+
+
+# --- credentials in URLs (file and command text) ----------------------------------
+#
+# A remote URL in .git/config, a DSN in a settings file or a command's echo
+# can carry ``scheme://user:secret@host``.  Text the model reads has the
+# secret part replaced by ``***``; an edit that sends the marker back gets
+# the original restored by :func:`restore_url_credentials`, so redaction
+# never makes a file unwritable.
+
+URL_CREDENTIAL_MARK = "***"
+
+# scheme://user:password@  or  scheme://TOKEN@ (a token as the user name,
+# as GitHub and GitLab accept).  The user part excludes ``/`` ``@`` and
+# whitespace, so the match cannot run across the host or the path.
+# Possessive quantifiers (the ``regex`` module) keep a failed match linear:
+# each part stops at a character the next part needs, so giving back
+# characters could never help.
+_URL_USERINFO_RE = regex.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{0,30}+://)"
+    r"(?P<user>[^/\s:@\"'<>]{1,256}+)"
+    r"(?::(?P<password>[^/\s@\"'<>]{1,1024}+))?"
+    r"@(?P<host>[^/\s@\"'<>?#]{1,256}+)"
+)
+# A user name with no password is a secret only when it looks like a token:
+# long, and made of a token's alphabet (``git@``, ``user@`` stay).
+_TOKEN_LIKE_RE = re.compile(r"[A-Za-z0-9_\-.~+=]{20,}")
+
+
+def _url_secret(m: regex.Match[str]) -> tuple[str, str] | None:
+    """``(which part, secret)`` of one userinfo match, or None when it holds none."""
+    password = m.group("password")
+    if password is not None:
+        return ("password", password) if password != URL_CREDENTIAL_MARK else None
+    user = m.group("user")
+    if _TOKEN_LIKE_RE.fullmatch(user) and user != URL_CREDENTIAL_MARK:
+        return ("user", user)
+    return None
+
+
+def redact_url_credentials(text: str) -> tuple[str, int]:
+    """Replace the secret of every ``scheme://user:secret@`` with ``***``.
+
+    Returns the new text and how many were replaced.  Cheap when the text
+    holds no ``://`` at all, which is almost always.
+    """
+    if "://" not in text:
+        return text, 0
+    count = 0
+
+    def sub(m: regex.Match[str]) -> str:
+        nonlocal count
+        found = _url_secret(m)
+        if found is None:
+            return m.group()
+        count += 1
+        head, host = m.group("head"), m.group("host")
+        if found[0] == "password":
+            return f"{head}{m.group('user')}:{URL_CREDENTIAL_MARK}@{host}"
+        return f"{head}{URL_CREDENTIAL_MARK}@{host}"
+
+    return _URL_USERINFO_RE.sub(sub, text), count
+
+
+class CredentialRestoreError(ValueError):
+    """New text holds ``***`` where no single original credential fits.
+
+    ``line`` is the 1-based line of the new text that holds it.
+    """
+
+    def __init__(self, line: int, text: str) -> None:
+        super().__init__(
+            f"line {line} holds a redacted credential ({URL_CREDENTIAL_MARK}) that does "
+            "not match exactly one credential of the original text"
+        )
+        self.line = line
+        self.text = text
+
+
+def restore_url_credentials(original: str, new: str) -> tuple[str, int]:
+    """Put back the credentials that the model saw as ``***``.
+
+    Each marker in ``new`` is matched with the original's credentials by
+    scheme, host and (for a password) user name.  Exactly one distinct
+    secret must fit; otherwise :class:`CredentialRestoreError` names the
+    line, and nothing is written.  Returns the restored text and how many
+    markers were put back.
+    """
+    if URL_CREDENTIAL_MARK not in new or "://" not in new:
+        return new, 0
+    secrets: dict[tuple[str, str, str, str], set[str]] = {}
+    for m in _URL_USERINFO_RE.finditer(original):
+        found = _url_secret(m)
+        if found is None:
+            continue
+        kind, secret = found
+        user = m.group("user") if kind == "password" else ""
+        key = (kind, m.group("head").lower(), user, m.group("host").lower())
+        secrets.setdefault(key, set()).add(secret)
+    count = 0
+
+    def sub(m: regex.Match[str]) -> str:
+        nonlocal count
+        head, user, password, host = m.group("head", "user", "password", "host")
+        if password == URL_CREDENTIAL_MARK:
+            key = ("password", head.lower(), user, host.lower())
+        elif password is None and user == URL_CREDENTIAL_MARK:
+            key = ("user", head.lower(), "", host.lower())
+        else:
+            return m.group()
+        fits = secrets.get(key, set())
+        if len(fits) != 1:
+            line = new.count("\n", 0, m.start()) + 1
+            raise CredentialRestoreError(line, new.splitlines()[line - 1])
+        (secret,) = fits
+        count += 1
+        if key[0] == "password":
+            return f"{head}{user}:{secret}@{host}"
+        return f"{head}{secret}@{host}"
+
+    return _URL_USERINFO_RE.sub(sub, new), count
