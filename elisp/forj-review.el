@@ -37,6 +37,15 @@
 ;; tells the model the user modified the change and shows what was
 ;; written.
 ;;
+;; What the review shows is what will run or be written, whatever the
+;; text tries: long lines wrap (a continuation starts with a mark), long
+;; runs of blanks and of blank lines are shown as counts, previews sit
+;; behind a gutter that no text can draw, and invisible or format
+;; characters are shown as markers like ⟨U+00AD⟩ with a warning at the
+;; top.  A review that appears while the user types elsewhere ignores
+;; its decision keys until its window is selected and
+;; `forj-review-input-delay' has passed without keys typed elsewhere.
+;;
 ;; The batch flow (forj-tools.el) opens this buffer and gets the
 ;; decisions back through a callback.
 
@@ -44,6 +53,7 @@
 
 (require 'cl-lib)
 (require 'diff-mode)
+(require 'subr-x)
 (require 'forj)
 
 (defface forj-review-high-risk
@@ -60,6 +70,149 @@
   '((t :inherit warning :weight bold))
   "Face for a denied call's state."
   :group 'forj)
+
+;; Faces for what the review adds to the text it shows.
+
+(defface forj-review-warning
+  '((t :inherit warning :weight bold))
+  "Face for warnings: a call's own warnings and the review's header warning."
+  :group 'forj)
+
+(defface forj-review-marker
+  '((t :inherit escape-glyph :box (:line-width -1)))
+  "Face for markers standing for text the review does not show as it is.
+Invisible characters (⟨U+200B⟩), long runs of blanks (⟨80 spaces⟩) and
+of blank lines (⟨200 blank lines⟩)."
+  :group 'forj)
+
+(defface forj-review-gutter
+  '((t :inherit shadow))
+  "Face for the gutter before each line of a preview, and for wrap marks."
+  :group 'forj)
+
+(defcustom forj-review-input-delay 0.6
+  "Seconds a new review ignores its decision keys.
+A review can appear while you type elsewhere, in the chat for
+instance; the keys meant for the chat must not approve what you have
+not seen.  The decision keys (approve, deny, all, edit, commit, quit,
+cancel) act only when the review window is selected and this many
+seconds have passed since the review appeared, since the last key you
+typed in another buffer, and since the last key the review ignored.
+Moving around the review is never delayed."
+  :type 'number
+  :group 'forj)
+
+;;; Showing text truthfully
+
+(defconst forj-review--blank-run-width 64
+  "Runs of blanks at least this many columns wide are shown as a count.")
+
+(defvar forj-review--invisible-re-cache nil
+  "The regexp `forj-review--invisible-re' builds once.")
+
+(defun forj-review--invisible-re ()
+  "A regexp matching the characters the review shows as ⟨U+XXXX⟩ markers.
+Unicode general categories Cf (format: soft hyphen, zero-width and bidi
+controls, tags), Zs other than the space, Zl, Zp and Co (private use),
+and the whole tag block U+E0000..U+E007F, from Emacs's own Unicode data."
+  (or forj-review--invisible-re-cache
+      (let ((ranges (list (cons #xE0000 #xE007F))))
+        (map-char-table
+         (lambda (key category)
+           (when (memq category '(Cf Zs Zl Zp Co))
+             (let ((from (if (consp key) (car key) key))
+                   (to (min #x10FFFF (if (consp key) (cdr key) key))))
+               (when (<= from to)
+                 (push (cons from to) ranges)))))
+         (unicode-property-table-internal 'general-category))
+        (setq forj-review--invisible-re-cache
+              (concat "["
+                      (mapconcat (lambda (range)
+                                   (let ((from (car range)) (to (cdr range)))
+                                     (if (= from ?\s)
+                                         ;; The plain space is the one Zs character shown as it is.
+                                         (if (= to ?\s) "" (format "%c-%c" (1+ from) to))
+                                       (if (= from to) (string from) (format "%c-%c" from to)))))
+                                 ranges "")
+                      "]")))))
+
+(defun forj-review--marker (text)
+  "TEXT as a marker: in `forj-review-marker', so no quoted text can pass for one."
+  (propertize text 'face 'forj-review-marker))
+
+(defun forj-review-mark-invisible (text)
+  "TEXT with every invisible or format character shown as a ⟨U+XXXX⟩ marker.
+Markers the worker already wrote into TEXT get the marker face too."
+  (let ((case-fold-search nil))
+    (setq text (replace-regexp-in-string
+                (forj-review--invisible-re)
+                (lambda (char) (forj-review--marker (format "⟨U+%04X⟩" (aref char 0))))
+                text t t))
+    (let ((start 0))
+      (while (string-match "⟨U\\+[0-9A-F]\\{4,6\\}⟩" text start)
+        (add-face-text-property (match-beginning 0) (match-end 0) 'forj-review-marker nil text)
+        (setq start (match-end 0))))
+    text))
+
+(defun forj-review--mark-blank-runs (text)
+  "TEXT with each wide run of blanks shown as a count.
+Wide: `forj-review--blank-run-width' columns or more.  A command padded
+with spaces cannot push its tail out of sight."
+  (let ((case-fold-search nil))
+    (replace-regexp-in-string
+     "[ \t]\\{16,\\}"
+     (lambda (run)
+       (let ((tabs (cl-count ?\t run)))
+         (if (< (+ (- (length run) tabs) (* 8 tabs)) forj-review--blank-run-width)
+             run
+           (forj-review--marker
+            (if (zerop tabs)
+                (format "⟨%d spaces⟩" (length run))
+              (format "⟨%d spaces and tabs⟩" (length run)))))))
+     text t t)))
+
+(defun forj-review-visible-text (text)
+  "TEXT as the review shows it: invisible characters and wide blank runs marked."
+  (forj-review--mark-blank-runs (forj-review-mark-invisible (or text ""))))
+
+(defun forj-review--blank-content-p (line prefix-re)
+  "Non-nil if LINE is blank after a prefix matching PREFIX-RE.
+Return what the prefix's first group matched in LINE (\"\" if
+nothing): lines of one run of blanks share it, whatever blanks
+surround it."
+  (and (string-match (concat "\\`" prefix-re "[ \t]*\\'") line)
+       (or (match-string 1 line) "")))
+
+(defun forj-review--collapse-blank-lines (lines prefix-re)
+  "LINES with each run of more than two blank lines shown as one counted line.
+A line is blank if only blanks follow its prefix (matched by
+PREFIX-RE, e.g. a diff's +, - or space, or a quoted block's line
+mark); the lines of one run share their prefix, which the counted
+line keeps."
+  (let ((out nil))
+    (while lines
+      (let* ((prefix (forj-review--blank-content-p (car lines) prefix-re))
+             (count 0)
+             (rest lines))
+        (while (and prefix rest
+                    (equal (forj-review--blank-content-p (car rest) prefix-re) prefix))
+          (setq count (1+ count) rest (cdr rest)))
+        (if (> count 2)
+            (progn
+              (push (concat prefix (forj-review--marker (format "⟨%d blank lines⟩" count))) out)
+              (setq lines rest))
+          (push (car lines) out)
+          (setq lines (cdr lines)))))
+    (nreverse out)))
+
+(defun forj-review--lines (text)
+  "TEXT split into lines, keeping blank ones; a final newline ends the last line."
+  (let ((lines (split-string text "\n")))
+    (if (and (cdr lines) (equal (car (last lines)) ""))
+        (butlast lines)
+      lines)))
+
+;;; The buffer
 
 (defvar-local forj-review--items nil
   "The plan items under review, each a plist from the worker.")
@@ -82,6 +235,12 @@ plist.")
 (defvar-local forj-review--modified nil
   "Hash table: call id -> alist of (PATH . TEXT) the user wrote instead.")
 
+(defvar-local forj-review--quiet-since 0
+  "When the review appeared, or ignored a key: decision keys wait from then.")
+
+(defvar forj-review--last-key-elsewhere 0
+  "When the last command ran in a buffer other than a review.")
+
 (defvar forj-review-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map "a" #'forj-review-approve)
@@ -102,7 +261,12 @@ plist.")
   "Review the tool calls of a batch before anything runs.
 
 \\{forj-review-mode-map}"
-  (setq-local truncate-lines t)
+  ;; Long lines wrap: the tail of a padded command must be on screen.
+  (setq-local truncate-lines nil)
+  (setq-local truncate-partial-width-windows nil)
+  (setq-local word-wrap nil)
+  (setq-local forj-review--quiet-since (float-time))
+  (add-hook 'pre-command-hook #'forj-review--note-key-here nil t)
   (add-hook 'kill-buffer-hook #'forj-review--deny-on-kill nil t))
 
 (defun forj-review-open (items callback &optional proposal-function)
@@ -124,8 +288,79 @@ buffer."
       (forj-review--render)
       (goto-char (point-min))
       (forj-review-next))
+    (add-hook 'pre-command-hook #'forj-review--note-key-elsewhere)
     (pop-to-buffer buffer)
+    (with-current-buffer buffer
+      (setq forj-review--quiet-since (float-time)))
     buffer))
+
+;;; Keys typed elsewhere do not decide here
+
+(defconst forj-review--guarded-commands
+  '(forj-review-approve forj-review-deny forj-review-deny-with-reason forj-review-edit
+    forj-review-approve-all forj-review-deny-all forj-review-commit forj-review-quit
+    forj-review-cancel)
+  "The commands that decide; they act only when the review is ready for keys.")
+
+(defconst forj-review--navigation-commands
+  '(forj-review-next forj-review-previous next-line previous-line forward-char backward-char
+    left-char right-char beginning-of-buffer end-of-buffer move-beginning-of-line
+    move-end-of-line beginning-of-visual-line end-of-visual-line scroll-other-window
+    scroll-other-window-down recenter-top-bottom mouse-set-point mouse-drag-region mwheel-scroll
+    handle-switch-frame handle-select-window ignore)
+  "Commands that only move around: they neither wait nor make decision keys wait.")
+
+(defun forj-review--note-key-elsewhere ()
+  "Remember when a command ran outside a review, or forget this hook."
+  (cond ((or (derived-mode-p 'forj-review-mode) (minibufferp)))
+        ((not (cl-some (lambda (buffer)
+                         (eq (buffer-local-value 'major-mode buffer) 'forj-review-mode))
+                       (buffer-list)))
+         (remove-hook 'pre-command-hook #'forj-review--note-key-elsewhere))
+        (t (setq forj-review--last-key-elsewhere (float-time)))))
+
+(defun forj-review--note-key-here ()
+  "A key typed here that neither decides nor moves makes decision keys wait.
+Someone typing a sentence meant for another buffer is not reading this."
+  (unless (or (memq this-command forj-review--guarded-commands)
+              (memq this-command forj-review--navigation-commands))
+    (setq forj-review--quiet-since (float-time))))
+
+(defun forj-review--ready ()
+  "Signal a `user-error' unless the decision keys of this review may act now.
+They act when the review window is selected in a focused frame and
+`forj-review-input-delay' seconds have passed since the review
+appeared, since the last key typed in another buffer and since the
+last key this review ignored.  An ignored key restarts the delay.
+Return nil, the argument list of the commands that call it."
+  (let ((window (selected-window))
+        (now (float-time)))
+    (cond
+     ((not (and (eq (window-buffer window) (current-buffer))
+                (not (eq (frame-focus-state (window-frame window)) nil))))
+      (setq forj-review--quiet-since now)
+      (user-error "forj: key ignored: select the review window first, then decide"))
+     ((< now (+ (max forj-review--quiet-since forj-review--last-key-elsewhere)
+                forj-review-input-delay))
+      (setq forj-review--quiet-since now)
+      (user-error "forj: key ignored: the review just appeared or you were typing; read it, then press again"))
+     (t nil))))
+
+;;; Drawing
+
+(defconst forj-review--header-width 18
+  "Columns before a call's summary: its state and its risk.")
+
+(defun forj-review--wrap (text prefix)
+  "TEXT whose wrapped continuation lines start with PREFIX and a wrap mark."
+  (propertize text 'wrap-prefix
+              (concat prefix (propertize "↪ " 'face 'forj-review-gutter))))
+
+(defun forj-review--own-line (text &optional face)
+  "One line of forj's own, TEXT (marked as shown) in FACE, wrapping under itself."
+  (let ((line (forj-review-visible-text (replace-regexp-in-string "\n" " " text))))
+    (when face (add-face-text-property 0 (length line) face t line))
+    (concat (forj-review--wrap line "    ") "\n")))
 
 (defun forj-review--render ()
   "Draw the review buffer from its items and decisions."
@@ -139,51 +374,87 @@ buffer."
              (decision (gethash id forj-review--decisions))
              (risk (or (plist-get item :risk) "low"))
              (start (point)))
-        (insert (cond ((and (eq decision t) (gethash id forj-review--modified))
-                       (propertize "[edited]  " 'face 'forj-review-approved))
-                      ((eq decision t) (propertize "[approved]" 'face 'forj-review-approved))
-                      (decision (propertize "[denied]  " 'face 'forj-review-denied))
-                      (t "[        ]"))
-                " "
-                (propertize (format "%-6s" risk) 'face (if (equal risk "high") 'forj-review-high-risk 'bold))
-                " " (plist-get item :summary) "\n")
+        (dolist (warning (append (plist-get item :warnings) nil))
+          (insert (forj-review--own-line (concat "⚠ " warning) 'forj-review-warning)))
+        (insert (forj-review--wrap
+                 (concat
+                  (cond ((and (eq decision t) (gethash id forj-review--modified))
+                         (propertize "[edited]  " 'face 'forj-review-approved))
+                        ((eq decision t) (propertize "[approved]" 'face 'forj-review-approved))
+                        (decision (propertize "[denied]  " 'face 'forj-review-denied))
+                        (t "[        ]"))
+                  " "
+                  (propertize (format "%-6s" (forj-review-visible-text risk))
+                              'face (if (equal risk "high") 'forj-review-high-risk 'bold))
+                  " "
+                  (forj-review-visible-text
+                   (replace-regexp-in-string "\n" " " (or (plist-get item :summary) ""))))
+                 (make-string forj-review--header-width ?\s))
+                "\n")
         (when (and (consp decision) (cdr decision))
-          (insert "    reason: " (cdr decision) "\n"))
+          (insert (forj-review--own-line (concat "    reason: " (cdr decision)))))
         (when (and (eq decision t) (gethash id forj-review--modified))
-          (insert "    you edited: "
-                  (mapconcat #'car (gethash id forj-review--modified) ", ")
-                  " (the diff below is the proposal; your text is what will be written)\n"))
+          (insert (forj-review--own-line
+                   (concat "    you edited: "
+                           (mapconcat #'car (gethash id forj-review--modified) ", ")
+                           " (the diff below is the proposal; your text is what will be written)"))))
         (when (plist-get item :preview_note)
-          (insert "    " (plist-get item :preview_note) "\n"))
+          (insert (forj-review--own-line (concat "    " (plist-get item :preview_note)))))
         (when (plist-get item :preview)
-          (insert (forj-review--diff (plist-get item :preview))))
+          (insert (forj-review--preview (plist-get item :preview))))
         (insert "\n")
         (put-text-property start (point) 'forj-review-id id)))
+    (forj-review--header-warning)
     (goto-char (point-min))
     (forward-line (1- line))))
 
-(defun forj-review--diff (text)
-  "TEXT indented; a unified diff is coloured with `diff-mode' faces.
-Other previews (a command's argv, cwd and environment) stay plain."
-  (if (not (string-match-p "\\`\\(?:--- \\|@@\\)" text))
-      (mapconcat (lambda (line) (concat "    " line "\n")) (split-string text "\n" t) "")
-    (forj-review--diff-lines text)))
+(defun forj-review--header-warning ()
+  "Put a warning at the top when the review shows invisible-character markers."
+  (let ((count (how-many "⟨U\\+[0-9A-F]\\{4,6\\}⟩" (point-min) (point-max))))
+    (when (> count 0)
+      (goto-char (point-min))
+      (insert (forj-review--own-line
+               (format "⚠ This review shows %d invisible or format character%s as ⟨U+XXXX⟩: the text holds them where the markers are."
+                       count (if (= count 1) "" "s"))
+               'forj-review-warning)
+              "\n"))))
 
-(defun forj-review--diff-lines (text)
-  "TEXT, a unified diff, indented and coloured with `diff-mode' faces."
-  (mapconcat
-   (lambda (line)
-     (concat "    "
-             (propertize line 'face
-                         (cond ((string-prefix-p "+++" line) 'diff-file-header)
-                               ((string-prefix-p "---" line) 'diff-file-header)
-                               ((string-prefix-p "@@" line) 'diff-hunk-header)
-                               ((string-prefix-p "+" line) 'diff-added)
-                               ((string-prefix-p "-" line) 'diff-removed)
-                               (t 'diff-context)))
-             "\n"))
-   (split-string text "\n" t)
-   ""))
+(defconst forj-review--gutter
+  (propertize "  ┃ " 'face 'forj-review-gutter)
+  "What each line of a preview is shown behind.
+A display property, not text: nothing a preview holds can draw it, so
+a preview cannot pass for forj's own lines.")
+
+(defun forj-review--preview (text)
+  "TEXT, a call's preview, as the review shows it.
+Each line is kept as it is (no indentation added or removed), behind
+the gutter; a unified diff is coloured with `diff-mode' faces.  Runs
+of more than two blank lines show as one counted line, invisible
+characters and wide runs of blanks as markers."
+  (let* ((diff (string-match-p "\\`\\(?:--- \\|@@\\)" text))
+         (lines (forj-review--collapse-blank-lines
+                 (mapcar #'forj-review-visible-text (forj-review--lines text))
+                 ;; A diff line's first column, or a quoted block's line mark.
+                 (if diff "\\([-+ ]\\)" "[ \t]*\\(│\\)?"))))
+    (mapconcat
+     (lambda (line)
+       (setq line (copy-sequence line))
+       (when diff
+         (add-face-text-property
+          0 (length line)
+          (cond ((string-prefix-p "+++" line) 'diff-file-header)
+                ((string-prefix-p "---" line) 'diff-file-header)
+                ((string-prefix-p "@@" line) 'diff-hunk-header)
+                ((string-prefix-p "+" line) 'diff-added)
+                ((string-prefix-p "-" line) 'diff-removed)
+                (t 'diff-context))
+          t line))
+       (concat (propertize line
+                           'line-prefix forj-review--gutter
+                           'wrap-prefix (concat forj-review--gutter
+                                                (propertize "↪ " 'face 'forj-review-gutter)))
+               "\n"))
+     lines "")))
 
 (defun forj-review--id-at-point ()
   "The id of the call at point, or signal."
@@ -203,29 +474,29 @@ Other previews (a command's argv, cwd and environment) stay plain."
 
 (defun forj-review-approve ()
   "Approve the call at point."
-  (interactive)
+  (interactive (forj-review--ready))
   (forj-review-decide (forj-review--id-at-point) t))
 
 (defun forj-review-deny ()
   "Deny the call at point."
-  (interactive)
+  (interactive (forj-review--ready))
   (forj-review-decide (forj-review--id-at-point) (cons 'deny nil)))
 
 (defun forj-review-deny-with-reason (reason)
   "Deny the call at point and tell the model REASON."
-  (interactive (list (read-string "Why deny this call? ")))
+  (interactive (progn (forj-review--ready) (list (read-string "Why deny this call? "))))
   (forj-review-decide (forj-review--id-at-point)
                       (cons 'deny (and (not (string-empty-p reason)) reason))))
 
 (defun forj-review-approve-all ()
   "Approve every call."
-  (interactive)
+  (interactive (forj-review--ready))
   (dolist (item forj-review--items) (puthash (plist-get item :id) t forj-review--decisions))
   (forj-review--render))
 
 (defun forj-review-deny-all ()
   "Deny every call."
-  (interactive)
+  (interactive (forj-review--ready))
   (dolist (item forj-review--items)
     (puthash (plist-get item :id) (cons 'deny nil) forj-review--decisions))
   (forj-review--render))
@@ -253,7 +524,7 @@ Other previews (a command's argv, cwd and environment) stay plain."
 
 (defun forj-review-commit ()
   "Hand the decisions to the batch, denying what is undecided."
-  (interactive)
+  (interactive (forj-review--ready))
   (let ((callback forj-review--callback)
         (approved nil)
         (denied nil))
@@ -274,13 +545,13 @@ Other previews (a command's argv, cwd and environment) stay plain."
 
 (defun forj-review-quit ()
   "Deny every call and commit."
-  (interactive)
+  (interactive (forj-review--ready))
   (forj-review-deny-all)
   (forj-review-commit))
 
 (defun forj-review-cancel ()
   "Cancel the whole batch: nothing is run, and a chat is not resumed."
-  (interactive)
+  (interactive (forj-review--ready))
   (let ((callback forj-review--callback)
         (ids (mapcar (lambda (item) (cons (plist-get item :id) "")) forj-review--items)))
     (setq forj-review--callback nil)
@@ -306,7 +577,7 @@ The left side is the file as it is, the right side what the call
 proposes; change the right side, then quit ediff (\`q') to approve
 the call with your text.  Kill the proposed buffer instead to leave
 the decision as it was."
-  (interactive)
+  (interactive (forj-review--ready))
   (let ((id (forj-review--id-at-point))
         (review (current-buffer)))
     (unless forj-review--proposal-function
