@@ -123,6 +123,8 @@ Tool results are cut to fit what is left of it."
 A callback of an older turn finds it changed and does nothing.")
 (defvar-local forj-chat--root-confirmed nil
   "Non-nil once the project root of this chat is known to be the user's choice.")
+(defvar-local forj-chat--greeted nil
+  "The worker whose hello warnings this chat has shown.")
 
 (defconst forj-chat--heading-re "^## \\(User\\|Assistant\\|Tool results\\)$"
   "A role heading line.")
@@ -163,11 +165,14 @@ Type below the last \"## User\" heading and send with \\[forj-chat-send].
 (add-to-list 'magic-mode-alist '("<!-- forj-chat " . forj-chat-mode))
 
 (defun forj-chat--header-line ()
-  "The chat's header line: provider, model, tools mode and what is going on."
-  (format " forj · %s %s · tools: %s · %s"
+  "The chat's header line: provider, model, tools mode, sandbox, what is going on."
+  (format " forj · %s %s · tools: %s · %s · %s"
           (or (plist-get forj-chat--provider :name) "no provider")
           (or (plist-get forj-chat--provider :model) "")
           forj-chat-tools-mode
+          (if forj-chat--root
+              (forj-worker-sandbox-description (forj-worker-get forj-chat--root))
+            "commands: no project")
           (pcase forj-chat--state
             ('streaming "receiving…")
             ('tools "running tools…")
@@ -222,7 +227,31 @@ An existing chat of the project is shown again."
              (setq forj-chat--provider (forj-chat--choose-provider)))
            buffer)))
     (goto-char (point-max))
+    (forj-chat--start-worker)
     (current-buffer)))
+
+(defun forj-chat--start-worker ()
+  "Start the chat's worker now, so the chat says at once how commands run."
+  (let ((buffer (current-buffer)))
+    (forj-worker-ensure
+     forj-chat--root
+     (lambda (worker)
+       (when (buffer-live-p buffer)
+         (with-current-buffer buffer (forj-chat--worker-ready worker))))
+     (lambda (err)
+       (when (buffer-live-p buffer)
+         (with-current-buffer buffer
+           (forj-chat--notice (format "the tool worker could not start: %s"
+                                      (or (plist-get err :message) err)))
+           (force-mode-line-update)))))))
+
+(defun forj-chat--worker-ready (worker)
+  "Show WORKER's hello warnings as notices, once per worker start."
+  (unless (eq forj-chat--greeted worker)
+    (setq forj-chat--greeted worker)
+    (dolist (warning (append (plist-get (forj-worker-hello worker) :warnings) nil))
+      (when (stringp warning) (forj-chat--notice warning))))
+  (force-mode-line-update))
 
 (defun forj-chat--choose-provider ()
   "The provider to use; with none configured, say how to set one, and return nil."
@@ -271,7 +300,9 @@ This is what `make run' calls."
   (save-excursion
     (goto-char forj-chat--out)
     (unless (bolp) (insert "\n"))
-    (insert forj-chat--notice-prefix (replace-regexp-in-string "\n" " " text) "\n")))
+    (insert forj-chat--notice-prefix
+            (forj-review-mark-invisible (replace-regexp-in-string "\n" " " text))
+            "\n")))
 
 ;;; Reading the record
 
@@ -490,6 +521,7 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
      (lambda (worker)
        (when (buffer-live-p buffer)
          (with-current-buffer buffer
+           (forj-chat--worker-ready worker)
            (when (= turn forj-chat--turn)
              (setq forj-chat--tools (plist-get (forj-worker-hello worker) :tools))
              (funcall then)))))

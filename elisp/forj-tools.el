@@ -399,17 +399,53 @@ its conservative default (64 KiB per result).")
                                (append (plist-get args :edits) nil)))
         (list (plist-get args :path))))))
 
+(defun forj-tools--project-file (path root &optional cwd)
+  "The true name of the file PATH names inside ROOT, or nil.
+PATH comes from the model, relative to CWD (itself relative to ROOT,
+default the root).  A path that is absolute, starts with ~, holds a
+.. component, or leads outside ROOT once links are resolved names no
+file of the project: the worker refuses such a call anyway, and Emacs
+must not touch the user's other buffers because of it."
+  (let ((file-name-handler-alist nil))
+    (cl-flet ((relative-p (name)
+                (and (stringp name)
+                     (not (string-empty-p name))
+                     (not (file-name-absolute-p name))
+                     (not (string-prefix-p "~" name))
+                     (not (member ".." (split-string name "[/\\]"))))))
+      (when (and (relative-p path) (or (null cwd) (relative-p cwd)))
+        (let* ((top (file-name-as-directory (file-truename root)))
+               (base (file-name-as-directory (expand-file-name (or cwd ".") top)))
+               (file (file-truename (expand-file-name path base))))
+          (and (string-prefix-p top file)
+               (not (equal (file-name-as-directory file) top))
+               file))))))
+
+(defun forj-tools--project-buffer (path root &optional cwd)
+  "The buffer visiting the project file PATH (relative to CWD in ROOT), or nil.
+Only buffers of files inside ROOT count; see `forj-tools--project-file'."
+  (let ((file (forj-tools--project-file path root cwd)))
+    (when file
+      (let ((buffer (find-buffer-visiting file)))
+        (and buffer
+             (buffer-file-name buffer)
+             (equal (file-truename (buffer-file-name buffer)) file)
+             buffer)))))
+
 (defun forj-tools--guard-unsaved (batch root)
   "Before planning BATCH, deal with unsaved buffers of files it would change.
 ROOT is the project root.  Buffers are saved where allowed, so previews
 show the file as the user has it; a call the user will not let through
-becomes an error entry and is not sent."
+becomes an error entry and is not sent.  Only buffers visiting files
+inside ROOT are considered, whatever path a call names."
   (setf (forj-tools-batch-entries batch)
         (mapcar
          (lambda (entry)
-           (let ((call (plist-get entry :call)) (refusal nil))
+           (let* ((call (plist-get entry :call))
+                  (cwd (plist-get (plist-get call :meta) :cwd))
+                  (refusal nil))
              (dolist (path (and call (forj-tools--call-paths call)))
-               (let ((buffer (and (stringp path) (find-buffer-visiting (expand-file-name path root)))))
+               (let ((buffer (forj-tools--project-buffer path root (and (stringp cwd) cwd))))
                  (when (and buffer (buffer-modified-p buffer) (not refusal))
                    (if (pcase forj-tools-unsaved-buffers
                          ('save t)
@@ -693,7 +729,22 @@ The worker stops when the last such buffer of its project is killed."
                           (t (format "✗ %s" (plist-get (plist-get result :error) :message))))))))
     ;; One line, whatever the model put in a path or a message: a newline
     ;; here could forge a role heading in a chat.
-    (replace-regexp-in-string "[\n\r]+" " " (format "%s %s %s" mark name main))))
+    (forj-review-mark-invisible
+     (replace-regexp-in-string "[\n\r]+" " " (concat (format "%s %s %s" mark name main)
+                                                     (forj-tools--command-tags result))))))
+
+(defun forj-tools--command-tags (result)
+  "Tags for a command RESULT that ran with network or without the sandbox.
+The worker reports `sandbox' (\"bwrap\", \"read-only\" or \"none\") and
+`network' in a command's result, or in its error's details."
+  (let* ((fields (or (plist-get result :result)
+                     (plist-get (plist-get result :error) :details)))
+         (fields (and (listp fields) (keywordp (car-safe fields)) fields))
+         (tags (concat (and (eq (plist-get fields :network) t) " [network on]")
+                       (and (equal (plist-get fields :sandbox) "none") " [unsandboxed]"))))
+    (if (string-empty-p tags)
+        ""
+      (propertize tags 'face 'forj-review-warning 'font-lock-face 'forj-review-warning))))
 
 (define-button-type 'forj-tools-path
   'action #'forj-tools--visit

@@ -273,7 +273,55 @@ ERROR is called with an error plist if the worker cannot be started."
       (message "forj: the worker for %s stopped (%s); the next call starts a new one"
                (abbreviate-file-name root) reason))))
 
+;;; The command sandbox
+
+(defun forj-worker-sandbox (worker)
+  "The command sandbox WORKER reports in its hello, a plist, or nil.
+:commands is \"bwrap\" (commands run sandboxed) or \"none\" (they run
+unsandboxed, :reason says why), :network \"off\" unless a call asks
+for it, and :silenced is t when the user's own configuration turned
+the sandbox off on purpose.  nil: the worker is not ready, or does
+not report a sandbox."
+  (and worker
+       (let ((sandbox (plist-get (forj-worker-hello worker) :sandbox)))
+         (and (listp sandbox) (keywordp (car-safe sandbox)) sandbox))))
+
+(defun forj-worker-sandbox-description (worker)
+  "One line saying how WORKER runs commands, for the chat and `forj-status'."
+  (let ((sandbox (forj-worker-sandbox worker)))
+    (cond
+     ((null worker) "commands: worker not started")
+     ((null (forj-worker-hello worker)) "commands: worker starting…")
+     ((null sandbox) "commands: sandbox unknown (the worker does not report one)")
+     ((equal (plist-get sandbox :commands) "bwrap")
+      (format "commands: sandboxed (network %s)" (or (plist-get sandbox :network) "off")))
+     (t
+      (concat "commands: NOT sandboxed: "
+              (let ((reason (plist-get sandbox :reason)))
+                (if (and (stringp reason) (not (string-empty-p reason))) reason "no reason given"))
+              (if (eq (plist-get sandbox :silenced) t) " (your configuration)" ""))))))
+
+(defun forj-worker-get (root)
+  "The worker serving ROOT, ready or starting, or nil."
+  (gethash (file-name-as-directory (expand-file-name root)) forj-worker--by-root))
+
 ;;; Commands
+
+;;;###autoload
+(defun forj-status (&optional root)
+  "Say how the worker of the current project (or of ROOT) stands.
+Whether it runs, and whether its commands run sandboxed."
+  (interactive)
+  (let* ((root (or root (forj-worker-project-root)))
+         (worker (forj-worker-get root))
+         (process (and worker (forj-worker-process worker))))
+    (message "forj: %s: %s; %s"
+             (abbreviate-file-name (directory-file-name root))
+             (cond ((null worker) "no worker running")
+                   ((forj-worker-hello worker)
+                    (format "worker ready (pid %s)" (process-id process)))
+                   (t "worker starting"))
+             (forj-worker-sandbox-description worker))))
 
 (defun forj-worker--log-name (root)
   "The name of the log buffer for ROOT's worker."

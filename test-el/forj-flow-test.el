@@ -272,7 +272,7 @@
 ```
 ")))
         (with-current-buffer (forj-flow-test--review-buffer)
-          (should (string-match-p "^     mine$" (buffer-string)))  ; the diff is of the saved file
+          (should (string-match-p "^ mine$" (buffer-string)))  ; the diff is of the saved file
           (forj-review-approve-all)
           (forj-review-commit))
         (should (forj-test--wait-for (cdr run) 30))
