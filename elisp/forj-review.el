@@ -328,7 +328,7 @@ Someone typing a sentence meant for another buffer is not reading this."
 
 (defun forj-review--ready ()
   "Signal a `user-error' unless the decision keys of this review may act now.
-They act when the review window is selected in a focused frame and
+They act when the review window is selected and
 `forj-review-input-delay' seconds have passed since the review
 appeared, since the last key typed in another buffer and since the
 last key this review ignored.  An ignored key restarts the delay.
@@ -336,8 +336,7 @@ Return nil, the argument list of the commands that call it."
   (let ((window (selected-window))
         (now (float-time)))
     (cond
-     ((not (and (eq (window-buffer window) (current-buffer))
-                (not (eq (frame-focus-state (window-frame window)) nil))))
+     ((not (eq (window-buffer window) (current-buffer)))
       (setq forj-review--quiet-since now)
       (user-error "forj: key ignored: select the review window first, then decide"))
      ((< now (+ (max forj-review--quiet-since forj-review--last-key-elsewhere)
@@ -356,9 +355,17 @@ Return nil, the argument list of the commands that call it."
   (propertize text 'wrap-prefix
               (concat prefix (propertize "↪ " 'face 'forj-review-gutter))))
 
+(defun forj-review--one-line (text)
+  "TEXT as the review shows it on one line: each line break is a ⏎ marker."
+  (mapconcat #'identity
+             (forj-review--collapse-blank-lines
+              (mapcar #'forj-review-visible-text (split-string text "\n"))
+              "[ \t]*\\(│\\)?")
+             (forj-review--marker "⏎")))
+
 (defun forj-review--own-line (text &optional face)
   "One line of forj's own, TEXT (marked as shown) in FACE, wrapping under itself."
-  (let ((line (forj-review-visible-text (replace-regexp-in-string "\n" " " text))))
+  (let ((line (forj-review--one-line text)))
     (when face (add-face-text-property 0 (length line) face t line))
     (concat (forj-review--wrap line "    ") "\n")))
 
@@ -387,8 +394,7 @@ Return nil, the argument list of the commands that call it."
                   (propertize (format "%-6s" (forj-review-visible-text risk))
                               'face (if (equal risk "high") 'forj-review-high-risk 'bold))
                   " "
-                  (forj-review-visible-text
-                   (replace-regexp-in-string "\n" " " (or (plist-get item :summary) ""))))
+                  (forj-review--one-line (or (plist-get item :summary) "")))
                  (make-string forj-review--header-width ?\s))
                 "\n")
         (when (and (consp decision) (cdr decision))
