@@ -402,21 +402,23 @@ its conservative default (64 KiB per result).")
 (defun forj-tools--project-file (path root &optional cwd)
   "The true name of the file PATH names inside ROOT, or nil.
 PATH comes from the model, relative to CWD (itself relative to ROOT,
-default the root).  A path that is absolute, starts with ~, holds a
-.. component, or leads outside ROOT once links are resolved names no
-file of the project: the worker refuses such a call anyway, and Emacs
-must not touch the user's other buffers because of it."
+default the root).  A path that is absolute, holds a .. component, or
+leads outside ROOT once links are resolved names no file of the
+project: the worker refuses such a call anyway, and Emacs must not
+touch the user's other buffers because of it.  A leading ~ is a
+directory named ~ inside the project, as for the worker, never the
+home directory."
   (let ((file-name-handler-alist nil))
     (cl-flet ((relative-p (name)
                 (and (stringp name)
                      (not (string-empty-p name))
-                     (not (file-name-absolute-p name))
-                     (not (string-prefix-p "~" name))
+                     (not (string-prefix-p "/" name))
                      (not (member ".." (split-string name "[/\\]"))))))
       (when (and (relative-p path) (or (null cwd) (relative-p cwd)))
         (let* ((top (file-name-as-directory (file-truename root)))
-               (base (file-name-as-directory (expand-file-name (or cwd ".") top)))
-               (file (file-truename (expand-file-name path base))))
+               ;; "./" first: a leading ~ is a name here, not the home directory.
+               (base (file-name-as-directory (expand-file-name (concat "./" (or cwd ".")) top)))
+               (file (file-truename (expand-file-name (concat "./" path) base))))
           (and (string-prefix-p top file)
                (not (equal (file-name-as-directory file) top))
                file))))))

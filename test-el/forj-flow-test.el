@@ -282,6 +282,84 @@
       (kill-buffer f)
       (kill-buffer g))))
 
+(ert-deftest forj-test-flow-unsaved-buffers-outside-the-project-are-never-touched ()
+  "A call naming a file outside the project never saves or asks about its buffer.
+Absolute, .. and a link leading out: with `save' the buffer stays
+unsaved, with `ask' nothing is asked; the worker refuses the calls.
+~/ names a directory ~ inside the project, for Emacs as for the
+worker: that call goes to review, and the buffer in the home
+directory is not touched either."
+  (forj-test-with-project '(("in.txt" . "in\n"))
+    (let* ((home (make-temp-file "forj-fake-home-" t))
+           (process-environment (cons (concat "HOME=" home) process-environment))
+           (outside (expand-file-name "mine.txt" home))
+           (buffer (progn (with-temp-file outside (insert "saved\n"))
+                          (find-file-noselect outside)))
+           (asked nil))
+      (make-symbolic-link outside (expand-file-name "link.txt" root))
+      (unwind-protect
+          (progn
+            (should (equal (expand-file-name "~/mine.txt") outside))
+            (with-current-buffer buffer (goto-char (point-max)) (insert "unsaved\n"))
+            (dolist (choice '(save ask))
+              (let* ((forj-tools-unsaved-buffers choice)
+                     (relative (file-relative-name outside root))
+                     (run (cl-letf (((symbol-function 'yes-or-no-p)
+                                     (lambda (&rest args) (push args asked) t)))
+                            (forj-flow-test--run
+                             root
+                             (mapconcat
+                              (lambda (pair)
+                                (format "```tool-call\n%s\n```\n"
+                                        (json-serialize
+                                         (list :id (car pair) :name "write_file"
+                                               :args (list :path (cdr pair) :content "x\n")))))
+                              `(("abs" . ,outside) ("tilde" . "~/mine.txt")
+                                ("dots" . ,relative) ("link" . "link.txt"))
+                              "")))))
+                (should (string-prefix-p "../" relative))
+                (with-current-buffer (forj-flow-test--review-buffer)
+                  (should (string-match-p "Write ~/mine.txt" (buffer-string)))
+                  (should (string-match-p "^\\+\\+\\+ b/~/mine.txt$" (buffer-string)))
+                  (forj-review-quit))
+                (should (forj-test--wait-for (cdr run) 30))
+                ;; The worker refuses the others before any review.
+                (dolist (result (funcall (cdr run)))
+                  (should (eq (plist-get result :ok) :false))
+                  (should-not (string-match-p "unsaved changes"
+                                              (plist-get (plist-get result :error) :message))))
+                (kill-buffer (car run))))
+            (should-not asked)
+            (should (buffer-modified-p buffer))
+            (should (equal (with-temp-buffer (insert-file-contents outside) (buffer-string))
+                           "saved\n")))
+        (with-current-buffer buffer (set-buffer-modified-p nil))
+        (kill-buffer buffer)
+        (delete-directory home t)))))
+
+(ert-deftest forj-test-flow-unsaved-buffer-found-through-cwd-and-a-link-inside ()
+  "Inside the project, a path relative to meta.cwd or through an inner link finds its buffer."
+  (forj-test-with-project '(("sub/f.txt" . "one\n"))
+    (make-symbolic-link (expand-file-name "sub" root) (expand-file-name "alias" root))
+    (let ((f (find-file-noselect (expand-file-name "sub/f.txt" root))))
+      (with-current-buffer f (goto-char (point-max)) (insert "unsaved\n"))
+      (should (eq (forj-tools--project-buffer "f.txt" root "sub") f))
+      (should (eq (forj-tools--project-buffer "alias/f.txt" root) f))
+      (should-not (forj-tools--project-buffer "f.txt" root "../x"))
+      (should-not (forj-tools--project-buffer "sub/../sub/f.txt" root))
+      (should-not (forj-tools--project-buffer (expand-file-name "sub/f.txt" root) root))
+      (let* ((forj-tools-unsaved-buffers 'deny)
+             (run (forj-flow-test--run root "```tool-call
+{\"id\": \"w\", \"name\": \"write_file\", \"args\": {\"path\": \"f.txt\", \"content\": \"x\\n\"}, \"meta\": {\"cwd\": \"sub\"}}
+```
+")))
+        (should (forj-test--wait-for (cdr run) 30))
+        (should (string-match-p "unsaved changes"
+                                (plist-get (plist-get (car (funcall (cdr run))) :error) :message)))
+        (kill-buffer (car run)))
+      (with-current-buffer f (set-buffer-modified-p nil))
+      (kill-buffer f))))
+
 (ert-deftest forj-test-flow-tools-mode-runs-only-new-calls ()
   "C-c C-t in `forj-tools-mode' runs the calls after the last results."
   (forj-test-with-project '(("a.txt" . "alpha\n"))
