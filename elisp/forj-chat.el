@@ -231,7 +231,7 @@ An existing chat of the project is shown again."
     (current-buffer)))
 
 (defun forj-chat--start-worker ()
-  "Start the chat's worker now, so the chat says at once how commands run."
+  "Start the chat's worker now, for the first screen to tell how commands run."
   (let ((buffer (current-buffer)))
     (forj-worker-ensure
      forj-chat--root

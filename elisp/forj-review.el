@@ -111,7 +111,7 @@ Moving around the review is never delayed."
   "The regexp `forj-review--invisible-re' builds once.")
 
 (defun forj-review--invisible-re ()
-  "A regexp matching the characters the review shows as ⟨U+XXXX⟩ markers.
+  "A regexp matching the characters the review draws as ⟨U+XXXX⟩ markers.
 Unicode general categories Cf (format: soft hyphen, zero-width and bidi
 controls, tags), Zs other than the space, Zl, Zp and Co (private use),
 and the whole tag block U+E0000..U+E007F, from Emacs's own Unicode data."
@@ -172,7 +172,7 @@ with spaces cannot push its tail out of sight."
      text t t)))
 
 (defun forj-review-visible-text (text)
-  "TEXT as the review shows it: invisible characters and wide blank runs marked."
+  "TEXT as drawn in the review, with invisible characters and wide blanks marked."
   (forj-review--mark-blank-runs (forj-review-mark-invisible (or text ""))))
 
 (defun forj-review--blank-content-p (line prefix-re)
@@ -320,7 +320,7 @@ buffer."
         (t (setq forj-review--last-key-elsewhere (float-time)))))
 
 (defun forj-review--note-key-here ()
-  "A key typed here that neither decides nor moves makes decision keys wait.
+  "Make decision keys wait after a key here that is neither a decision nor a move.
 Someone typing a sentence meant for another buffer is not reading this."
   (unless (or (memq this-command forj-review--guarded-commands)
               (memq this-command forj-review--navigation-commands))
@@ -338,11 +338,11 @@ Return nil, the argument list of the commands that call it."
     (cond
      ((not (eq (window-buffer window) (current-buffer)))
       (setq forj-review--quiet-since now)
-      (user-error "forj: key ignored: select the review window first, then decide"))
+      (user-error "Key ignored: select the review window first, then decide"))
      ((< now (+ (max forj-review--quiet-since forj-review--last-key-elsewhere)
                 forj-review-input-delay))
       (setq forj-review--quiet-since now)
-      (user-error "forj: key ignored: the review just appeared or you were typing; read it, then press again"))
+      (user-error "Key ignored: the review just appeared or you were typing; read it, then press again"))
      (t nil))))
 
 ;;; Drawing
@@ -356,7 +356,7 @@ Return nil, the argument list of the commands that call it."
               (concat prefix (propertize "↪ " 'face 'forj-review-gutter))))
 
 (defun forj-review--one-line (text)
-  "TEXT as the review shows it on one line: each line break is a ⏎ marker."
+  "TEXT as drawn in the review on one line: each line break is a ⏎ marker."
   (mapconcat #'identity
              (forj-review--collapse-blank-lines
               (mapcar #'forj-review-visible-text (split-string text "\n"))
@@ -415,7 +415,7 @@ Return nil, the argument list of the commands that call it."
     (forward-line (1- line))))
 
 (defun forj-review--header-warning ()
-  "Put a warning at the top when the review shows invisible-character markers."
+  "Warn at the top about any ⟨U+XXXX⟩ marker in the review."
   (let ((count (how-many "⟨U\\+[0-9A-F]\\{4,6\\}⟩" (point-min) (point-max))))
     (when (> count 0)
       (goto-char (point-min))
@@ -432,7 +432,7 @@ A display property, not text: nothing a preview holds can draw it, so
 a preview cannot pass for forj's own lines.")
 
 (defun forj-review--preview (text)
-  "TEXT, a call's preview, as the review shows it.
+  "TEXT, a call's preview, as drawn in the review.
 Each line is kept as it is (no indentation added or removed), behind
 the gutter; a unified diff is coloured with `diff-mode' faces.  Runs
 of more than two blank lines show as one counted line, invisible

@@ -287,7 +287,7 @@ not report a sandbox."
          (and (listp sandbox) (keywordp (car-safe sandbox)) sandbox))))
 
 (defun forj-worker-sandbox-description (worker)
-  "One line saying how WORKER runs commands, for the chat and `forj-status'."
+  "One line telling how WORKER will run commands, for the chat and `forj-status'."
   (let ((sandbox (forj-worker-sandbox worker)))
     (cond
      ((null worker) "commands: worker not started")

@@ -346,5 +346,99 @@
     (should (= (how-many "^## Assistant$" (point-min) (point-max)) 1))
     (should (string-match-p "## Assistant\n\nfirst reply\n" (buffer-string)))))
 
+;;; How commands run: said on the first screen
+
+(defun forj-chat-test--ready-worker (root)
+  "Wait for the worker of ROOT to be ready; return it."
+  (should (forj-test--wait-for
+           (lambda () (let ((w (forj-worker-get root))) (and w (forj-worker-hello w))))
+           30))
+  (forj-worker-get root))
+
+(defun forj-chat-test--notices (text)
+  "How many notice lines of the chat contain TEXT."
+  (how-many (concat "^⚠ forj: .*" (regexp-quote text)) (point-min) (point-max)))
+
+(ert-deftest forj-test-chat-shows-hello-warnings-once-per-worker-start ()
+  "The chat starts its worker when it opens and shows hello's warnings as notices, once per start."
+  (forj-chat-test-with-session '(("a.txt" . "a\n")
+                                 (".forj/config.toml" . "[trust]\nprojects = [\"/\"]\n"))
+      (list (list :text "One.") (list :text "Two.") (list :text "Three."))
+    (let ((worker (forj-chat-test--ready-worker root)))
+      (should (cl-some (lambda (w) (string-match-p "\\[trust\\] is ignored" w))
+                       (plist-get (forj-worker-hello worker) :warnings)))
+      ;; Before anything is sent: the first screen says it.
+      (should (forj-test--wait-for (lambda () (= (forj-chat-test--notices "[trust] is ignored") 1)) 5))
+      (forj-chat-test--say "Hello.")
+      (should (forj-chat-test--wait-idle))
+      (should (eq (forj-worker-get root) worker))
+      (should (= (forj-chat-test--notices "[trust] is ignored") 1))
+      ;; A new worker says it again, on the next use.
+      (forj-worker-stop root)
+      (forj-chat-test--say "Again.")
+      (should (forj-chat-test--wait-idle))
+      (should-not (eq (forj-worker-get root) worker))
+      (should (= (forj-chat-test--notices "[trust] is ignored") 2))
+      ;; Notices are not sent to the model.
+      (should-not (cl-some (lambda (m) (string-match-p "is ignored" (or (plist-get m :text) "")))
+                           (forj-chat-messages))))))
+
+(ert-deftest forj-test-chat-header-says-whether-commands-are-sandboxed ()
+  "The header line and `forj-status' say how the worker runs commands, as its hello says."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text "Hi."))
+    (let* ((worker (forj-chat-test--ready-worker root))
+           (sandbox (forj-worker-sandbox worker))
+           (header (forj-chat--header-line))
+           (status (forj-status root)))
+      (dolist (line (list header status))
+        (should (string-match-p
+                 (regexp-quote
+                  (cond ((null sandbox) "commands: sandbox unknown (the worker does not report one)")
+                        ((equal (plist-get sandbox :commands) "bwrap")
+                         "commands: sandboxed (network off)")
+                        (t (concat "commands: NOT sandboxed: " (plist-get sandbox :reason)))))
+                 line)))
+      (should (string-match-p "worker ready (pid [0-9]+)" status))
+      (unless (or (null sandbox)
+                  (equal (plist-get sandbox :commands) "bwrap")
+                  (eq (plist-get sandbox :silenced) t))
+        ;; Unsandboxed and not by the user's choice: the chat says so too.
+        (should (> (forj-chat-test--notices "sandbox") 0))))))
+
+(ert-deftest forj-test-chat-sandbox-turned-off-by-the-user-shows-everywhere ()
+  "With sandbox = \"none\" in the user's file: the header says NOT sandboxed, results are tagged."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (make-directory (expand-file-name ".git" root))
+    (skip-unless (forj-worker-sandbox (forj-test--worker root)))
+    (forj-worker-stop root)
+    (with-temp-file (getenv "FORJ_CONFIG")
+      (insert "[tools.shell]\nsandbox = \"none\"\n"))
+    (let* ((script (forj-chat-test--script
+                    (list (list :text (forj-chat-test--block
+                                       "{\"id\": \"s\", \"name\": \"run_shell\", \"args\": {\"cmd\": [\"true\"]}}"))
+                          (list :text "Ran it."))))
+           (forj-providers (cons (list "test-script" :family 'scripted :script script) forj-providers))
+           (forj-provider "test-script")
+           (forj-provider-scripted-delay 0.001)
+           (chat (forj root)))
+      (unwind-protect
+          (with-current-buffer chat
+            (let ((sandbox (forj-worker-sandbox (forj-chat-test--ready-worker root))))
+              (should (equal (plist-get sandbox :commands) "none"))
+              (should (eq (plist-get sandbox :silenced) t)))
+            (should (string-match-p "commands: NOT sandboxed: .*(your configuration)"
+                                    (forj-chat--header-line)))
+            (forj-chat-test--say "Run true.")
+            (should (forj-test--wait-for (lambda () (get-buffer "*forj-review*")) 30))
+            (with-current-buffer "*forj-review*"
+              (forj-review-approve-all)
+              (forj-review-commit))
+            (should (forj-chat-test--wait-idle))
+            (should (string-match-p "^✓ run_shell .*\\[unsandboxed\\]" (buffer-string))))
+        (with-current-buffer chat (set-buffer-modified-p nil))
+        (kill-buffer chat)
+        (delete-file script)))))
+
 (provide 'forj-chat-test)
 ;;; forj-chat-test.el ends here

@@ -360,6 +360,34 @@ directory is not touched either."
       (with-current-buffer f (set-buffer-modified-p nil))
       (kill-buffer f))))
 
+(ert-deftest forj-test-flow-command-headers-tag-network-and-no-sandbox ()
+  "A command result that ran with network or unsandboxed says so in its header."
+  (let ((entry (list :call (list :id "1" :name "run_shell" :args (list :cmd "make")))))
+    (should (equal (substring-no-properties
+                    (forj-tools--header entry 'done (list :id "1" :ok t
+                                                          :result (list :exit_code 0 :sandbox "bwrap"
+                                                                        :network :false))))
+                   "✓ run_shell "))
+    (should (equal (substring-no-properties
+                    (forj-tools--header entry 'done (list :id "1" :ok t
+                                                          :result (list :exit_code 0 :sandbox "none"
+                                                                        :network t))))
+                   "✓ run_shell  [network on] [unsandboxed]"))
+    ;; A failed command carries them in its error's details.
+    (should (string-match-p
+             "\\`✗ exit 2 run_shell  \\[unsandboxed\\]\\'"
+             (forj-tools--header entry 'done
+                                 (list :id "1" :ok :false
+                                       :error (list :type "process-error" :message "exit 2"
+                                                    :details (list :exit_code 2 :sandbox "none"
+                                                                   :network :false))))))
+    ;; Invisible characters in a header are marked.
+    (should (equal (substring-no-properties
+                    (forj-tools--header (list :call (list :id "2" :name "read_file"
+                                                          :args (list :path "a\u202eb")))
+                                        'pending nil))
+                   "… read_file a⟨U+202E⟩b"))))
+
 (ert-deftest forj-test-flow-tools-mode-runs-only-new-calls ()
   "C-c C-t in `forj-tools-mode' runs the calls after the last results."
   (forj-test-with-project '(("a.txt" . "alpha\n"))

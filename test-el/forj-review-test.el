@@ -250,8 +250,8 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
   (let ((forj-review-input-delay 30))
     (forj-review-test-with-review
       (should (eq (window-buffer (selected-window)) review))
-      (should (string-match-p "key ignored" (forj-review-test--keys "a")))
-      (should (string-match-p "key ignored" (forj-review-test--keys "C-c C-c")))
+      (should (string-match-p "Key ignored" (forj-review-test--keys "a")))
+      (should (string-match-p "Key ignored" (forj-review-test--keys "C-c C-c")))
       (should-not decided)
       (with-current-buffer review
         (should-not (gethash "c1" forj-review--decisions)))
@@ -298,11 +298,11 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
         (should-not (forj-review-test--keys "h i"))
         (with-current-buffer chat (should (equal (buffer-string) "hi")))
         (select-window review-window)
-        (should (string-match-p "key ignored" (forj-review-test--keys "A")))
+        (should (string-match-p "Key ignored" (forj-review-test--keys "A")))
         (sleep-for 1.0)
         ;; A key that is neither a decision nor a move, typed here, does too.
         (ignore-errors (execute-kbd-macro (kbd "x")))
-        (should (string-match-p "key ignored" (forj-review-test--keys "A")))
+        (should (string-match-p "Key ignored" (forj-review-test--keys "A")))
         (sleep-for 1.0)
         (should-not (forj-review-test--keys "A"))
         (with-current-buffer review
