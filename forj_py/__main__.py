@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     # Housekeeping after the port is out, so it never delays the first call.
     threading.Thread(target=worker.backups.prune, name="forj-prune", daemon=True).start()
+    worker.commands.start()
     worker.watcher.start()
     try:
         server.serve_forever(poll_interval=0.2)
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         server.stopping.set()
         worker.watcher.stop()
         worker.cancel_all()
+        worker.commands.close()
         server.server_close()
         journal.close()
     return 0

@@ -114,6 +114,19 @@ class ShellConfig(_Section):
     # After the command exits, how long its pipes are still read when
     # something it left behind holds them open.
     drain_seconds: float = Field(default=1.0, gt=0, le=60)
+    # The OS sandbox commands run in: "auto" uses bubblewrap where it works
+    # and otherwise sends every command to review; "bwrap" refuses to run
+    # commands without it; "none" (the user's own file only) runs them
+    # unconfined and silences the warning.
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    # Extra host paths visible inside the sandbox (the user's own file only).
+    sandbox_read_paths: list[str] = Field(default_factory=list)
+    sandbox_write_paths: list[str] = Field(default_factory=list)
+    # Processes one command may have at once (a fork bomb's ceiling).
+    max_processes: int = Field(default=512, ge=16, le=1_000_000)
+    # Commands that may have network without a forced review, as globs over
+    # the command text ("npm install *"); the user's own file only.
+    network_commands: list[str] = Field(default_factory=list)
 
 
 class BackupsConfig(_Section):
@@ -372,6 +385,18 @@ _SAFETY_RULES: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     ("tools", "backups", "max_total_mb"): _larger_only,
 }
 _ROOTS_KEY = ("tools", "sandbox", "allowed_roots")
+# Keys only the user's own file may loosen, even for a trusted project:
+# each would switch a protection off or widen what commands reach.
+_USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
+    ("tools", "shell", "sandbox"): _stricter_of(["bwrap", "auto", "none"]),
+    ("tools", "shell", "sandbox_read_paths"): _subset,
+    ("tools", "shell", "sandbox_write_paths"): _subset,
+    ("tools", "shell", "network_commands"): _subset,
+    ("tools", "shell", "max_processes"): lambda user, project: (
+        (project, True) if project <= user else (user, False)
+    ),
+    ("tools", "approval", "read_only_commands"): _stricter_of(["prompt", "auto"]),
+}
 
 
 def merge(
@@ -389,6 +414,16 @@ def merge(
         if path[0] == "trust":
             continue
         user_value = _get(user, path)
+        if path in _USER_ONLY:
+            new_value, ok = _USER_ONLY[path](user_value, value)
+            _set(merged, path, new_value)
+            if not ok:
+                warnings.append(
+                    f"{source}: {'.'.join(path)} = {_show(value)} would loosen your setting "
+                    f"{_show(user_value)}; ignored. Only your own config file can set this, "
+                    "even for a trusted project."
+                )
+            continue
         if trusted or (path not in _SAFETY_RULES and path != _ROOTS_KEY):
             _set(merged, path, value)
             continue

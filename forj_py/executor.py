@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors
+from .cmdsandbox import CommandSandbox
 from .errors import ToolFailure
 from .fsops import Backups
 from .journal import Journal
@@ -75,6 +76,7 @@ class Runner:
     session: Session
     journal: Journal
     backups: Backups | None = None
+    commands: CommandSandbox | None = None
 
     def run(
         self,
@@ -216,6 +218,7 @@ class Runner:
             if planned.disposition is Disposition.CONFIRM
             else None,
             time_limit=planned.timeout or tool.timeout(self.config),
+            commands=self.commands,
         )
         box: dict[str, Any] = {}
         done = threading.Event()

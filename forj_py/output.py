@@ -72,21 +72,40 @@ def sanitize(text: str) -> str:
     return text
 
 
-# Invisible but legal characters a reviewer should still see: zero-width
-# spaces and joiners, bidi marks, word joiner, byte-order mark.
-_INVISIBLE_RE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\u061c]")
+# What a reviewer must see but a display would hide or misdraw: controls
+# (but tab and newline), format characters (soft hyphen, zero-width spaces
+# and joiners, bidi marks and controls, U+180E, the tag block, the BOM),
+# private-use characters, line and paragraph separators (JavaScript ends a
+# line at U+2028), and every space but the plain one (no-break, en, em,
+# ideographic, ...).
+_REVIEW_HIDDEN_RE = regex.compile(
+    "[[\\p{Cc}\\p{Cf}\\p{Co}\\p{Zl}\\p{Zp}\\p{Zs}\U000e0000-\U000e007f]--[\\t\\n\\x20]]",
+    regex.VERSION1,
+)
+# How a marked character reads: ⟨U+00AD⟩.  The brackets are not ASCII, so
+# text cannot be mistaken for a marker by accident.
+_MARK_RE = re.compile("\u27e8U\\+[0-9A-F]{4,6}\u27e9")
+
+
+def _mark(m: regex.Match[str]) -> str:
+    return f"\u27e8U+{ord(m.group()):04X}\u27e9"
 
 
 def visible_controls(text: str) -> str:
-    """Show what :func:`sanitize` would remove, as ``<U+XXXX>``, instead of removing it.
+    """Show every character a display would hide as ``⟨U+XXXX⟩``, instead of removing it.
 
     For text a person approves (diffs, summaries): removing an escape sequence
-    or a bidi override there would hide what is really about to be written.
+    or a bidi override there would hide what is really about to be written,
+    and a soft hyphen or a tag character would hide text in plain sight.
     """
-    if not _has_controls(text) and _INVISIBLE_RE.search(text) is None:
+    if text.isascii() and not _has_controls(text):
         return text
-    text = _INVISIBLE_RE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
-    return _ANY_CONTROL_RE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+    return _REVIEW_HIDDEN_RE.sub(_mark, text)
+
+
+def count_marks(text: str) -> int:
+    """How many ``⟨U+XXXX⟩`` markers :func:`visible_controls` left in ``text``."""
+    return len(_MARK_RE.findall(text)) if "\u27e8" in text else 0
 
 
 # In compact JSON (ensure_ascii=False) a control character shows up either
@@ -269,13 +288,38 @@ def redact(text: str, extra_values: list[str] | None = None) -> str:
     return text
 
 
+# Credential values that may stand in a command line or a path without
+# being code: redacted in summaries.  Key=value forms are not: in a command
+# line the "value" is often the code that runs.
+_SUMMARY_SECRETS = [p for p in _SECRET_PATTERNS if p.pattern.startswith("()")]
+# A run of this many blanks inside a summary is shown by its length, so
+# padding cannot push the rest of a command out of sight.
+_BLANK_RUN_RE = re.compile(r"[ \t]{8,}")
+
+
 def short_summary(text: str, limit: int = 200) -> str:
-    """One line, redacted, sanitized, at most ``limit`` characters with an ellipsis."""
-    text = visible_controls(redact(text).replace("\n", " ").replace("\t", " "))
+    """One line for the review: what it says is what runs.
+
+    Newlines become ``⏎``, runs of blanks show their length, invisible
+    characters are marked, credential values (URL passwords, well-known
+    token shapes) are hidden and counted.  Past ``limit`` the middle is cut,
+    with the count, so the end of a long command stays visible.
+    """
+    text, hidden = redact_url_credentials(text)
+    for pattern in _SUMMARY_SECRETS:
+        text, n = pattern.subn(lambda m: m.group(1) + REDACTED, text)
+        hidden += n
+    text = _BLANK_RUN_RE.sub(lambda m: f" \u27e8{len(m.group())} blanks\u27e9 ", text)
+    text = visible_controls(text.replace("\r\n", "\n").replace("\n", " \u23ce "))
     text = _SURROGATE_RE.sub("\ufffd", text)
+    if hidden:
+        text += f" ({hidden} credential{'s' if hidden > 1 else ''} hidden)"
     if len(text) <= limit:
         return text
-    return text[: limit - 1] + "…"
+    head = (limit - 24) * 2 // 3
+    tail = limit - 24 - head
+    cut = len(text) - head - tail
+    return f"{text[:head]} …⟨{cut} chars⟩… {text[-tail:]}"
 
 
 # --- credentials in URLs (file and command text) ----------------------------------

@@ -33,9 +33,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from . import errors, policy
+from .cmdsandbox import CommandSandbox
 from .config import Config
 from .errors import ToolFailure
-from .output import sanitize, sanitize_value, short_summary, visible_controls
+from .output import count_marks, sanitize, sanitize_value, short_summary, visible_controls
 from .protocol import (
     DenialReason,
     Disposition,
@@ -67,6 +68,7 @@ class PlannedCall:
     timeout: float | None = None
     preview: str | None = None
     preview_note: str | None = None  # why there is no preview
+    warnings: list[str] = field(default_factory=list)  # shown first in the review
     result: dict[str, Any] | None = None  # the ready result of a resolved call
     # What a reviewed writing call proposes, file by file (for edit before approve).
     staged: list[Staged] = field(default_factory=list)
@@ -80,6 +82,7 @@ class PlannedCall:
             risk=self.risk,
             preview=self.preview,
             preview_note=self.preview_note,
+            warnings=self.warnings or None,
             result=self.result,
         )
 
@@ -97,6 +100,7 @@ class PlanContext:
     # canonical path: later previews of the same file start from there, so
     # two edits of one file in one batch each show (and apply) their own diff.
     overlay: dict[str, str] = field(default_factory=dict)
+    commands: CommandSandbox | None = None
 
 
 def error_result(call_id: str, name: str, failure: ToolFailure) -> dict[str, Any]:
@@ -230,21 +234,40 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             recovery=["Use '.' (the project root) or one of its subdirectories as meta.cwd"],
         )
     planned.working_dir = cwd.canonical
+    links: list[str] = []
     for path in tool.paths(args):
-        pc.sandbox.resolve(path, planned.working_dir, for_write=tool.mutates(args))
+        sp = pc.sandbox.resolve(path, planned.working_dir, for_write=tool.mutates(args))
+        given = os.path.normpath(os.path.join(planned.working_dir, path))
+        if tool.mutates(args) and given != sp.canonical:
+            # The name the model used is a link (or runs through one): the
+            # review names the file that will really change.
+            shown = os.path.relpath(given, pc.sandbox.project_root)
+            links.append(f"{shown} → {sp.display}")
     limit = tool.timeout(pc.config)
     planned.timeout = min(call.meta.timeout, limit) if call.meta.timeout else limit
     if mode is ToolsMode.PARSE_ONLY:
         planned.disposition = Disposition.MANUAL
         return
-    # 10. policy, 11. tool-level approval
+    # 10. policy, 11. tool-level approval; a call with review notes (network,
+    # no sandbox) is reviewed whatever the policy says.
     outcome = policy.decide(approval, tool, args)
     if isinstance(outcome, ToolFailure):
         raise outcome
+    ctx = _preview_context(pc, planned)
+    notes = [short_summary(n, limit=400) for n in tool.review_notes(args, ctx)]
+    if links:
+        notes.append(
+            "Writes through a link: " + "; ".join(links) + " (the file on the right changes)"
+        )
+        planned.summary = short_summary(
+            tool.summary(args) + " (through a link: " + "; ".join(links) + ")"
+        )
+    if notes:
+        outcome = policy.Outcome.CONFIRM
+    planned.warnings = notes
     if outcome is policy.Outcome.CONFIRM:
         planned.disposition = Disposition.CONFIRM
         try:
-            ctx = _preview_context(pc, planned)
             preview = tool.preview(args, ctx)
             planned.preview = None if preview is None else visible_controls(preview)
             planned.staged = ctx.staged or []
@@ -255,6 +278,12 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             # stale-file rule is applied again when the call runs.
             planned.preview = None
             planned.preview_note = sanitize(failure.error.message)
+        marked = count_marks(planned.summary) + count_marks(planned.preview or "")
+        if marked:
+            planned.warnings.append(
+                f"The text holds {marked} invisible or format character(s), shown as "
+                "⟨U+XXXX⟩: check what they hide."
+            )
     else:
         planned.disposition = Disposition.EXECUTE
 
@@ -343,4 +372,5 @@ def _preview_context(pc: PlanContext, planned: PlannedCall) -> ToolContext:
         overlay=pc.overlay,
         staged=[],
         time_limit=planned.timeout,
+        commands=pc.commands,
     )

@@ -59,6 +59,8 @@ PIPE_BYTES = 1 << 20  # ask Linux for 1 MiB pipes: fewer wake-ups at high output
 # After SIGKILL the pipes are read this much longer (a process outside the
 # group may still hold them); then the worker closes its ends.
 KILLED_DRAIN_SECONDS = 0.5
+# How long bubblewrap may take to report the sandbox's init.
+SANDBOX_START_SECONDS = 10.0
 POLL_SECONDS = 0.05
 # The streaming channel: at most this many bytes queued, and events of at
 # most this size (coalesced from smaller reads).
@@ -310,8 +312,17 @@ def run(
     on_output: Channel | None = None,
     kill_grace: float = 2.0,
     drain_seconds: float = 1.0,
+    bwrap: bool = False,
+    on_sandbox_start: Callable[[int], object] | None = None,
 ) -> Outcome:
     """Run ``argv`` to the end, the time limit or ``cancel``; never leave its group behind.
+
+    With ``bwrap``, ``argv`` is a bubblewrap command line (``argv[0]`` is
+    bwrap): the sandbox is held before the command starts until
+    ``on_sandbox_start`` has been given the pid of the sandbox's init (to
+    put it under a process cap); SIGTERM then goes to the command's
+    processes but not to bubblewrap's own, so the command's handler gets
+    its grace period, and SIGKILL to the init ends the whole namespace.
 
     Raises ``OSError`` (``FileNotFoundError``, ``PermissionError``, ...) when
     the program cannot be started.
@@ -319,20 +330,49 @@ def run(
     cancel = cancel or threading.Event()
     started = time.monotonic()
     deadline = started + timeout if timeout is not None else None
-    with _active_lock:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-        )
-        _active.add(proc.pid)
+    status_r = block_w = -1
+    pass_fds: tuple[int, ...] = ()
+    if bwrap:
+        status_r, status_w = os.pipe()
+        block_r, block_w = os.pipe()
+        argv = [argv[0], "--json-status-fd", str(status_w), "--block-fd", str(block_r), *argv[1:]]
+        pass_fds = (status_w, block_r)
     try:
-        return _supervise(
+        with _active_lock:
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=pass_fds,
+            )
+            _active.add(proc.pid)
+    except BaseException:
+        for fd in (status_r, block_w, *pass_fds):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        raise
+    spare: frozenset[int] = frozenset()
+    try:
+        if bwrap:
+            for fd in pass_fds:
+                os.close(fd)
+            init = _sandbox_init(status_r, SANDBOX_START_SECONDS)
+            if init is not None:
+                spare = frozenset({proc.pid, init})
+                if on_sandbox_start is not None:
+                    on_sandbox_start(init)
+            # Let the command start (or, if bwrap failed, let it report why).
+            with contextlib.suppress(OSError):
+                os.write(block_w, b"1")
+            with contextlib.suppress(OSError):
+                os.close(block_w)
+        outcome = _supervise(
             proc,
             stdin,
             started,
@@ -343,8 +383,17 @@ def run(
             on_output,
             kill_grace,
             drain_seconds,
+            spare,
         )
+        if bwrap and 128 < outcome.returncode <= 128 + 64:
+            # bubblewrap reports a command killed by signal N as exit 128+N,
+            # as shells do; report it as the signal, like an unconfined run.
+            outcome.returncode = -(outcome.returncode - 128)
+        return outcome
     finally:
+        if status_r >= 0:
+            with contextlib.suppress(OSError):
+                os.close(status_r)
         # Whatever happened above, the group is dead and the child reaped.
         if proc.poll() is None:
             _signal_tree(proc.pid, signal.SIGKILL, descendants=True)
@@ -369,6 +418,7 @@ def _supervise(
     channel: Channel | None,
     kill_grace: float,
     drain_seconds: float,
+    spare: frozenset[int] = frozenset(),
 ) -> Outcome:
     assert proc.stdout is not None and proc.stderr is not None
     pid = proc.pid
@@ -417,7 +467,7 @@ def _supervise(
                 ):
                     outcome.leftovers_stopped = True  # something still holds the pipes
                 if outcome.cancelled or outcome.timed_out or outcome.leftovers_stopped:
-                    _signal_tree(pid, signal.SIGTERM)
+                    _signal_tree(pid, signal.SIGTERM, spare=spare)
                     term_at = now
             elif kill_at is None and (
                 now - term_at >= kill_grace or (exited_at is not None and not _group_alive(pid))
@@ -479,13 +529,37 @@ def _supervise(
     if _group_alive(pid):
         if not (outcome.timed_out or outcome.cancelled):
             outcome.leftovers_stopped = True
-        _signal_tree(pid, signal.SIGTERM)
+        _signal_tree(pid, signal.SIGTERM, spare=spare)
         if not _wait_group_gone(pid, kill_grace, quiet=True):
             _signal_tree(pid, signal.SIGKILL, descendants=True)
             _wait_group_gone(pid, 2.0)
     outcome.returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
     outcome.duration = time.monotonic() - started
     return outcome
+
+
+def _sandbox_init(status_fd: int, limit: float) -> int | None:
+    """The pid of the sandbox's init, from bubblewrap's first JSON status line."""
+    import json
+
+    buf = b""
+    end = time.monotonic() + limit
+    with selectors.DefaultSelector() as sel:
+        sel.register(status_fd, selectors.EVENT_READ)
+        while b"\n" not in buf:
+            left = end - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                log.warning("bubblewrap did not report its child within %.0f s", limit)
+                return None
+            chunk = os.read(status_fd, 4096)
+            if not chunk:
+                return None  # bwrap exited before starting anything; stderr says why
+            buf += chunk
+    try:
+        pid = json.loads(buf.split(b"\n", 1)[0]).get("child-pid")
+    except (ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
 
 
 def _feed(fd: int, pending: memoryview) -> memoryview:
@@ -569,8 +643,23 @@ def _tree(leader: int, *, descendants: bool) -> list[_Proc]:
     return list(chosen.values())
 
 
-def _signal_tree(leader: int, sig: int, *, descendants: bool = False) -> None:
-    """Signal the process group; on Linux also the rest of the session (and descendants)."""
+def _signal_tree(
+    leader: int, sig: int, *, descendants: bool = False, spare: frozenset[int] = frozenset()
+) -> None:
+    """Signal the process group; on Linux also the rest of the session (and descendants).
+
+    ``spare`` (bubblewrap's own processes) are left out of a SIGTERM: bwrap
+    dies of it and takes the command with it before its grace period.
+    """
+    if spare and sig != signal.SIGKILL and _LINUX:
+        for p in _tree(leader, descendants=True):
+            if p.pid in spare or p.state == "Z":
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p.pid, sig)
+                if sig == signal.SIGTERM:
+                    os.kill(p.pid, signal.SIGCONT)
+        return
     try:
         os.killpg(leader, sig)
         if sig == signal.SIGTERM:

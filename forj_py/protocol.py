@@ -167,6 +167,9 @@ class PlanItem(BaseModel):
     risk: RiskLevel
     preview: str | None = None
     preview_note: str | None = None
+    # Sentences the review shows first: network, no sandbox, writes through
+    # links, invisible characters.
+    warnings: list[str] | None = None
     result: dict[str, Any] | None = None
 
     def wire(self) -> dict[str, Any]:

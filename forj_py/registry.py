@@ -24,6 +24,7 @@ from jsonschema.exceptions import best_match
 from pydantic import BaseModel
 
 from . import errors
+from .cmdsandbox import CommandSandbox
 from .config import Config
 from .fsops import Backups
 from .protocol import RiskLevel
@@ -97,6 +98,8 @@ class ToolContext:
     # shorter meta.timeout): tools that can stop themselves earlier, with a
     # result saying so, plan within it.
     time_limit: float | None = None
+    # The OS sandbox commands run in (None: a context without commands).
+    commands: CommandSandbox | None = None
 
     def check_cancelled(self) -> None:
         """Long-running tools call this between steps."""
@@ -134,6 +137,13 @@ class Tool(ABC, Generic[A]):
     def preview(self, args: A, ctx: ToolContext) -> str | None:
         """What the call would do, without doing it (a diff for edits)."""
         return None
+
+    def review_notes(self, args: A, ctx: ToolContext) -> list[str]:
+        """Sentences the review shows before anything else (network, no sandbox).
+
+        A tool that returns any is reviewed whatever the approval policy says.
+        """
+        return []
 
     @abstractmethod
     def execute(self, args: A, ctx: ToolContext) -> Any:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from . import __version__
+from .cmdsandbox import CommandSandbox, probe
 from .config import LoadedConfig, describe
 from .errors import ProtocolError
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
@@ -102,8 +103,18 @@ class Worker:
         self.backups = Backups.for_project(
             state_dir, self.sandbox.project_root, b.max_age_days, b.max_total_mb
         )
-        self.runner = Runner(self.sandbox, self.config, self.session, journal, self.backups)
-        self.watcher = Watcher(self.root, self.session)
+        shell = self.config.tools.shell
+        self.commands = CommandSandbox(
+            self.sandbox,
+            probe(shell.sandbox),
+            read_paths=shell.sandbox_read_paths,
+            write_paths=shell.sandbox_write_paths,
+            max_processes=shell.max_processes,
+        )
+        self.runner = Runner(
+            self.sandbox, self.config, self.session, journal, self.backups, self.commands
+        )
+        self.watcher = Watcher(self.root, self.session, on_change=self.commands.masks.changed)
         self._batches: OrderedDict[str, Batch] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -116,10 +127,18 @@ class Worker:
             "version": __version__,
             "root": self.root,
             "config": describe(self.loaded),
-            "warnings": list(self.loaded.warnings),
+            "warnings": self.warnings(),
+            "sandbox": self.commands.availability.wire(),
             "journal": str(self.journal.path),
             "tools": self.registry.definitions(),
         }
+
+    def warnings(self) -> list[str]:
+        found = list(self.loaded.warnings)
+        unsandboxed = self.commands.availability.warning()
+        if unsandboxed is not None:
+            found.append(unsandboxed)
+        return found
 
     def tool_definitions(self) -> dict[str, Any]:
         return {"tools": self.registry.definitions()}
@@ -143,6 +162,7 @@ class Worker:
             session=self.session,
             batch_id=batch_id,
             output_limit=min(self.config.tools.output.max_bytes, DEFAULT_CAPACITY_BYTES),
+            commands=self.commands,
         )
         calls = plan_batch(pc, mode, req.calls)
         self.journal.record_plan(

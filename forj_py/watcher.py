@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 from .registry import Session
 
@@ -26,9 +27,16 @@ MAX_HASH_BYTES = 64 << 20
 
 
 class Watcher:
-    def __init__(self, root: str, session: Session) -> None:
+    def __init__(
+        self,
+        root: str,
+        session: Session,
+        on_change: Callable[[str], None] | None = None,
+    ) -> None:
         self.root = root
         self.session = session
+        # Told of every change (the command sandbox keeps its masks current).
+        self.on_change = on_change
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="forj-watch", daemon=True)
         self.ready = threading.Event()
@@ -57,6 +65,11 @@ class Watcher:
                 self.ready.set()
                 for _, path in changes:
                     self._changed(path)
+                    if self.on_change is not None:
+                        try:
+                            self.on_change(path)
+                        except Exception:
+                            log.exception("change listener failed for %s", path)
         except Exception:  # watching is best effort, never fatal
             log.warning(
                 "file watching stopped; stale files are still caught when edited", exc_info=True

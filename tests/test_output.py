@@ -153,9 +153,12 @@ def test_redact_key_value_and_urls() -> None:
     assert redact("nothing to see") == "nothing to see"
 
 
-def test_short_summary_is_one_line_and_capped() -> None:
-    s = short_summary("a\nb\tc " + "z" * 500)
-    assert "\n" not in s and len(s) == 200 and s.endswith("…")
+def test_short_summary_is_one_line_capped_in_the_middle_and_keeps_the_end() -> None:
+    s = short_summary("a\nb\tc " + "z" * 500 + " END")
+    assert "\n" not in s and len(s) <= 200
+    assert s.startswith("a ⏎ b")
+    assert s.endswith(" END")  # what a long command does last stays in view
+    assert "chars⟩" in s  # and the cut says how much is left out
 
 
 @settings(max_examples=500)

@@ -246,7 +246,8 @@ def test_fr_apr_06_summary_is_redacted_and_capped(make_worker: MakeWorker) -> No
     ]
     assert secret not in item["summary"]
     assert "[REDACTED]" in item["summary"]
-    assert len(item["summary"]) <= 200 and item["summary"].endswith("…")
+    assert len(item["summary"]) <= 200 and "chars⟩" in item["summary"]
+    assert item["summary"].endswith("(1 credential hidden)")
 
 
 # --- execution (FR-EXE) --------------------------------------------------------------

@@ -21,13 +21,17 @@ import base64
 import fnmatch
 import json
 import os
+import re
 import shutil
 import signal
+import subprocess
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .. import errors, process
+from ..cmdsandbox import ProcessCap, Request
 from ..output import sanitize
 from ..process import Capture, Channel, Outcome, redact_values
 from ..registry import ToolContext
@@ -54,7 +58,37 @@ BUILTIN_ENV_DENYLIST = (
     "GEMINI_*",
     "GOOGLE_API_KEY",
     "OPENROUTER_*",
+    # Passwords under short names (MYSQL_PWD, DB_PASS, SMTP_PASS) and
+    # connection strings, which carry them inline.
+    "*PASS",
+    "*_PASS",
+    "*PWD",
+    "*_DSN",
+    "DATABASE_URL",
+    "FORJ_TOKEN",
 )
+# The working directory's variables end in PWD but hold no secret.
+ENV_ALLOWED_NAMES = frozenset({"PWD", "OLDPWD"})
+# Values that are secrets whatever the variable is called: a URL with
+# user:password@, and the shapes of well-known provider keys.
+_SECRET_VALUE_RE = re.compile(
+    r"""
+      \b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@
+    | \bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}
+    | \bAKIA[0-9A-Z]{16}\b
+    | \bgh[pousr]_[A-Za-z0-9]{20,}
+    | \bgithub_pat_[A-Za-z0-9_]{20,}
+    | \bglpat-[A-Za-z0-9_-]{20,}
+    | \bxox[abprs]-[A-Za-z0-9-]{10,}
+    | \bAIza[0-9A-Za-z_-]{30,}
+    | \bhf_[A-Za-z0-9]{30,}
+    | -----BEGIN\ [A-Z\ ]*PRIVATE\ KEY-----
+    """,
+    re.VERBOSE,
+)
+# Secret values the worker itself was started with and removed from its own
+# environment at start (see scrub_own_environment): still redacted from output.
+_WORKER_SECRETS: list[str] = []
 # Shorter values ("json", "us-east-1", "default") would blank out ordinary output.
 MIN_REDACTED_VALUE = 8
 # Room left in a result for its JSON skeleton beyond what is measured.
@@ -86,12 +120,11 @@ def clean_environment(
     """``base`` (default: the worker's environment) without denied names, plus ``extra``."""
     source = dict(os.environ if base is None else base)
     extra = extra or {}
-    upper = [p.upper() for p in patterns]
     env: dict[str, str] = {}
     removed: list[str] = []
-    secrets: list[str] = []
+    secrets: list[str] = [] if base is not None else list(_WORKER_SECRETS)
     for name, value in source.items():
-        if any(fnmatch.fnmatchcase(name.upper(), p) for p in upper):
+        if is_secret(name, value, patterns):
             removed.append(name)
             if len(value) >= MIN_REDACTED_VALUE:
                 secrets.append(value)
@@ -101,6 +134,33 @@ def clean_environment(
     # A value the caller set on purpose is not a secret to hide from it.
     secrets = [s for s in secrets if s not in extra.values()]
     return CleanEnv(env, sorted(removed), secrets)
+
+
+def is_secret(name: str, value: str, patterns: list[str]) -> bool:
+    """Whether a variable is removed: by its name, or by a value that is a credential."""
+    upper = name.upper()
+    if upper not in ENV_ALLOWED_NAMES and any(
+        fnmatch.fnmatchcase(upper, p.upper()) for p in patterns
+    ):
+        return True
+    return _SECRET_VALUE_RE.search(value) is not None
+
+
+def scrub_own_environment(patterns: list[str]) -> list[str]:
+    """Remove secrets from the worker's own environment; the names removed.
+
+    Nothing the worker runs needs them, and a process that could read the
+    worker's memory or ``/proc/<pid>/environ`` would find them there.  Their
+    values are kept (in memory only) so output that shows them is redacted.
+    """
+    removed = []
+    for name, value in list(os.environ.items()):
+        if is_secret(name, value, patterns):
+            if len(value) >= MIN_REDACTED_VALUE and value not in _WORKER_SECRETS:
+                _WORKER_SECRETS.append(value)
+            del os.environ[name]
+            removed.append(name)
+    return sorted(removed)
 
 
 def resolve_cwd(ctx: ToolContext, path: str | None, base: str | None = None) -> SafePath:
@@ -171,15 +231,44 @@ def run(
     *,
     stdin: bytes | None,
     lim: Limits,
+    writable: bool = True,
+    network: bool = False,
+    scratch: tuple[str, ...] = (),
 ) -> Outcome:
     """Run with streaming to Emacs; a cancel ends in ``cancelled``, a start failure in a
-    ``process-error``."""
+    ``process-error``.
+
+    Inside the command sandbox when there is one (``ctx.commands``): the
+    project read-only unless ``writable``, no network unless ``network``,
+    ``scratch`` directories outside the project read-write.
+    """
+    jail = ctx.commands
+    sandboxed = jail is not None and jail.sandboxed
+    if jail is not None and not sandboxed and ctx.config.tools.shell.sandbox == "bwrap":
+        raise errors.process_error(
+            f"{tool}: commands must run in the sandbox ([tools.shell] sandbox = "
+            f'"bwrap"), but {jail.availability.reason}; nothing was run',
+            recovery=["Install bubblewrap, or ask the user to change the setting"],
+        )
     channel = Channel(ctx.emit, env.secrets)
+    cap: ProcessCap | None = None
+    run_argv, run_env = argv, env.env
+    if sandboxed:
+        assert jail is not None
+        run_env = {**env.env, "TMPDIR": "/tmp"}  # noqa: S108 - the sandbox's private tmpfs
+        run_env.setdefault("HOME", jail.home)
+        for name, value in git_identity().items():
+            run_env.setdefault(name, value)
+        run_argv = jail.argv(
+            Request(cwd, run_env, writable=writable, network=network, scratch=scratch), argv
+        )
+        cap = ProcessCap(jail.max_processes)
+    tag = uuid.uuid4().hex[:12]
     try:
         outcome = process.run(
-            argv,
+            run_argv,
             cwd=cwd,
-            env=env.env,
+            env=run_env,
             stdin=stdin,
             timeout=lim.timeout,
             cancel=ctx.cancel,
@@ -187,15 +276,80 @@ def run(
             on_output=channel,
             kill_grace=lim.grace,
             drain_seconds=lim.drain,
+            bwrap=sandboxed,
+            on_sandbox_start=(lambda pid: cap.apply(pid, tag)) if cap is not None else None,
         )
     except OSError as exc:
         channel.abandon()
         raise start_failure(tool, argv, exc, env) from None
+    finally:
+        if cap is not None:
+            cap.release()
     if ctx.cancel.is_set() or outcome.cancelled:
         channel.abandon()  # the executor has answered already; nothing is shown late
         raise errors.cancelled()
     channel.close(CLOSE_SECONDS)
+    if sandboxed:
+        _sandbox_start_failure(tool, argv, outcome, env)
     return outcome
+
+
+def confinement(ctx: ToolContext, writable: bool = True) -> str:
+    """How a command of this call runs: "sandbox", "read-only sandbox" or "none"."""
+    if ctx.commands is None or not ctx.commands.sandboxed:
+        return "none"
+    return "sandbox" if writable else "read-only sandbox"
+
+
+def _sandbox_start_failure(tool: str, argv: list[str], outcome: Outcome, env: CleanEnv) -> None:
+    """bubblewrap says why it could not start the command: report that, not exit 1."""
+    if outcome.returncode != 1 or outcome.stdout.total:
+        return
+    first = bytes(outcome.stderr.head[:4096]).split(b"\n", 1)[0].decode("utf-8", "replace")
+    if not first.startswith("bwrap: "):
+        return
+    if first.startswith("bwrap: execvp "):
+        if first.endswith("No such file or directory"):
+            raise start_failure(tool, argv, FileNotFoundError(), env)
+        if first.endswith("Permission denied"):
+            raise start_failure(tool, argv, PermissionError(), env)
+    raise errors.process_error(
+        f"{tool}: the command sandbox could not be set up: {sanitize(first[7:])}; nothing was run",
+        recovery=["Tell the user; the sandbox's setup failed, not the command"],
+    )
+
+
+_GIT_IDENTITY: list[dict[str, str]] = []
+
+
+def git_identity() -> dict[str, str]:
+    """The user's git name and e-mail as environment variables (~/.gitconfig is hidden)."""
+    if _GIT_IDENTITY:
+        return _GIT_IDENTITY[0]
+    found: dict[str, str] = {}
+    git = shutil.which("git")
+    for key, names in (
+        ("user.name", ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME")),
+        ("user.email", ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL")),
+    ):
+        if git is None:
+            break
+        try:
+            done = subprocess.run(
+                [git, "config", "--global", "--get", key],
+                capture_output=True,
+                timeout=5,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        value = done.stdout.decode("utf-8", "replace").strip()
+        if done.returncode == 0 and value:
+            for name in names:
+                found[name] = value
+    _GIT_IDENTITY.append(found)
+    return found
 
 
 def start_failure(tool: str, argv: list[str], exc: OSError, env: CleanEnv) -> errors.ToolFailure:

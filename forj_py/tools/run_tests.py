@@ -48,6 +48,7 @@ from ..registry import Tool, ToolContext
 from ..sandbox import SafePath
 from ..walk import Walker
 from . import _shell
+from .shell import command_notes, describe_confinement
 
 REPORT = "{forj-report}"  # replaced by a file in a temporary directory outside the project
 DRIVER = "{forj-ert-driver}"
@@ -141,6 +142,11 @@ class RunTestsArgs(BaseModel):
         description="Run another test runner instead of ERT, as an argv array, e.g. "
         "['python', '-m', 'pytest', '-q']; pytest results are read from its JUnit XML",
     )
+    allow_network: bool = Field(
+        default=False,
+        description="Give the tests network access (off by default: only loopback). "
+        "Always shown to the user for review",
+    )
 
     @field_validator("command")
     @classmethod
@@ -191,7 +197,8 @@ class RunTests(Tool[RunTestsArgs]):
         "with the failing tests' names and messages first in report. Default: ERT in a "
         "batch Emacs over the project's *-test.el / *-tests.el / test-*.el files (selector: "
         "a regexp of test names or an ERT selector). command runs another runner (argv); "
-        "pytest is read from its JUnit XML. Needs the user's approval."
+        "pytest is read from its JUnit XML. Runs in the command sandbox (no network unless "
+        "allow_network). Needs the user's approval."
     )
     Args = RunTestsArgs
     side_effecting = True
@@ -208,6 +215,10 @@ class RunTests(Tool[RunTestsArgs]):
 
     def preview(self, args: RunTestsArgs, ctx: ToolContext) -> str | None:
         return self._describe(self._plan(args, ctx), args, ctx)
+
+    def review_notes(self, args: RunTestsArgs, ctx: ToolContext) -> list[str]:
+        text = shlex.join(args.command) if args.command else "emacs"
+        return command_notes(ctx, args.allow_network, text)
 
     def _describe(self, plan: Plan, args: RunTestsArgs, ctx: ToolContext) -> str:
         env = _shell.clean_environment(_shell.denylist(ctx))
@@ -228,6 +239,7 @@ class RunTests(Tool[RunTestsArgs]):
         if REPORT in " ".join(plan.argv):
             lines.append(f"{REPORT}: a JUnit XML file in a temporary directory")
         lines.append(f"timeout: {_shell.limits(ctx, None).timeout:g} s")
+        lines.append("sandbox: " + describe_confinement(ctx, args.allow_network))
         return "\n".join(lines) + "\n"
 
     def _plan(self, args: RunTestsArgs, ctx: ToolContext) -> Plan:
@@ -278,9 +290,19 @@ class RunTests(Tool[RunTestsArgs]):
                 env.env["FORJ_ERT_OUT"] = report_path
                 env.env["FORJ_ERT_SELECTOR"] = args.selector or ""
             argv = [a.replace(REPORT, report_path).replace(DRIVER, driver) for a in plan.argv]
-            outcome = _shell.run(ctx, self.name, argv, plan.cwd.canonical, env, stdin=None, lim=lim)
+            outcome = _shell.run(
+                ctx,
+                self.name,
+                argv,
+                plan.cwd.canonical,
+                env,
+                stdin=None,
+                lim=lim,
+                network=args.allow_network,
+                scratch=(tmp,),
+            )
             cases = _read_report(plan.runner, report_path)
-        return self._result(plan, outcome, cases, env, lim, ctx)
+        return self._result(plan, outcome, cases, env, lim, ctx, args.allow_network)
 
     def _result(
         self,
@@ -290,6 +312,7 @@ class RunTests(Tool[RunTestsArgs]):
         env: _shell.CleanEnv,
         lim: _shell.Limits,
         ctx: ToolContext,
+        network: bool = False,
     ) -> Any:
         status = _shell.exit_status(outcome.returncode)
         duration_ms = round(outcome.duration * 1000)
@@ -342,6 +365,8 @@ class RunTests(Tool[RunTestsArgs]):
             "runner": plan.runner,
             **status,
             "duration_ms": duration_ms,
+            "sandbox": _shell.confinement(ctx),
+            "network": network,
         }
         report = header + "\n"
         failures = _failures(cases or [])

@@ -79,6 +79,11 @@ class RunShellArgs(BaseModel):
     stdin: str | None = Field(
         default=None, description="Text written to the command's stdin; stdin is closed if absent"
     )
+    allow_network: bool = Field(
+        default=False,
+        description="Give the command network access (off by default: only loopback). "
+        "Always shown to the user for review",
+    )
 
     @field_validator("cmd")
     @classmethod
@@ -122,7 +127,9 @@ class RunShell(Tool[RunShellArgs]):
         "Run a command in the project and return {exit_code, stdout, stderr, duration_ms}. "
         "cmd is an argv array (no shell) or a string run through sh -c. Runs in cwd (inside "
         "the project), stdin closed unless given, secrets removed from the environment, "
-        "killed with its whole process group at the timeout. A non-zero exit is a "
+        "killed with its whole process group at the timeout. It runs in a sandbox: the "
+        "project (read-write), system directories (read-only), an empty HOME and /tmp, "
+        "secret files masked, no network unless allow_network is true. A non-zero exit is a "
         "process-error whose details carry the same fields. Long output keeps its head and "
         "tail. Usually needs the user's approval."
     )
@@ -158,6 +165,9 @@ class RunShell(Tool[RunShellArgs]):
     def paths(self, args: RunShellArgs) -> list[str]:
         return [args.cwd] if args.cwd else []
 
+    def review_notes(self, args: RunShellArgs, ctx: ToolContext) -> list[str]:
+        return command_notes(ctx, args.allow_network, _command_text(args.cmd))
+
     def preview(self, args: RunShellArgs, ctx: ToolContext) -> str | None:
         cwd = _shell.resolve_cwd(ctx, args.cwd)
         return self._describe(args, ctx, cwd)
@@ -172,9 +182,8 @@ class RunShell(Tool[RunShellArgs]):
         else:
             program = _shell.which(argv[0], env.env, cwd.canonical) or "(not found on PATH)"
         verdict = self.verdict(args)
-        lines = [
-            "$ " + (args.cmd if isinstance(args.cmd, str) else shlex.join(args.cmd)),
-            "",
+        lines = [*show_command(args.cmd), ""]
+        lines += [
             "argv:    " + json.dumps(argv, ensure_ascii=False),
             f"program: {program}",
             f"cwd:     {cwd.display}  ({cwd.canonical})",
@@ -193,6 +202,7 @@ class RunShell(Tool[RunShellArgs]):
         lines.append("stdin:   closed" if stdin is None else f"stdin:   {stdin} bytes of text")
         lim = _shell.limits(ctx, args.timeout)
         lines.append(f"timeout: {lim.timeout:g} s, then the process group is killed")
+        lines.append("sandbox: " + describe_confinement(ctx, args.allow_network))
         lines.append(
             "risk:    low, read-only (" + verdict.reason + ")"
             if verdict.read_only
@@ -213,16 +223,30 @@ class RunShell(Tool[RunShellArgs]):
                 )
         else:
             argv = self._check_unreviewed(args, ctx, cwd.canonical)
+        # A command that runs unasked gets the project read-only too.
+        writable = ctx.approved_preview is not None
         env = _shell.clean_environment(_shell.denylist(ctx), extra=args.env)
         lim = _shell.limits(ctx, args.timeout)
         stdin = args.stdin.encode("utf-8") if args.stdin is not None else None
-        outcome = _shell.run(ctx, self.name, argv, cwd.canonical, env, stdin=stdin, lim=lim)
+        outcome = _shell.run(
+            ctx,
+            self.name,
+            argv,
+            cwd.canonical,
+            env,
+            stdin=stdin,
+            lim=lim,
+            writable=writable,
+            network=args.allow_network,
+        )
         status = _shell.exit_status(outcome.returncode)
         result: dict[str, Any] = {
             **status,
             "stdout": "",
             "stderr": "",
             "duration_ms": round(outcome.duration * 1000),
+            "sandbox": _shell.confinement(ctx, writable),
+            "network": args.allow_network,
         }
         notes = _notes(outcome)
         if notes:
@@ -265,6 +289,10 @@ class RunShell(Tool[RunShellArgs]):
         gets the sandbox's denied patterns as exclusions.
         """
         verdict = self.verdict(args)
+        if args.allow_network:
+            raise errors.denied_by_policy(
+                "run_shell ran without review but asks for network", DenialReason.NOT_ALLOWLISTED
+            )
         if not verdict.read_only:  # the policy only skips review for read-only calls
             raise errors.denied_by_policy(
                 f"run_shell ran without review but is not read-only ({verdict.reason})",
@@ -301,19 +329,108 @@ class RunShell(Tool[RunShellArgs]):
                     f"{nested} holds a repository of its own, whose configuration could make "
                     "git run programs (hooks, fsmonitor, filters)"
                 )
-            # The project's own repository: still take no program from its config.
-            argv = [
-                "git",
-                "-c",
-                "core.fsmonitor=false",
-                "-c",
-                "core.hooksPath=/dev/null",
-                *argv[1:],
-            ]
+            # The project's own repository: still take no program from its
+            # config, and never a bare repository found by walking up.
+            argv = ["git", *SAFE_GIT_CONFIG, *_no_external_programs(argv[1:])]
         if argv[0] == "rg":
             exclusions = [f"--iglob=!{p}" for p in ctx.sandbox.denied_patterns]
             argv = [argv[0], *exclusions, *argv[1:]]
         return argv
+
+
+# For git commands that run unasked: nothing of the repository's own
+# configuration may start a program.
+SAFE_GIT_CONFIG = (
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "safe.bareRepository=explicit",
+    "-c",
+    "core.pager=cat",
+    "-c",
+    "diff.external=",
+    "--no-pager",
+)
+# Subcommands that can run an external diff or a textconv filter.
+_DIFF_SUBCOMMANDS = frozenset({"diff", "log", "show", "whatchanged", "diff-tree", "diff-index"})
+
+
+def _no_external_programs(rest: list[str]) -> list[str]:
+    if rest and rest[0] in _DIFF_SUBCOMMANDS:
+        return [rest[0], "--no-ext-diff", "--no-textconv", *rest[1:]]
+    return rest
+
+
+# Blank runs this long inside a shown line are shown by their length.
+_BLANK_RUN = re.compile(r"[ \t]{8,}")
+SCRIPT_MARK = "│ "
+
+
+def _command_text(cmd: list[str] | str) -> str:
+    return cmd if isinstance(cmd, str) else shlex.join(cmd)
+
+
+def _shown_line(line: str) -> str:
+    return _BLANK_RUN.sub(lambda m: f"⟨{len(m.group())} blanks⟩", line)
+
+
+def show_command(cmd: list[str] | str) -> list[str]:
+    """The command as the review shows it: nothing hidden by layout.
+
+    A one-line command is ``$ command``.  A script (a string with newlines)
+    is one quoted block: every line, blank ones included, behind a line
+    mark, so no line of it can pass for the review's own text, and runs of
+    blanks show their length.
+    """
+    if isinstance(cmd, list) or "\n" not in cmd.rstrip("\n"):
+        return ["$ " + _shown_line(_command_text(cmd))]
+    lines = cmd.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    out = [f"$ sh -c <<script ({len(lines)} lines)"]
+    for line in lines:
+        out.append(SCRIPT_MARK + (_shown_line(line) if line.strip() else "⟨blank⟩"))
+    out.append("script")
+    return out
+
+
+def describe_confinement(ctx: ToolContext, network: bool) -> str:
+    jail = ctx.commands
+    if jail is None or not jail.sandboxed:
+        reason = jail.availability.reason if jail is not None else "no sandbox in this context"
+        return f"none: runs unsandboxed ({reason})"
+    net = "network ON" if network else "no network"
+    return f"bubblewrap: project read-write, secrets masked, {net}"
+
+
+def command_notes(ctx: ToolContext, network: bool, text: str) -> list[str]:
+    """Why a command call must be reviewed: it asks for network, or runs unsandboxed."""
+    notes = []
+    if network and not _network_allowed(ctx, text):
+        notes.append("This command asks for network access (allow_network).")
+    jail = ctx.commands
+    if jail is not None and not jail.sandboxed and not jail.availability.silenced:
+        notes.append(f"This command runs unsandboxed: {jail.availability.reason}.")
+    return notes
+
+
+def _network_allowed(ctx: ToolContext, text: str) -> bool:
+    """Whether the user's own config lets this command have network without review."""
+    import fnmatch
+
+    return any(
+        fnmatch.fnmatchcase(text, pattern) for pattern in ctx.config.tools.shell.network_commands
+    ) and _plain_words(text)
+
+
+_PLAIN = re.compile(r"[^`$<>()&|;\n\\{}*?\[\]!'\"]*")
+
+
+def _plain_words(text: str) -> bool:
+    """No shell syntax that could make a matching command do something else."""
+    return _PLAIN.fullmatch(text) is not None
 
 
 def _nested_repository(cwd: str, root: str) -> str | None:

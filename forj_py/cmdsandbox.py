@@ -1,0 +1,583 @@
+"""The OS sandbox every ``run_shell`` and ``run_tests`` command runs in (bubblewrap).
+
+A classifier of command lines cannot be made airtight, so commands are
+confined by the kernel instead.  Each one runs under ``bwrap`` with:
+
+- new PID, IPC, UTS, cgroup and (where possible) user namespaces: the
+  worker, its ``/proc/<pid>/environ`` and every other process are
+  invisible; when the command's first process exits, the namespace's init
+  exits and the kernel kills whatever the command left behind;
+- a new network namespace with only loopback, unless the call asked for
+  network and the user allowed it;
+- a filesystem built from nothing: the system directories (``/usr``,
+  ``/bin``, ``/lib*``, ``/etc``, ``/opt``, ...) and the toolchains on
+  ``PATH`` read-only, a private ``/tmp``, an empty private ``$HOME``, the
+  project read-write (read-only for commands that run unasked), and
+  nothing else of the user's files;
+- inside the project, every ``.git`` and ``.forj`` read-only (hooks and
+  configuration are code), ``.git/config`` replaced by a copy with its
+  credentials redacted, and every denied file (``.env``, keys, ``.ssh/``,
+  the configured patterns) masked: an empty file or an empty read-only
+  directory, whatever flags the command uses;
+- ``--die-with-parent`` and a process cap (a ``pids`` cgroup where one can
+  be made, else ``RLIMIT_NPROC``).
+
+Which denied files exist is kept by :class:`MaskIndex` (one walk at start,
+then the file watcher's events), so starting a command costs no walk.
+
+Where bubblewrap is missing or cannot create namespaces, :func:`probe` says
+why; commands then run unsandboxed and always go to review (see
+``docs/security.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .output import redact, redact_url_credentials
+from .sandbox import Sandbox
+
+log = logging.getLogger(__name__)
+
+# Read-only from the host, when they exist.  A symlink (merged /usr) is
+# recreated as the same symlink inside.
+SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix/store",
+)
+# System files no command needs to read (root's own shell could).
+HIDDEN_SYSTEM_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+HIDDEN_SYSTEM_DIRS = ("/etc/ssh", "/etc/ssl/private", "/etc/sudoers.d")
+# Version managers keep every version beside their shims directory.
+SHIM_DIR_NAMES = ("shims",)
+PROBE_SECONDS = 10.0
+# A watched tree this large is not walked for masks at all: commands then
+# fall back to masking what the patterns name at known places (see MaskIndex).
+MAX_INDEXED_ENTRIES = 2_000_000
+
+SandboxKind = Literal["bwrap", "none"]
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether commands are confined, and if not, why."""
+
+    kind: SandboxKind
+    reason: str = ""
+    silenced: bool = False  # the user's own config said sandbox = "none"
+    bwrap: str | None = None
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.kind == "bwrap"
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "commands": self.kind,
+            "network": "off",
+            "silenced": self.silenced,
+            "reason": self.reason,
+        }
+
+    def warning(self) -> str | None:
+        if self.sandboxed or self.silenced:
+            return None
+        return (
+            f"Commands run unsandboxed: {self.reason}. Every run_shell and run_tests call "
+            "goes to review. Install bubblewrap (Debian/Ubuntu: apt install bubblewrap) "
+            'to confine them, or set [tools.shell] sandbox = "none" in your own config '
+            "to accept this."
+        )
+
+
+def probe(setting: str = "auto") -> Availability:
+    """Find bwrap and check that it can create the namespaces a command needs."""
+    if setting == "none":
+        return Availability("none", 'your config sets [tools.shell] sandbox = "none"', True)
+    if not sys.platform.startswith("linux"):
+        return Availability("none", f"bubblewrap needs Linux; this is {sys.platform}")
+    path = shutil.which("bwrap")
+    if path is None:
+        return Availability("none", "bubblewrap (bwrap) is not installed")
+    try:
+        done = subprocess.run(
+            [
+                path,
+                "--unshare-all",
+                "--die-with-parent",
+                "--ro-bind",
+                "/",
+                "/",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "true",
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PROBE_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Availability("none", f"bwrap could not be started: {exc}")
+    if done.returncode != 0:
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        first = why[-1] if why else f"exit {done.returncode}"
+        return Availability("none", f"bwrap cannot create namespaces here ({first})")
+    return Availability("bwrap", bwrap=path)
+
+
+# --- what is masked inside the project -----------------------------------------------
+
+
+@dataclass
+class Masks:
+    """Project-relative paths: masked files and directories, read-only git/forj entries."""
+
+    files: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+    readonly: list[str] = field(default_factory=list)
+
+
+class MaskIndex:
+    """Which paths of the project a command must not read or change.
+
+    Built by one walk (every directory, ignored ones included: a ``.env``
+    under ``node_modules`` is still a secret; symlinks are not followed),
+    then kept current from the watcher's change events.  A command waits for
+    the first walk to finish.
+    """
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.root = sandbox.project_root
+        self._lock = threading.Lock()
+        self._files: set[str] = set()
+        self._dirs: set[str] = set()
+        self._readonly: set[str] = set()
+        self._ready = threading.Event()
+        self.entries = 0
+
+    def start(self) -> None:
+        threading.Thread(target=self._build, name="forj-masks", daemon=True).start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
+
+    def _build(self) -> None:
+        try:
+            files: set[str] = set()
+            dirs: set[str] = set()
+            readonly: set[str] = set()
+            self._scan("", files, dirs, readonly)
+            with self._lock:
+                self._files |= files
+                self._dirs |= dirs
+                self._readonly |= readonly
+        except Exception:  # the index is needed; log, and masks still cover what it found
+            log.exception("indexing denied files failed")
+        finally:
+            self._ready.set()
+
+    def _scan(self, rel_dir: str, files: set[str], dirs: set[str], readonly: set[str]) -> None:
+        stack = [rel_dir]
+        while stack:
+            here = stack.pop()
+            try:
+                it = os.scandir(os.path.join(self.root, here) if here else self.root)
+            except OSError:
+                continue
+            with it:
+                for entry in it:
+                    self.entries += 1
+                    if self.entries > MAX_INDEXED_ENTRIES:
+                        log.warning("more than %d entries; masks index stops", MAX_INDEXED_ENTRIES)
+                        return
+                    rel = f"{here}/{entry.name}" if here else entry.name
+                    kind = self._classify(rel, entry)
+                    if kind == "readonly":
+                        readonly.add(rel)
+                    elif kind == "dir":
+                        dirs.add(rel)
+                    elif kind == "file":
+                        files.add(rel)
+                    elif kind == "descend":
+                        stack.append(rel)
+
+    def _classify(self, rel: str, entry: os.DirEntry[str] | None) -> str | None:
+        try:
+            if entry is not None:
+                is_link = entry.is_symlink()
+                is_dir = entry.is_dir(follow_symlinks=False)
+            else:
+                st = os.lstat(os.path.join(self.root, rel))
+                is_link = stat.S_ISLNK(st.st_mode)
+                is_dir = stat.S_ISDIR(st.st_mode)
+        except OSError:
+            return None
+        if is_link:
+            # A link is not masked itself: what it points at inside the
+            # project is masked under its own name, and outside the project
+            # there is nothing to point at.
+            return None
+        name = rel.rsplit("/", 1)[-1]
+        if name in (".git", ".forj"):
+            return "readonly"
+        if self.sandbox.denied_inside(rel, is_dir) is not None:
+            return "dir" if is_dir else "file"
+        return "descend" if is_dir else None
+
+    def changed(self, path: str) -> None:
+        """A watcher event for ``path`` (absolute): added, modified or deleted."""
+        if not path.startswith(self.root.rstrip(os.sep) + os.sep):
+            return
+        rel = path[len(self.root.rstrip(os.sep)) + 1 :].replace(os.sep, "/")
+        if any(part in (".git", ".forj") for part in rel.split("/")[:-1]):
+            return  # inside a read-only tree: already covered by it
+        kind = self._classify(rel, None)
+        with self._lock:
+            for bucket in (self._files, self._dirs, self._readonly):
+                bucket.discard(rel)
+        if kind == "descend":
+            # A new directory: what it holds may have arrived before the
+            # watch on it did.
+            files: set[str] = set()
+            dirs: set[str] = set()
+            readonly: set[str] = set()
+            self._scan(rel, files, dirs, readonly)
+            with self._lock:
+                self._files |= files
+                self._dirs |= dirs
+                self._readonly |= readonly
+            return
+        with self._lock:
+            if kind == "file":
+                self._files.add(rel)
+            elif kind == "dir":
+                self._dirs.add(rel)
+            elif kind == "readonly":
+                self._readonly.add(rel)
+
+    def current(self) -> Masks:
+        """What to mask now; entries that no longer exist as indexed are dropped.
+
+        bwrap creates a missing mount point, which on the writable project
+        would leave an empty file behind, so every entry is checked.
+        """
+        with self._lock:
+            files, dirs, readonly = sorted(self._files), sorted(self._dirs), sorted(self._readonly)
+        out = Masks()
+        for rel in files:
+            if _is(os.path.join(self.root, rel), stat.S_ISREG):
+                out.files.append(rel)
+        for rel in dirs:
+            if _is(os.path.join(self.root, rel), stat.S_ISDIR):
+                out.dirs.append(rel)
+        for rel in readonly:
+            full = os.path.join(self.root, rel)
+            if _is(full, stat.S_ISDIR) or _is(full, stat.S_ISREG):
+                out.readonly.append(rel)
+        return out
+
+
+def _is(path: str, test: object) -> bool:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return bool(test(mode))  # type: ignore[operator]
+
+
+# --- building the bwrap command line ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """One command's confinement."""
+
+    cwd: str  # canonical, inside the project
+    env: Mapping[str, str]  # the command's environment (PATH decides the toolchains)
+    writable: bool = True  # the project read-write; False for commands that run unasked
+    network: bool = False
+    # Directories outside the project the worker made for this command
+    # (a test runner's report directory): bound read-write.
+    scratch: tuple[str, ...] = ()
+
+
+class CommandSandbox:
+    """Confines commands of one project: availability, masks, and the bwrap argv."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        availability: Availability,
+        *,
+        read_paths: Iterable[str] = (),
+        write_paths: Iterable[str] = (),
+        max_processes: int = 512,
+        state_dir: str | None = None,
+    ) -> None:
+        self.sandbox = sandbox
+        self.root = sandbox.project_root
+        self.availability = availability
+        self.read_paths = [os.path.realpath(os.path.expanduser(p)) for p in read_paths]
+        self.write_paths = [os.path.realpath(os.path.expanduser(p)) for p in write_paths]
+        self.max_processes = max_processes
+        self.masks = MaskIndex(sandbox)
+        self.home = os.path.expanduser("~")
+        self._private = tempfile.mkdtemp(prefix="forj-sandbox-", dir=state_dir)
+        os.chmod(self._private, 0o700)
+        self._configs: dict[str, str] = {}
+        self._start_lock = threading.Lock()
+        self._started = False
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.availability.sandboxed
+
+    def start(self) -> None:
+        """Begin indexing the masks (once); commands wait for the first walk."""
+        with self._start_lock:
+            if self._started:
+                return
+            self._started = True
+        if self.sandboxed:
+            self.masks.start()
+        else:
+            self.masks._ready.set()
+
+    def close(self) -> None:
+        shutil.rmtree(self._private, ignore_errors=True)
+
+    def argv(self, request: Request, command: list[str]) -> list[str]:
+        """The bwrap command line running ``command`` confined; ``--`` ends the options."""
+        assert self.availability.bwrap is not None
+        self.start()
+        self.masks.wait()
+        args: list[str] = [self.availability.bwrap, "--unshare-all"]
+        if request.network:
+            args.append("--share-net")
+        args += ["--die-with-parent", "--cap-drop", "ALL"]
+        bound: list[str] = []
+
+        def ro(path: str) -> None:
+            if not os.path.exists(path) or _covered(path, bound):
+                return
+            if os.path.islink(path):
+                args.extend(["--symlink", os.readlink(path), path])
+            else:
+                args.extend(["--ro-bind", path, path])
+            bound.append(path)
+
+        for path in SYSTEM_DIRS:
+            ro(path)
+        for path in HIDDEN_SYSTEM_FILES:
+            if os.path.isfile(path):
+                args.extend(["--ro-bind", "/dev/null", path])
+        for path in HIDDEN_SYSTEM_DIRS:
+            if os.path.isdir(path) and not os.path.islink(path):
+                args.extend(["--tmpfs", path, "--remount-ro", path])
+        if request.network:
+            # resolv.conf is often a link into /run, which is not shared.
+            resolv = os.path.realpath("/etc/resolv.conf")
+            if resolv.startswith("/run/") and os.path.isfile(resolv):
+                args.extend(["--ro-bind", resolv, resolv])
+        # Fresh, private tmpfs mounts inside the sandbox, not the host's /tmp.
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]  # noqa: S108
+        # An empty private home at the real path: configuration that names
+        # $HOME still resolves, and nothing of the user's is there.
+        if self.home and self.home != "/" and not _covered(self.home, bound):
+            args += ["--tmpfs", self.home]
+        for path in self._toolchains(request.env):
+            ro(path)
+        for path in self.read_paths:
+            ro(path)
+        for path in (*self.write_paths, *request.scratch):
+            if os.path.isdir(path):
+                args += ["--bind", path, path]
+        root = self.root
+        args += ["--bind" if request.writable else "--ro-bind", root, root]
+        masks = self.masks.current()
+        for rel in masks.readonly:
+            full = os.path.join(root, rel)
+            args += ["--ro-bind", full, full]
+            if rel.rsplit("/", 1)[-1] == ".git" and os.path.isdir(full):
+                config = os.path.join(full, "config")
+                if _is(config, stat.S_ISREG):
+                    args += ["--ro-bind", self._redacted_config(config), config]
+        for rel in masks.files:
+            full = os.path.join(root, rel)
+            args += ["--ro-bind", "/dev/null", full]
+        for rel in masks.dirs:
+            full = os.path.join(root, rel)
+            args += ["--tmpfs", full, "--remount-ro", full]
+        args += ["--chdir", request.cwd, "--"]
+        return args + command
+
+    def _toolchains(self, env: Mapping[str, str]) -> list[str]:
+        """Real paths of the ``PATH`` entries and of Python's base prefix, outside the project."""
+        found: list[str] = []
+        home = os.path.realpath(self.home) if self.home else None
+        entries = (env.get("PATH") or os.defpath).split(os.pathsep)
+        candidates = [sys.base_prefix, sys.prefix]
+        for entry in entries:
+            if not entry or not os.path.isabs(entry):
+                continue
+            real = os.path.realpath(entry)
+            candidates.append(real)
+            if os.path.basename(real) in SHIM_DIR_NAMES:
+                candidates.append(os.path.dirname(real))
+        for path in candidates:
+            real = os.path.realpath(path)
+            if not os.path.isdir(real) or real == "/":
+                continue
+            if home and (real == home or home.startswith(real.rstrip("/") + "/")):
+                continue  # $HOME itself, or a directory above it: that is everything
+            if real == self.root or real.startswith(self.root.rstrip("/") + "/"):
+                continue  # the project is bound on its own terms
+            if real not in found:
+                found.append(real)
+        return found
+
+    def _redacted_config(self, path: str) -> str:
+        """A read-only copy of a git config with its credentials blanked out."""
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(1 << 20)
+        except OSError:
+            data = b""
+        text = data.decode("utf-8", "replace")
+        text, _ = redact_url_credentials(text)
+        text = redact(text)
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+        copy = self._configs.get(digest)
+        if copy is None or not os.path.exists(copy):
+            copy = os.path.join(self._private, f"gitconfig-{digest}")
+            fd, tmp = tempfile.mkstemp(dir=self._private)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, copy)
+            self._configs[digest] = copy
+        return copy
+
+
+def _covered(path: str, bound: list[str]) -> bool:
+    return any(path == b or path.startswith(b.rstrip("/") + "/") for b in bound)
+
+
+# --- the process cap ---------------------------------------------------------------------
+
+
+class ProcessCap:
+    """Limit how many processes one command may have: a pids cgroup, else RLIMIT_NPROC."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._cgroup: str | None = None
+
+    def apply(self, pid: int, tag: str) -> str:
+        """Put ``pid`` (not yet forking) under the cap; how it was capped."""
+        base = _pids_cgroup_base()
+        if base is not None:
+            path = os.path.join(base, f"forj-{os.getpid()}-{tag}")
+            try:
+                os.mkdir(path)
+                with open(os.path.join(path, "pids.max"), "w") as fh:
+                    fh.write(str(self.limit))
+                with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+                    fh.write(str(pid))
+                self._cgroup = path
+                return "cgroup"
+            except OSError as exc:
+                log.debug("no pids cgroup for the command: %s", exc)
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+        try:
+            import resource
+
+            count = _processes_of_user()
+            resource.prlimit(pid, resource.RLIMIT_NPROC, (count + self.limit,) * 2)
+            return "rlimit"
+        except (OSError, ValueError, AttributeError) as exc:
+            log.debug("no process limit for the command: %s", exc)
+            return "none"
+
+    def release(self) -> None:
+        if self._cgroup is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._cgroup)
+            self._cgroup = None
+
+
+_cgroup_base: list[str | None] = []
+
+
+def _pids_cgroup_base() -> str | None:
+    """A writable directory of the pids controller holding this process, or None."""
+    if _cgroup_base:
+        return _cgroup_base[0]
+    found: str | None = None
+    try:
+        with open("/proc/self/cgroup") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        if "pids" in controllers.split(","):
+            candidate = os.path.join("/sys/fs/cgroup/pids", rel.lstrip("/"))
+        elif controllers == "":
+            candidate = os.path.join("/sys/fs/cgroup", rel.lstrip("/"))
+            try:
+                with open(os.path.join(candidate, "cgroup.subtree_control")) as fh:
+                    if "pids" not in fh.read().split():
+                        continue
+            except OSError:
+                continue
+        else:
+            continue
+        procs = os.path.join(candidate, "cgroup.procs")
+        if os.access(candidate, os.W_OK) and os.path.isfile(procs):
+            found = candidate
+            break
+    _cgroup_base.append(found)
+    return found
+
+
+def _processes_of_user() -> int:
+    uid = os.getuid()
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    count += 1
+            except OSError:
+                continue
+    return count
