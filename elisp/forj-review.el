@@ -440,8 +440,9 @@ characters and wide runs of blanks as markers."
   (let* ((diff (string-match-p "\\`\\(?:--- \\|@@\\)" text))
          (lines (forj-review--collapse-blank-lines
                  (mapcar #'forj-review-visible-text (forj-review--lines text))
-                 ;; A diff line's first column, or a quoted block's line mark.
-                 (if diff "\\([-+ ]\\)" "[ \t]*\\(│\\)?"))))
+                 ;; A diff line's first column, or a quoted block's line mark
+                 ;; (the worker writes a blank script line as "│ ⟨blank⟩").
+                 (if diff "\\([-+ ]\\)" "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\)?\\)?"))))
     (mapconcat
      (lambda (line)
        (setq line (copy-sequence line))

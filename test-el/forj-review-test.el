@@ -165,9 +165,8 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
       (with-current-buffer review
         (let ((text (buffer-string)))
           (should (null (forj-review-test--raw-invisible text)))
-          ;; Marked by the worker or by Emacs (whose own marker is ⟨U+XXXX⟩).
           (dolist (code '("00AD" "200B" "2028" "2029" "202E" "2066" "180E" "E0041" "00A0" "3000" "E000"))
-            (should (string-match-p (format "[⟨<]U\\+%s[⟩>]" code) text)))
+            (should (string-match-p (format "⟨U\\+%s⟩" code) text)))
           ;; A variation selector is a combining mark: it stays.
           (should (string-match-p "\u2764\ufe0f" text))
           (goto-char (point-min))
@@ -194,6 +193,24 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
   (should (equal (forj-review-mark-invisible "e\u0301 \ufe0e\U000E0100 ✓ 日本") "e\u0301 \ufe0e\U000E0100 ✓ 日本"))
   ;; Markers are drawn in their own face, so quoted text cannot pass for one.
   (should (eq (get-text-property 0 'face (forj-review-mark-invisible "\u200b")) 'forj-review-marker)))
+
+(ert-deftest forj-test-review-network-call-warns-in-its-first-line ()
+  "A command that asks for network is reviewed with the worker's warning as its first line."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (let* ((run (forj-review-test--plan-review
+                 root (list (json-serialize
+                             (list :id "net" :name "run_shell"
+                                   :args (list :cmd ["curl" "-sS" "https://example.org"]
+                                               :allow_network t))))))
+           (review (car run)))
+      (with-current-buffer review
+        (goto-char (point-min))
+        (should (re-search-forward "^⚠ .*network.*\n\\[        \\] high   Run curl" nil t))
+        (forward-line -1)
+        (should (equal (get-text-property (point) 'forj-review-id) "net"))
+        (should (memq 'forj-review-warning (ensure-list (get-text-property (+ 2 (point)) 'face))))
+        (forj-review-quit))
+      (should (forj-test--wait-for (cdr run) 30)))))
 
 (ert-deftest forj-test-review-shows-call-warnings-first ()
   "A plan item's warnings are the first lines of its section, in the warning face."
