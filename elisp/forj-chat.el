@@ -166,13 +166,13 @@ Type below the last \"## User\" heading and send with \\[forj-chat-send].
 
 (defun forj-chat--header-line ()
   "The chat's header line: provider, model, tools mode, sandbox, what is going on."
-  (format " forj · %s %s · tools: %s · %s · %s"
+  (format " forj · %s %s · %s · tools: %s · %s"
           (or (plist-get forj-chat--provider :name) "no provider")
           (or (plist-get forj-chat--provider :model) "")
-          forj-chat-tools-mode
           (if forj-chat--root
               (forj-worker-sandbox-description (forj-worker-get forj-chat--root))
             "commands: no project")
+          forj-chat-tools-mode
           (pcase forj-chat--state
             ('streaming "receiving…")
             ('tools "running tools…")

@@ -315,13 +315,13 @@ Whether it runs, and whether its commands run sandboxed."
   (let* ((root (or root (forj-worker-project-root)))
          (worker (forj-worker-get root))
          (process (and worker (forj-worker-process worker))))
-    (message "forj: %s: %s; %s"
+    (message "forj: %s: %s"
              (abbreviate-file-name (directory-file-name root))
-             (cond ((null worker) "no worker running")
+             (cond ((null worker) "no worker running (a chat or the first tool call starts one)")
                    ((forj-worker-hello worker)
-                    (format "worker ready (pid %s)" (process-id process)))
-                   (t "worker starting"))
-             (forj-worker-sandbox-description worker))))
+                    (format "worker ready (pid %s); %s" (process-id process)
+                            (forj-worker-sandbox-description worker)))
+                   (t "worker starting")))))
 
 (defun forj-worker--log-name (root)
   "The name of the log buffer for ROOT's worker."

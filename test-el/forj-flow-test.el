@@ -365,7 +365,7 @@ directory is not touched either."
   (let ((entry (list :call (list :id "1" :name "run_shell" :args (list :cmd "make")))))
     (should (equal (substring-no-properties
                     (forj-tools--header entry 'done (list :id "1" :ok t
-                                                          :result (list :exit_code 0 :sandbox "bwrap"
+                                                          :result (list :exit_code 0 :sandbox "sandbox"
                                                                         :network :false))))
                    "✓ run_shell "))
     (should (equal (substring-no-properties
