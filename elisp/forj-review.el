@@ -144,10 +144,11 @@ and the whole tag block U+E0000..U+E007F, from Emacs's own Unicode data."
   "TEXT with every invisible or format character shown as a ⟨U+XXXX⟩ marker.
 Markers the worker already wrote into TEXT get the marker face too."
   (let ((case-fold-search nil))
-    (setq text (replace-regexp-in-string
-                (forj-review--invisible-re)
-                (lambda (char) (forj-review--marker (format "⟨U+%04X⟩" (aref char 0))))
-                text t t))
+    (when (string-match-p (forj-review--invisible-re) text)
+      (setq text (replace-regexp-in-string
+                  (forj-review--invisible-re)
+                  (lambda (char) (forj-review--marker (format "⟨U+%04X⟩" (aref char 0))))
+                  text t t)))
     (let ((start 0))
       (while (string-match "⟨U\\+[0-9A-F]\\{4,6\\}⟩" text start)
         (add-face-text-property (match-beginning 0) (match-end 0) 'forj-review-marker nil text)
@@ -158,7 +159,8 @@ Markers the worker already wrote into TEXT get the marker face too."
   "TEXT with each wide run of blanks shown as a count.
 Wide: `forj-review--blank-run-width' columns or more.  A command padded
 with spaces cannot push its tail out of sight."
-  (let ((case-fold-search nil))
+  (if (not (string-match-p "[ \t]\\{16,\\}" text))
+      text
     (replace-regexp-in-string
      "[ \t]\\{16,\\}"
      (lambda (run)
@@ -175,12 +177,12 @@ with spaces cannot push its tail out of sight."
   "TEXT as drawn in the review, with invisible characters and wide blanks marked."
   (forj-review--mark-blank-runs (forj-review-mark-invisible (or text ""))))
 
-(defun forj-review--blank-content-p (line prefix-re)
-  "Non-nil if LINE is blank after a prefix matching PREFIX-RE.
+(defun forj-review--blank-content-p (line blank-re)
+  "Non-nil if LINE matches BLANK-RE, a prefix and nothing but blanks.
 Return what the prefix's first group matched in LINE (\"\" if
 nothing): lines of one run of blanks share it, whatever blanks
 surround it."
-  (and (string-match (concat "\\`" prefix-re "[ \t]*\\'") line)
+  (and (string-match blank-re line)
        (or (match-string 1 line) "")))
 
 (defun forj-review--collapse-blank-lines (lines prefix-re)
@@ -189,13 +191,14 @@ A line is blank if only blanks follow its prefix (matched by
 PREFIX-RE, e.g. a diff's +, - or space, or a quoted block's line
 mark); the lines of one run share their prefix, which the counted
 line keeps."
-  (let ((out nil))
+  (let ((out nil)
+        (blank-re (concat "\\`" prefix-re "[ \t]*\\'")))
     (while lines
-      (let* ((prefix (forj-review--blank-content-p (car lines) prefix-re))
+      (let* ((prefix (forj-review--blank-content-p (car lines) blank-re))
              (count 0)
              (rest lines))
         (while (and prefix rest
-                    (equal (forj-review--blank-content-p (car rest) prefix-re) prefix))
+                    (equal (forj-review--blank-content-p (car rest) blank-re) prefix))
           (setq count (1+ count) rest (cdr rest)))
         (if (> count 2)
             (progn
@@ -234,6 +237,9 @@ plist.")
 
 (defvar-local forj-review--modified nil
   "Hash table: call id -> alist of (PATH . TEXT) the user wrote instead.")
+
+(defvar-local forj-review--drawn-previews nil
+  "Hash table: call id -> its preview as drawn; a redraw reuses it.")
 
 (defvar-local forj-review--quiet-since 0
   "When the review appeared, or ignored a key: decision keys wait from then.")
@@ -283,6 +289,7 @@ buffer."
       (setq forj-review--items items
             forj-review--decisions (make-hash-table :test #'equal)
             forj-review--modified (make-hash-table :test #'equal)
+            forj-review--drawn-previews (make-hash-table :test #'equal)
             forj-review--proposal-function proposal-function
             forj-review--callback callback)
       (forj-review--render)
@@ -307,7 +314,7 @@ buffer."
     left-char right-char beginning-of-buffer end-of-buffer move-beginning-of-line
     move-end-of-line beginning-of-visual-line end-of-visual-line scroll-other-window
     scroll-other-window-down recenter-top-bottom mouse-set-point mouse-drag-region mwheel-scroll
-    handle-switch-frame handle-select-window ignore)
+    handle-switch-frame handle-select-window execute-extended-command ignore)
   "Commands that only move around: they neither wait nor make decision keys wait.")
 
 (defun forj-review--note-key-elsewhere ()
@@ -407,7 +414,9 @@ Return nil, the argument list of the commands that call it."
         (when (plist-get item :preview_note)
           (insert (forj-review--own-line (concat "    " (plist-get item :preview_note)))))
         (when (plist-get item :preview)
-          (insert (forj-review--preview (plist-get item :preview))))
+          (insert (or (gethash id forj-review--drawn-previews)
+                      (puthash id (forj-review--preview (plist-get item :preview))
+                               forj-review--drawn-previews))))
         (insert "\n")
         (put-text-property start (point) 'forj-review-id id)))
     (forj-review--header-warning)
@@ -431,6 +440,19 @@ Return nil, the argument list of the commands that call it."
 A display property, not text: nothing a preview holds can draw it, so
 a preview cannot pass for forj's own lines.")
 
+(defconst forj-review--wrap-gutter
+  (concat forj-review--gutter (propertize "↪ " 'face 'forj-review-gutter))
+  "What a wrapped continuation of a preview line is shown behind.")
+
+(defun forj-review--diff-face (line)
+  "The `diff-mode' face of LINE of a unified diff."
+  (cond ((string-prefix-p "+++" line) 'diff-file-header)
+        ((string-prefix-p "---" line) 'diff-file-header)
+        ((string-prefix-p "@@" line) 'diff-hunk-header)
+        ((string-prefix-p "+" line) 'diff-added)
+        ((string-prefix-p "-" line) 'diff-removed)
+        (t 'diff-context)))
+
 (defun forj-review--preview (text)
   "TEXT, a call's preview, as drawn in the review.
 Each line is kept as it is (no indentation added or removed), behind
@@ -439,29 +461,22 @@ of more than two blank lines show as one counted line, invisible
 characters and wide runs of blanks as markers."
   (let* ((diff (string-match-p "\\`\\(?:--- \\|@@\\)" text))
          (lines (forj-review--collapse-blank-lines
-                 (mapcar #'forj-review-visible-text (forj-review--lines text))
+                 (forj-review--lines (forj-review-visible-text text))
                  ;; A diff line's first column, or a quoted block's line mark
                  ;; (the worker writes a blank script line as "│ ⟨blank⟩").
                  (if diff "\\([-+ ]\\)" "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\)?\\)?"))))
-    (mapconcat
-     (lambda (line)
-       (setq line (copy-sequence line))
-       (when diff
-         (add-face-text-property
-          0 (length line)
-          (cond ((string-prefix-p "+++" line) 'diff-file-header)
-                ((string-prefix-p "---" line) 'diff-file-header)
-                ((string-prefix-p "@@" line) 'diff-hunk-header)
-                ((string-prefix-p "+" line) 'diff-added)
-                ((string-prefix-p "-" line) 'diff-removed)
-                (t 'diff-context))
-          t line))
-       (concat (propertize line
-                           'line-prefix forj-review--gutter
-                           'wrap-prefix (concat forj-review--gutter
-                                                (propertize "↪ " 'face 'forj-review-gutter)))
-               "\n"))
-     lines "")))
+    (with-temp-buffer
+      (dolist (line lines)
+        (let ((start (point)))
+          (insert line "\n")
+          (when diff
+            (if (text-property-not-all 0 (length line) 'face nil line)
+                ;; Behind the markers' own face.
+                (add-face-text-property start (point) (forj-review--diff-face line) t)
+              (put-text-property start (point) 'face (forj-review--diff-face line))))))
+      (put-text-property (point-min) (point-max) 'line-prefix forj-review--gutter)
+      (put-text-property (point-min) (point-max) 'wrap-prefix forj-review--wrap-gutter)
+      (buffer-string))))
 
 (defun forj-review--id-at-point ()
   "The id of the call at point, or signal."
