@@ -637,8 +637,9 @@ proposed buffer holds what the user edits, and
 `forj-review-edit-finish' in it records the edit."
   (let* ((path (plist-get file :path))
          (mode (forj-review--mode-for path))
-         (current (generate-new-buffer (format "*forj-current: %s*" path)))
-         (proposed (generate-new-buffer (format "*forj-proposed: %s*" path))))
+         (shown (substring-no-properties (forj-review-mark-invisible path)))
+         (current (generate-new-buffer (format "*forj-current: %s*" shown)))
+         (proposed (generate-new-buffer (format "*forj-proposed: %s*" shown))))
     (with-current-buffer current
       (insert (plist-get file :old))
       (ignore-errors (delay-mode-hooks (funcall mode)))

@@ -418,8 +418,10 @@ home directory."
         (let* ((top (file-name-as-directory (file-truename root)))
                ;; "./" first: a leading ~ is a name here, not the home directory.
                (base (file-name-as-directory (expand-file-name (concat "./" (or cwd ".")) top)))
-               (file (file-truename (expand-file-name (concat "./" path) base))))
-          (and (string-prefix-p top file)
+               ;; A link cycle names no file.
+               (file (ignore-errors (file-truename (expand-file-name (concat "./" path) base)))))
+          (and file
+               (string-prefix-p top file)
                (not (equal (file-name-as-directory file) top))
                file))))))
 

@@ -348,6 +348,10 @@ directory is not touched either."
       (should-not (forj-tools--project-buffer "f.txt" root "../x"))
       (should-not (forj-tools--project-buffer "sub/../sub/f.txt" root))
       (should-not (forj-tools--project-buffer (expand-file-name "sub/f.txt" root) root))
+      ;; A link cycle names no file, and is no error.
+      (make-symbolic-link "loop2" (expand-file-name "loop1" root))
+      (make-symbolic-link "loop1" (expand-file-name "loop2" root))
+      (should-not (forj-tools--project-buffer "loop1/x" root))
       (let* ((forj-tools-unsaved-buffers 'deny)
              (run (forj-flow-test--run root "```tool-call
 {\"id\": \"w\", \"name\": \"write_file\", \"args\": {\"path\": \"f.txt\", \"content\": \"x\\n\"}, \"meta\": {\"cwd\": \"sub\"}}
