@@ -469,8 +469,9 @@ class CommandSandbox:
         except OSError:
             data = b""
         text = data.decode("utf-8", "replace")
-        text, _ = redact_url_credentials(text)
-        text = redact(text)
+        # Secret-named keys and tokens first, then the user:secret@ of URLs,
+        # so a remote URL reads the same as read_file shows it (``***``).
+        text, _ = redact_url_credentials(redact(text))
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
         copy = self._configs.get(digest)
         if copy is None or not os.path.exists(copy):

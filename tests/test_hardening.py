@@ -146,7 +146,7 @@ def test_previews_show_hidden_characters_instead_of_dropping_them(
     content = 'access = "user\u202e \u2066// admin only\u2069"\n\x1b]0;pwned\x07\n'
     plan = worker.plan({"calls": [call("w", "write_file", path="auth.py", content=content)]})
     preview = plan["items"][0]["preview"]
-    assert "<U+202E>" in preview and "<U+2066>" in preview and "<U+001B>" in preview
+    assert "⟨U+202E⟩" in preview and "⟨U+2066⟩" in preview and "⟨U+001B⟩" in preview
     assert "\u202e" not in preview and "\x1b" not in preview
     result = worker.execute({"batch_id": plan["batch_id"], "approved": ["w"]}, lambda e: None)
     assert result["results"][0]["ok"]
@@ -354,7 +354,7 @@ def test_byte_order_marks_are_kept_and_shown(make_worker: MakeWorker, project: P
     plan = worker.plan(
         {"calls": [call("w", "write_file", path="z.txt", content="\ufeffx\u200by\n")]}
     )
-    assert "<U+FEFF>x<U+200B>y" in plan["items"][0]["preview"]
+    assert "⟨U+FEFF⟩x⟨U+200B⟩y" in plan["items"][0]["preview"]
 
 
 def test_insert_into_an_empty_file_ends_with_a_newline(
