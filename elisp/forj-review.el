@@ -150,6 +150,9 @@ Markers the worker already wrote into TEXT get the marker face too."
                   (lambda (char) (forj-review--marker (format "⟨U+%04X⟩" (aref char 0))))
                   text t t)))
     (let ((start 0))
+      ;; The caller's string (a plan item's) keeps no face of ours.
+      (when (string-match-p "⟨U\\+[0-9A-F]\\{4,6\\}⟩" text)
+        (setq text (copy-sequence text)))
       (while (string-match "⟨U\\+[0-9A-F]\\{4,6\\}⟩" text start)
         (add-face-text-property (match-beginning 0) (match-end 0) 'forj-review-marker nil text)
         (setq start (match-end 0))))
