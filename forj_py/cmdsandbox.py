@@ -75,6 +75,10 @@ PROBE_SECONDS = 10.0
 # fall back to masking what the patterns name at known places (see MaskIndex).
 MAX_INDEXED_ENTRIES = 2_000_000
 
+# From this many masked files in one directory with nothing else in it, the
+# directory is masked instead (one mount instead of many).
+GROUP_MASKS_FROM = 4
+
 SandboxKind = Literal["bwrap", "none"]
 
 
@@ -288,17 +292,35 @@ class MaskIndex:
         with self._lock:
             files, dirs, readonly = sorted(self._files), sorted(self._dirs), sorted(self._readonly)
         out = Masks()
-        for rel in files:
-            if _is(os.path.join(self.root, rel), stat.S_ISREG):
-                out.files.append(rel)
-        for rel in dirs:
-            if _is(os.path.join(self.root, rel), stat.S_ISDIR):
-                out.dirs.append(rel)
+        live = [rel for rel in files if _is(os.path.join(self.root, rel), stat.S_ISREG)]
+        out.dirs = [rel for rel in dirs if _is(os.path.join(self.root, rel), stat.S_ISDIR)]
+        # Each mount costs bubblewrap a pass over the mount table, so a
+        # directory that holds nothing but masked files (a folder of test
+        # keys) is masked whole, as one mount.
+        by_parent: dict[str, list[str]] = {}
+        for rel in live:
+            by_parent.setdefault(rel.rpartition("/")[0], []).append(rel)
+        masked = set(live) | set(out.dirs)
+        for parent, members in by_parent.items():
+            if parent and len(members) >= GROUP_MASKS_FROM and self._only(parent, masked):
+                out.dirs.append(parent)
+            else:
+                out.files.extend(members)
+        out.dirs.sort()
         for rel in readonly:
             full = os.path.join(self.root, rel)
             if _is(full, stat.S_ISDIR) or _is(full, stat.S_ISREG):
                 out.readonly.append(rel)
         return out
+
+
+    def _only(self, parent: str, masked: set[str]) -> bool:
+        """Whether every entry of ``parent`` is masked already."""
+        try:
+            with os.scandir(os.path.join(self.root, parent)) as it:
+                return all(f"{parent}/{entry.name}" in masked for entry in it)
+        except OSError:
+            return False
 
 
 def _is(path: str, test: object) -> bool:

@@ -480,3 +480,23 @@ def test_attack_a_write_through_a_shipped_link_names_the_real_target(
     ]
     assert "docs/notes.txt" in item["summary"]
     assert any("NOTES → docs/notes.txt" in w for w in item["warnings"])
+
+
+def test_attack_a_directory_of_keys_is_masked_whole_and_its_neighbours_stay(
+    make_worker: MakeWorker,
+) -> None:
+    """A folder holding only secrets is one mask; a secret beside ordinary files is masked
+    alone, and the ordinary files stay readable."""
+    project = Path(make_worker().root)
+    keys = project / "fixtures" / "keys"
+    keys.mkdir(parents=True)
+    for i in range(6):
+        (keys / f"k{i}.pem").write_text(f"leak-me-{i}\n")
+    (project / "conf").mkdir()
+    (project / "conf" / "server.key").write_text("leak-me-conf\n")
+    (project / "conf" / "server.toml").write_text("port = 1\n")
+    (r,) = run(make_worker(), sh("1", "cat fixtures/keys/* conf/*; ls fixtures/keys | wc -l"))
+    text = out(r)
+    assert "leak-me" not in text
+    assert "port = 1" in text
+    assert (keys / "k0.pem").read_text() == "leak-me-0\n"
