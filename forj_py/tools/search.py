@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
 from ..errors import ToolFailure
+from ..patterns import PatternTooComplex, gitignore_spec
 from ..protocol import ErrorKind, ErrorType
 from ..registry import Tool, ToolContext
 from ..walk import Walker
@@ -358,6 +359,11 @@ def _spec(globs: list[str] | None) -> pathspec.GitIgnoreSpec | None:
     if not globs:
         return None
     try:
-        return pathspec.GitIgnoreSpec.from_lines(globs)
+        return gitignore_spec(globs)
+    except PatternTooComplex as exc:
+        raise errors.bad_args(
+            f"Path glob too complex: {exc}",
+            recovery=["Use fewer '*' per glob; several simpler globs can be listed"],
+        ) from None
     except ValueError as exc:
         raise errors.bad_args(f"Invalid path glob: {exc}") from None
