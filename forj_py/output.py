@@ -296,7 +296,7 @@ URL_CREDENTIAL_MARK = "***"
 # characters could never help.
 _URL_USERINFO_RE = regex.compile(
     r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{0,30}+://)"
-    r"(?P<user>[^/\s:@\"'<>]{1,256}+)"
+    r"(?P<user>[^/\s:@\"'<>]{0,256}+)"
     r"(?::(?P<password>[^/\s@\"'<>]{1,1024}+))?"
     r"@(?P<host>[^/\s@\"'<>?#]{1,256}+)"
 )
