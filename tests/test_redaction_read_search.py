@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 from conftest import MakeWorker, call, run, user_config, write_tree
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from forj_py import output
 from forj_py.output import redact_url_credentials
 from forj_py.service import Worker
 from forj_py.tools.search import find_rg
@@ -223,3 +226,20 @@ def test_redact_url_credentials_shapes() -> None:
     two = f"a=redis://:{PASSWORD}@r:6379 b=amqp://guest:{PASSWORD}@mq/v"
     text, n = redact_url_credentials(two)
     assert n == 2 and PASSWORD not in text
+
+
+_URL_TEXT = st.lists(
+    st.sampled_from([*"ab:/@ .\t\n\"'<>x1_-~+=%", "://", "https", "\x1c", "é", "t" * 20]),
+    max_size=40,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_URL_TEXT)
+def test_redaction_quick_scan_never_skips_a_credential(text: str) -> None:
+    # The quick scan may only skip text in which the full expression finds
+    # no user information at all.
+    if output._USERINFO_HINT_RE.search(text) is None:
+        assert output._URL_USERINFO_RE.search(text) is None, text
+    _redacted, n = redact_url_credentials(text)
+    assert n == len([m for m in output._URL_USERINFO_RE.finditer(text) if output._url_secret(m)])
