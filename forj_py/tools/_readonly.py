@@ -288,8 +288,9 @@ _GIT_SUBCOMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     # --contents FILE, -S REVS-FILE and --ignore-revs-file FILE read files.
     "blame": (("contents", "ignore-revs-file"), "S"),
     "annotate": (("contents", "ignore-revs-file"), "S"),
-    # --exclude-from / -X read patterns from a file.
-    "ls-files": (("exclude-from",), "X"),
+    # --exclude-from / -X read patterns from a file, --exclude-per-directory
+    # from every file of that name (.env too).
+    "ls-files": (("exclude-from", "exclude-per-directory"), "X"),
     "ls-tree": ((), ""),
     "rev-parse": ((), ""),
     "rev-list": ((), ""),
@@ -355,6 +356,11 @@ def _listing_only(sub: str, args: list[str]) -> str | None:
             name = arg.split("=", 1)[0]
             if sub == "tag" and name.startswith("-n") and name[2:].isdigit():
                 continue
+            if sub == "tag" and name in ("-v", "--verify", "--verbose"):
+                return (
+                    f"git tag {arg} verifies signatures, which runs the gpg program "
+                    "the repository's config names"
+                )
             if name not in _BRANCH_LISTING:
                 return f"git {sub} {arg} may change refs"
             if name in _LIST_WITH_VALUE and "=" not in arg:
@@ -401,7 +407,7 @@ def _check_git(args: list[str], paths: list[str]) -> str | None:
     spec = Spec(frozenset(deny_long + _GIT_ALWAYS_DENY), deny_short)
     reason = _options(rest, spec, f"git {sub}", paths=paths)
     if reason is None:
-        signature = next((a for a in rest if "%G" in a), None)
+        signature = next((a for a in rest if "%G" in a or "%(signature" in a), None)
         if signature is not None:
             reason = (
                 f"git {sub} {signature} verifies signatures, which runs the gpg program "
@@ -510,8 +516,12 @@ PROGRAMS: dict[str, Spec] = {
     },
     "hexdump": _spec(("format-file",), "f"),  # -f reads its format from a file
     "strings": _spec(check=_check_strings),
-    # -f reads the names to examine from a file, -m magic from a file.
-    "file": _spec(("compile", "files-from", "magic-file"), "Cfm"),
+    # -f reads the names to examine from a file, -m magic from a file; -z
+    # runs decompression programs; -L follows symlinks out of the project.
+    "file": _spec(
+        ("compile", "files-from", "magic-file", "uncompress", "uncompress-noreport", "dereference"),
+        "CfmzZL",
+    ),
     # --fromfile reads the listing from files, --gitfile ignore rules from a
     # file, -l follows symlinks.
     "tree": _spec(("output", "fromfile", "gitfile"), "oRHl"),
@@ -601,6 +611,12 @@ _WHY = {
     "--fromfile": "reads the names of files from a file, names the sandbox never sees",
     "--check": "reads each file named in a list file, names the sandbox never sees",
     "--exclude-from": "reads patterns from a file it names",
+    "--exclude-per-directory": "reads patterns from every file of the name it is given",
+    "--uncompress": "runs a decompression program on compressed files",
+    "--uncompress-noreport": "runs a decompression program on compressed files",
+    "file -z": "runs a decompression program on compressed files",
+    "file -Z": "runs a decompression program on compressed files",
+    "file -L": "follows symlinks out of the project",
     "--file": "reads from a file it names",
     "--format-file": "reads its format from a file it names",
     "--magic-file": "reads magic rules from a file it names",
