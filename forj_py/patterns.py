@@ -44,6 +44,9 @@ FALLBACK_MAX_WILDCARDS = 2
 # Regexes per compiled RE2 program: RE2 refuses programs over its memory
 # budget (8 MiB), which a few thousand gitignore lines reach.
 _CHUNK = 256
+# ... and at most this much expression text: RE2's compile time grows
+# faster than the text (a few thousand-star lines take a second together).
+_CHUNK_CHARS = 16_384
 
 _state = {"linear": HAVE_RE2, "warned": False}
 
@@ -132,10 +135,22 @@ def gitignore_regexes(line: str, *, marks_dirs: bool = False) -> list[tuple[str,
     for a line pathspec cannot parse, :class:`PatternTooComplex` as
     :func:`check` does.
     """
-    if marks_dirs:
-        spec: pathspec.PathSpec[Any] = pathspec.GitIgnoreSpec.from_lines([line], backend="simple")
-    else:
-        spec = pathspec.PathSpec.from_lines("gitignore", [line], backend="simple")
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{line!r} is not valid Unicode text") from None
+    try:
+        if marks_dirs:
+            spec: pathspec.PathSpec[Any] = pathspec.GitIgnoreSpec.from_lines(
+                [line], backend="simple"
+            )
+        else:
+            spec = pathspec.PathSpec.from_lines("gitignore", [line], backend="simple")
+    except (re.error, FutureWarning) as exc:
+        # pathspec hands some brackets to re unchecked: "[S-8]" is an error,
+        # "[[:alpha:]]" a warning (an error where warnings are, as in the
+        # tests; elsewhere RE2 refuses the expression just below).
+        raise ValueError(f"{line!r} cannot be matched: {exc}") from None
     out: list[tuple[str, bool]] = []
     for pattern in spec.patterns:
         regex = getattr(pattern, "regex", None)
@@ -144,17 +159,28 @@ def gitignore_regexes(line: str, *, marks_dirs: bool = False) -> list[tuple[str,
             continue
         source = str(regex.pattern)
         check(line, source)
+        if linear():
+            # pathspec's expressions are meant for RE2, but a line like
+            # "[[:alpha:]]" comes out as one RE2 rejects; and git's own
+            # reading of it differs anyway.
+            try:
+                _re2.compile(source, _re2_options(False))
+            except Exception as exc:
+                raise ValueError(f"{line!r} cannot be matched: {exc}") from None
         out.append((source, bool(include)))
     return out
 
 
 def gitignore_spec(lines: Sequence[str]) -> pathspec.GitIgnoreSpec:
     """A :class:`pathspec.GitIgnoreSpec` on RE2 (or checked for the fallback)."""
-    if linear():
-        return pathspec.GitIgnoreSpec.from_lines(lines, backend="re2")
     for line in lines:
-        gitignore_regexes(line)
-    return pathspec.GitIgnoreSpec.from_lines(lines, backend="simple")
+        gitignore_regexes(line)  # a clear ValueError for a line that cannot be used
+    if not linear():
+        return pathspec.GitIgnoreSpec.from_lines(lines, backend="simple")
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines, backend="re2")
+    except Exception as exc:  # RE2's own error: the set is over its memory budget
+        raise ValueError(f"the patterns together are too large to match ({exc})") from None
 
 
 def _re2_options(ignore_case: bool) -> Any:
@@ -188,20 +214,40 @@ class RegexSet:
     match nothing).  With RE2 a ``re2.Set`` then names the matches in one
     pass; when its automaton gives up (RE2 sets have no slower fallback,
     and say nothing), each regex of the chunk is tried alone, which single
-    RE2 expressions always finish.
+    RE2 expressions always finish.  A chunk too big for one RE2 program is
+    split until it fits.
     """
 
     def __init__(self, sources: Iterable[str], *, ignore_case: bool = False) -> None:
         self.sources = list(sources)
         self._ignore_case = ignore_case
         self._re2 = linear()
-        self._chunks = [self.sources[i : i + _CHUNK] for i in range(0, len(self.sources), _CHUNK)]
-        self._any = [
-            _Engine("|".join(f"(?:{s})" for s in chunk), ignore_case, self._re2)
-            for chunk in self._chunks
-        ]
-        self._sets: list[Any] = [None] * len(self._chunks)
-        self._singles: list[list[_Engine] | None] = [None] * len(self._chunks)
+        self._ranges: list[tuple[int, int]] = []
+        self._any: list[_Engine] = []
+        start = size = 0
+        for end, source in enumerate(self.sources):
+            if end > start and (end - start >= _CHUNK or size + len(source) > _CHUNK_CHARS):
+                self._add_range(start, end)
+                start, size = end, 0
+            size += len(source)
+        if start < len(self.sources):
+            self._add_range(start, len(self.sources))
+        self._sets: list[Any] = [None] * len(self._ranges)
+        self._singles: list[list[_Engine] | None] = [None] * len(self._ranges)
+
+    def _add_range(self, start: int, end: int) -> None:
+        combined = "|".join(f"(?:{s})" for s in self.sources[start:end])
+        try:
+            engine = _Engine(combined, self._ignore_case, self._re2)
+        except Exception:
+            if end - start == 1:
+                raise  # one expression RE2 cannot take: the caller checked it
+            middle = (start + end) // 2
+            self._add_range(start, middle)
+            self._add_range(middle, end)
+            return
+        self._ranges.append((start, end))
+        self._any.append(engine)
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -215,8 +261,8 @@ class RegexSet:
         for n, engine in enumerate(self._any):
             if not engine.search(text):
                 continue
-            base = n * _CHUNK
-            hits = self._set(n).Match(text) if self._re2 else None
+            base = self._ranges[n][0]
+            hits = self._set_match(n, text) if self._re2 else None
             if hits:
                 found.extend(base + h for h in sorted(hits))
             else:
@@ -230,16 +276,23 @@ class RegexSet:
     def _each(self, n: int) -> list[_Engine]:
         singles = self._singles[n]
         if singles is None:
-            singles = [_Engine(s, self._ignore_case, self._re2) for s in self._chunks[n]]
+            start, end = self._ranges[n]
+            singles = [_Engine(s, self._ignore_case, self._re2) for s in self.sources[start:end]]
             self._singles[n] = singles
         return singles
 
-    def _set(self, n: int) -> Any:
+    def _set_match(self, n: int, text: str) -> Any:
         regex_set = self._sets[n]
         if regex_set is None:
-            regex_set = _re2.Set.SearchSet(_re2_options(self._ignore_case))
-            for source in self._chunks[n]:
-                regex_set.Add(source)
-            regex_set.Compile()
+            start, end = self._ranges[n]
+            try:
+                regex_set = _re2.Set.SearchSet(_re2_options(self._ignore_case))
+                for source in self.sources[start:end]:
+                    regex_set.Add(source)
+                regex_set.Compile()
+            except Exception:
+                regex_set = False  # over RE2's budget as a set: each regex alone
             self._sets[n] = regex_set
-        return regex_set
+        if regex_set is False:
+            return None
+        return regex_set.Match(text)

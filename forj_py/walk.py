@@ -5,7 +5,9 @@ and the ripgrep-backed ``search`` is given flags that make rg walk the same
 way, so both searches see the same files:
 
 - ``.gitignore``, ``.ignore`` and ``.rgignore`` in every directory, with real
-  gitignore semantics (``pathspec``): patterns relative to their file's
+  gitignore semantics (``pathspec``, matched on RE2 in linear time: see
+  :mod:`forj_py.patterns`; a line that cannot be matched is skipped, as
+  git skips what it cannot parse): patterns relative to their file's
   directory, ``!`` negation, directory-only patterns, and the deepest file
   that has an opinion about a path decides (within one directory,
   ``.rgignore`` over ``.ignore`` over ``.gitignore``); plus
@@ -22,12 +24,13 @@ way, so both searches see the same files:
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .patterns import RegexSet, gitignore_regexes
+from .patterns import RegexSet, gitignore_regexes, linear
 from .sandbox import Sandbox
 
 IGNORE_FILES = (".gitignore", ".ignore", ".rgignore")  # lowest precedence first
@@ -72,7 +75,7 @@ class Walker:
             sources.insert(0, os.path.join(self.root, ".git", "info", "exclude"))
         for path in sources:
             lines.extend(_read_lines(path))
-        spec = _compile(lines) if lines else None
+        spec = _compile_cached(tuple(lines), linear()) if lines else None
         self._specs[rel_dir] = spec
         return spec
 
@@ -309,6 +312,14 @@ def _itself(source: str) -> str:
     if source.endswith(_DIR_MARK):
         return source[: -len(_DIR_MARK)] + "/$"
     return source.replace(_DIR_MARK, "/")
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_cached(lines: tuple[str, ...], on_re2: bool) -> Rules:
+    # Every walk builds a new Walker; the ignore files rarely change between
+    # them, and pathspec compiles each line with ``re`` first (44 ms for a
+    # thousand-star line), so a hostile .gitignore is paid for once.
+    return _compile(list(lines))
 
 
 def _compile(lines: list[str]) -> Rules:

@@ -348,3 +348,33 @@ def test_a_huge_gitignore_compiles_and_matches(project: Path) -> None:
     assert rules.verdict("dir7/a/b.x7", False) is True
     assert rules.verdict("dir7/keep.x7", False) is False
     assert rules.verdict("dir7/a/b.x8", False) is None
+
+
+@pytest.mark.parametrize("line", ["[[:alpha:]]x", "[S-8]", "a[]b", "x[!]"])
+def test_attack_unmatchable_pattern_lines_are_refused_or_skipped_not_crashes(
+    make_worker: MakeWorker, project: Path, line: str
+) -> None:
+    # pathspec turns these into expressions RE2 (or even re) rejects.
+    write_tree(project, {".gitignore": f"{line}\n*.log\n", "x.log": "", "keep.txt": "k"})
+    worker = make_worker()
+    _, result = run(worker, [call("l", "list_files")])
+    (r,) = result["results"]
+    assert r["ok"], r
+    paths = [f["path"] for f in r["result"]["files"]]
+    assert "x.log" not in paths and "keep.txt" in paths
+    user_config("[tools.search]\nengine = 'python'\n")
+    _, result = run(make_worker(), [call("s", "search", query="k", include_paths=[line])])
+    (r,) = result["results"]
+    assert r["ok"] or r["error"]["type"] == "validation-error", r
+    project_config(project, f"[tools.sandbox]\ndenied_patterns = ['{line}']\n")
+    try:
+        load(project)
+    except ConfigError as exc:
+        assert line in str(exc)
+
+
+def test_many_huge_lines_are_compiled_in_chunks_that_fit(project: Path) -> None:
+    lines = ["*a" * 1000 + f"*b{i}" for i in range(40)]
+    rules = _compile(lines)
+    assert rules.verdict("a" * 1000 + "b7", False) is True
+    assert rules.verdict("a" * 200 + "b7", False) is None
