@@ -266,6 +266,10 @@ def main() -> None:
 
     rows.extend(tools.main())
 
+    import patterns  # pattern matching on RE2, credential redaction in reads
+
+    rows.extend(patterns.main())
+
     import shell  # run_shell: streaming throughput, time to kill a group
 
     rows.extend(shell.main())

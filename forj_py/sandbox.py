@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pathspec
-
 from . import errors
 from .errors import ToolFailure
+from .patterns import PatternTooComplex, RegexSet, gitignore_regexes
 from .protocol import DenialReason, ErrorKind, ErrorType
 
 DEFAULT_DENIES = (
@@ -126,20 +124,27 @@ class Sandbox:
             # are merged from several files must only ever add denials.
             raise ValueError(f"denied patterns cannot be negated: {negated}")
         self.denied_patterns = patterns
-        self._each_re: list[tuple[str, re.Pattern[str]]] = []
+        # Every path of every call is checked against every pattern: on RE2,
+        # in time linear in the path whatever a project's patterns hold
+        # (see forj_py.patterns).  Case-insensitive: on macOS, Windows and
+        # casefolded volumes ".ENV" is ".env"; elsewhere denying both
+        # spellings costs nothing.
+        sources: list[str] = []
+        owners: list[str] = []
         for pattern in patterns:
-            spec = pathspec.PathSpec.from_lines("gitignore", [pattern])
-            parts = [
-                r.pattern for c in spec.patterns if (r := getattr(c, "regex", None)) is not None
-            ]
-            self._each_re.append(
-                (pattern, re.compile("|".join(f"(?:{r})" for r in parts) or "(?!)", re.IGNORECASE))
-            )
-        # Every path of every call is checked: one combined regex, not a loop.
-        regexes = [single.pattern for _, single in self._each_re]
-        # Case-insensitive: on macOS, Windows and casefolded volumes ".ENV" is
-        # ".env"; elsewhere denying both spellings costs nothing.
-        self._combined = re.compile("|".join(f"(?:{r})" for r in regexes) or "(?!)", re.IGNORECASE)
+            try:
+                compiled = gitignore_regexes(pattern)
+            except PatternTooComplex:
+                raise
+            except ValueError as exc:
+                raise ValueError(
+                    f"{pattern!r} is not a valid gitignore-style pattern: {exc}"
+                ) from None
+            for source, _ in compiled:
+                sources.append(source)
+                owners.append(pattern)
+        self._denied = RegexSet(sources, ignore_case=True)
+        self._denied_owner = owners
 
     # --- validation (FR-VAL-04) ----------------------------------------------
 
@@ -252,12 +257,8 @@ class Sandbox:
         if rel in ("", "."):
             return None
         forms = (rel,) if is_dir is False else (rel, rel + "/")
-        if not any(self._combined.search(form) for form in forms):
-            return None
-        for pattern, single in self._each_re:
-            if any(single.search(form) for form in forms):
-                return pattern
-        return None  # pragma: no cover - the combined spec matched, so one does
+        found = [i for form in forms for i in self._denied.matching(form)]
+        return self._denied_owner[min(found)] if found else None
 
     def denied_inside(self, project_rel: str, is_dir: bool | None = None) -> str | None:
         """The denied pattern matching a project-relative path, checked as resolve does.

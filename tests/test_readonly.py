@@ -14,7 +14,7 @@ READ_ONLY = [
     ["tail", "-n", "20", "log.txt"],
     ["wc", "-l", "a", "b"],
     ["rg", "-n", "TODO", "src"],
-    ["rg", "--json", "-e", "foo", "--glob", "*.py"],
+    ["rg", "--json", "-e", "foo", "--type", "py"],
     ["rg", "--pretty", "x"],  # not --pre
     ["grep", "-n", "needle", "file.txt"],
     ["find", ".", "-name", "*.py", "-type", "f"],
@@ -158,14 +158,14 @@ def test_commands_that_write_run_code_or_leave_the_project(name: str) -> None:
 
 def test_glued_option_values_reach_the_sandbox_check() -> None:
     """Found in review: ``date -f.env`` reads .env; the sandbox must see '.env'."""
-    for argv in (["date", "-f.env"], ["file", "-f.env"]):
+    for argv in (["grep", "-e.env", "x"], ["diff", "--from-file=.env", "x"]):
         verdict = classify(argv)
         assert ".env" in verdict.paths, verdict
 
 
 def test_path_arguments_are_collected_for_the_sandbox_check() -> None:
     assert classify(["cat", "a.txt", "--", "-b"]).paths == ("a.txt", "-b")
-    assert classify(["rg", "--ignore-file=.ig", "x", "src"]).paths == (".ig", "x", "src")
+    assert classify(["rg", "--sort=path", "x", "src"]).paths == ("path", "x", "src")
     assert classify(["sed", "-n", "/x/p", "f"]).paths == ("f",)  # the script is not a path
 
 
@@ -220,3 +220,155 @@ def test_string_commands_are_read_only_only_without_shell_syntax(
 )
 def test_sed_scripts(script: str, ok: bool) -> None:
     assert sed_script_is_read_only(script) is ok
+
+
+# Options that read a file they name, read a list of files to read (names the
+# sandbox never checks), run a program, or re-include what the ignore rules
+# and denied patterns hide.  Each: (argv, words the reason must hold).
+ATTACKS = {
+    "sort --files0-from": (["sort", "--files0-from=list"], "names of files"),
+    "sort --files0 abbreviated": (["sort", "--files0=list"], "names of files"),
+    "wc --files0-from": (["wc", "--files0-from", "list"], "names of files"),
+    "du --files0-from": (["du", "--files0-from=list"], "names of files"),
+    "du --exclude-from": (["du", "--exclude-from=pats", "."], "reads patterns"),
+    "du -X": (["du", "-X", "pats", "."], "reads patterns"),
+    "du -L": (["du", "-L", "."], "symlinks"),
+    "sort --random-source": (["sort", "--random-source=.env", "x"], "reads a file"),
+    "sort -T": (["sort", "-T", "/tmp/x", "in"], "temporary files"),
+    "grep -f": (["grep", "-f", "patterns", "x"], "reads patterns"),
+    "grep --file": (["grep", "--file=patterns", "x"], "reads"),
+    "grep --exclude-from": (["grep", "--exclude-from=x", "y", "z"], "reads patterns"),
+    "egrep -f": (["egrep", "-f", "p", "x"], "reads patterns"),
+    "fgrep -f": (["fgrep", "-f", "p", "x"], "reads patterns"),
+    "diff -X": (["diff", "-X", "pats", "a", "b"], "reads patterns"),
+    "diff --exclude-from": (["diff", "--exclude-from=pats", "a", "b"], "reads patterns"),
+    "sha256sum -c": (["sha256sum", "-c", "sums"], "list file"),
+    "md5sum --check": (["md5sum", "--check", "sums"], "list file"),
+    "b2sum -c": (["b2sum", "-c", "sums"], "list file"),
+    "cksum --check": (["cksum", "--check", "sums"], "list file"),
+    "hexdump -f": (["hexdump", "-f", "fmt", "x"], "format from a file"),
+    "strings @file": (["strings", "@args"], "from a file"),
+    "file -f": (["file", "-f", "names"], "names of files"),
+    "file --files-from": (["file", "--files-from=names"], "names of files"),
+    "file -m": (["file", "-m", "magic", "x"], "magic"),
+    "file -z": (["file", "-z", "x.gz"], "decompression program"),
+    "file --uncompress": (["file", "--uncompress", "x.xz"], "decompression program"),
+    "file -L": (["file", "-L", "link"], "symlinks"),
+    "git ls-files --exclude-per-directory": (
+        ["git", "ls-files", "-o", "--exclude-per-directory=.env"],
+        "every file of the name",
+    ),
+    "git tag -v": (["git", "tag", "-l", "-v", "v1"], "gpg"),
+    "git tag --verify": (["git", "tag", "--verify", "v1"], "gpg"),
+    "git for-each-ref %(signature)": (
+        ["git", "for-each-ref", "--format=%(signature:key)"],
+        "gpg",
+    ),
+    "date -f": (["date", "-f.env"], "each line of a file"),
+    "date --file": (["date", "--file=.env"], "reads"),
+    "tree --fromfile": (["tree", "--fromfile", "list"], "names of files"),
+    "tree --gitfile": (["tree", "--gitfile=x"], "ignore rules"),
+    "tree -l": (["tree", "-l"], "symlinks"),
+    "ls -L": (["ls", "-LR", "."], "symlinks"),
+    "ls --dereference": (["ls", "--dereference", "-R"], "symlinks"),
+    "find -L": (["find", "-L", ".", "-name", "x"], "runs a program or writes"),
+    "find -follow": (["find", ".", "-follow"], ""),
+    "find -files0-from": (["find", "-files0-from", "list"], ""),
+    # ripgrep
+    "rg --pre": (["rg", "--pre", "./script", "x"], "runs a program on each file"),
+    "rg --pre-glob": (["rg", "--pre-glob=*.pdf", "x"], "runs a program on each file"),
+    "rg --search-zip": (["rg", "--search-zip", "x"], "decompression program"),
+    "rg -z": (["rg", "-z", "x"], "decompression program"),
+    "rg --iglob": (["rg", "--iglob", ".env", "x"], "override the ignore rules"),
+    "rg --glob": (["rg", "--glob=*.key", "x"], "override the ignore rules"),
+    "rg -g": (["rg", "-g", "!x", "KEY"], "override the ignore rules"),
+    "rg -u": (["rg", "-u", "x"], "ignored"),
+    "rg -uuu": (["rg", "-uuu", "x"], "ignored"),
+    "rg --unrestricted": (["rg", "--unrestricted", "x"], "ignored and hidden"),
+    "rg --no-ignore-vcs": (["rg", "--no-ignore-vcs", "x"], "ignore rules hide"),
+    "rg --no-ignore-files": (["rg", "--no-ignore-files", "x"], "ignore rules hide"),
+    "rg --no-ignore-exclude": (["rg", "--no-ignore-exclude", "x"], "ignore rules hide"),
+    "rg --no-ignore-future": (["rg", "--no-ignore-anything-new", "x"], "ignore rules hide"),
+    "rg --ignore-file": (["rg", "--ignore-file", "rules", "x"], "ignore rules from a file"),
+    "rg --follow": (["rg", "--follow", "x"], "symlinks"),
+    "rg -L": (["rg", "-L", "x"], "symlinks"),
+    "rg --hidden": (["rg", "--hidden", "x"], "hidden files"),
+    "rg -f": (["rg", "-f", "patterns"], "reads patterns"),
+    "rg --file": (["rg", "--file=patterns"], "reads from a file"),
+    # git: programs from the repository's config, files named by options,
+    # other repositories' config
+    "git diff --ext-diff": (["git", "diff", "--ext-diff"], "external diff"),
+    "git log --textconv": (["git", "log", "-p", "--textconv"], "textconv"),
+    "git cat-file --filters": (["git", "cat-file", "--filters", "HEAD"], "filter programs"),
+    "git log --show-signature": (["git", "log", "--show-signature"], "gpg"),
+    "git log --format=%G?": (["git", "log", "--format=%h %G?"], "gpg"),
+    "git show --pretty=%GS": (["git", "show", "--pretty=format:%GS"], "gpg"),
+    "git diff --submodule=diff": (["git", "diff", "--submodule=diff"], "submodule"),
+    "git grep --recurse-submodules": (
+        ["git", "grep", "--recurse-submodules", "x"],
+        "submodule",
+    ),
+    "git ls-files --recurse-submodules": (
+        ["git", "ls-files", "--recurse-submodules"],
+        "submodule",
+    ),
+    "git diff -O": (["git", "diff", "-Oorder.txt"], "order of paths"),
+    "git log -O": (["git", "log", "-p", "-O", "order.txt"], "order of paths"),
+    "git blame --contents": (["git", "blame", "--contents", "x", "f"], "reads a file"),
+    "git blame --ignore-revs-file": (
+        ["git", "blame", "--ignore-revs-file=revs", "f"],
+        "reads a file",
+    ),
+    "git blame -S": (["git", "blame", "-S", "revs", "f"], "revisions from a file"),
+    "git ls-files --exclude-from": (
+        ["git", "ls-files", "--exclude-from=pats", "-o"],
+        "reads patterns",
+    ),
+    "git ls-files -X": (["git", "ls-files", "-X", "pats", "-o"], "reads patterns"),
+    "git grep -f": (["git", "grep", "-f", "pats"], "reads patterns"),
+    "git grep --file": (["git", "grep", "--file=pats"], "reads"),
+    "git grep -O": (["git", "grep", "-Ovim", "x"], "runs the program"),
+    "git -c": (["git", "-c", "diff.external=./x", "diff"], "can change what git runs"),
+    "git --exec-path": (["git", "--exec-path=./bin", "log"], "can change what git runs"),
+    "git --git-dir": (["git", "--git-dir=x.git", "log"], "can change what git runs"),
+    "git --work-tree": (["git", "--work-tree=..", "status"], "can change what git runs"),
+    "git -C": (["git", "-C", "vendor/x", "log"], "can change what git runs"),
+    "git --config-env": (["git", "--config-env=a.b=C", "log"], "can change what git runs"),
+    "git --output": (["git", "log", "--output=x"], "writes a file"),
+    "git --no-index": (["git", "diff", "--no-index", "a", "b"], "does not track"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_attack_read_only_classifier_rejects_file_reading_and_program_running_options(
+    name: str,
+) -> None:
+    argv, words = ATTACKS[name]
+    verdict = classify(argv)
+    assert not verdict.read_only, argv
+    assert words in verdict.reason, verdict.reason
+    # The reason names the program and the option.
+    assert verdict.reason.startswith((argv[0], f"{argv[0]} ")), verdict.reason
+
+
+def test_attack_read_only_classifier_keeps_the_safe_forms_of_those_commands() -> None:
+    # Refusing the options above must not refuse the everyday commands.
+    for argv in (
+        ["sort", "-u", "-k2", "data"],
+        ["wc", "-l", "a", "b"],
+        ["du", "-sh", "src"],
+        ["grep", "-n", "-e", "x", "f"],
+        ["rg", "-n", "--type", "py", "needle"],
+        ["rg", "--no-require-git", "x"],
+        ["git", "log", "--format=%h %an %s", "-n", "3"],
+        ["git", "diff", "--no-ext-diff", "--no-textconv"],
+        ["git", "blame", "-L", "1,5", "f"],
+        ["git", "ls-files", "-o", "--exclude-standard"],
+        ["sha256sum", "a", "b"],
+        ["strings", "-n", "8", "bin"],
+        ["file", "x"],
+        ["tree", "-L", "2", "-a"],
+        ["ls", "-la"],
+    ):
+        verdict = classify(argv)
+        assert verdict.read_only, (argv, verdict.reason)

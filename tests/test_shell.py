@@ -627,7 +627,7 @@ def test_unreviewed_calls_found_in_review_are_refused(
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     worker = make_worker()
     calls = [
-        sh("date", ["date", "-f.env"]),
+        sh("date", ["diff", "--from-file=.env", "README.md"]),
         sh("diffdir", ["diff", "empty", "src"]),
         {
             "id": "nested",

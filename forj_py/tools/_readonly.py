@@ -259,22 +259,38 @@ _GIT_GLOBAL_OK = {
 # reflog, rev-list, shortlog, stash show all take it), --no-index reads
 # files git does not track (.env, keys), --ext-diff / --textconv run
 # programs named in config.
-_GIT_ALWAYS_DENY = ("output", "no-index", "ext-diff", "textconv", "open-files-in-pager")
-_GIT_DIFF_DENY = ()
+_GIT_ALWAYS_DENY = (
+    "output",
+    "no-index",
+    "ext-diff",
+    "textconv",
+    "open-files-in-pager",
+    # run a program named in the repository's config
+    "filters",  # cat-file: clean/smudge filters
+    "show-signature",  # gpg.program
+    # run git again inside each submodule, under that repository's own config
+    "submodule",
+    "recurse-submodules",
+)
+# -O<orderfile> reads the order of paths from a file.
+_GIT_DIFF_DENY = ("orderfile",)
 _GIT_SUBCOMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     # subcommand: (denied long options, denied short letters)
     "status": ((), ""),
-    "diff": (_GIT_DIFF_DENY, ""),
-    "log": (_GIT_DIFF_DENY, ""),
-    "show": (_GIT_DIFF_DENY, ""),
-    "whatchanged": (_GIT_DIFF_DENY, ""),
-    "diff-tree": (_GIT_DIFF_DENY, ""),
-    "diff-index": (_GIT_DIFF_DENY, ""),
-    "diff-files": (_GIT_DIFF_DENY, ""),
+    "diff": (_GIT_DIFF_DENY, "O"),
+    "log": (_GIT_DIFF_DENY, "O"),
+    "show": (_GIT_DIFF_DENY, "O"),
+    "whatchanged": (_GIT_DIFF_DENY, "O"),
+    "diff-tree": (_GIT_DIFF_DENY, "O"),
+    "diff-index": (_GIT_DIFF_DENY, "O"),
+    "diff-files": (_GIT_DIFF_DENY, "O"),
     "shortlog": ((), ""),
-    "blame": ((), ""),
-    "annotate": ((), ""),
-    "ls-files": ((), ""),
+    # --contents FILE, -S REVS-FILE and --ignore-revs-file FILE read files.
+    "blame": (("contents", "ignore-revs-file"), "S"),
+    "annotate": (("contents", "ignore-revs-file"), "S"),
+    # --exclude-from / -X read patterns from a file, --exclude-per-directory
+    # from every file of that name (.env too).
+    "ls-files": (("exclude-from", "exclude-per-directory"), "X"),
     "ls-tree": ((), ""),
     "rev-parse": ((), ""),
     "rev-list": ((), ""),
@@ -289,7 +305,8 @@ _GIT_SUBCOMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "count-objects": ((), ""),
     # -O / --open-files-in-pager runs the program given; --no-index and
     # --untracked search files git does not track (.env, keys).
-    "grep": (("untracked", "no-exclude-standard"), "O"),
+    # -f reads patterns from a file.
+    "grep": (("untracked", "no-exclude-standard", "file"), "Of"),
     "version": ((), ""),
     "branch": ((), ""),
     "tag": ((), ""),
@@ -339,6 +356,11 @@ def _listing_only(sub: str, args: list[str]) -> str | None:
             name = arg.split("=", 1)[0]
             if sub == "tag" and name.startswith("-n") and name[2:].isdigit():
                 continue
+            if sub == "tag" and name in ("-v", "--verify", "--verbose"):
+                return (
+                    f"git tag {arg} verifies signatures, which runs the gpg program "
+                    "the repository's config names"
+                )
             if name not in _BRANCH_LISTING:
                 return f"git {sub} {arg} may change refs"
             if name in _LIST_WITH_VALUE and "=" not in arg:
@@ -385,6 +407,13 @@ def _check_git(args: list[str], paths: list[str]) -> str | None:
     spec = Spec(frozenset(deny_long + _GIT_ALWAYS_DENY), deny_short)
     reason = _options(rest, spec, f"git {sub}", paths=paths)
     if reason is None:
+        signature = next((a for a in rest if "%G" in a or "%(signature" in a), None)
+        if signature is not None:
+            reason = (
+                f"git {sub} {signature} verifies signatures, which runs the gpg program "
+                "the repository's config names"
+            )
+    if reason is None:
         # REV:path names a file's content at a revision, where the sandbox
         # cannot see it (a committed .env).
         revision_path = next((a for a in rest if not a.startswith("-") and ":" in a), None)
@@ -393,13 +422,28 @@ def _check_git(args: list[str], paths: list[str]) -> str | None:
     return reason or _git_special(sub, rest)
 
 
+def _check_strings(args: list[str], paths: list[str]) -> str | None:
+    # binutils reads "@FILE" as more arguments: names the sandbox never sees.
+    response = next((a for a in args if a.startswith("@")), None)
+    if response is not None:
+        return f"strings {response} reads more arguments (files to read) from a file"
+    return _options(args, Spec(), "strings", paths=paths)
+
+
 # --- the list ---------------------------------------------------------------------------
 
 _RG_DENY = (
     "pre",  # runs a program on every file
+    "pre-glob",  # chooses the files --pre runs on
+    "search-zip",  # runs gzip, xz, bzip2... on compressed files
     "hostname-bin",  # runs a program
     "follow",  # follows symlinks out of the project
     "hidden",  # .env, .ssh, .aws are hidden files
+    # globs override the ignore rules, so they can re-include ignored files
+    "glob",
+    "iglob",
+    "ignore-file",  # reads ignore rules from a file it names
+    "file",  # reads patterns from a file it names
     "no-ignore",
     "no-ignore-vcs",
     "no-ignore-dot",
@@ -414,14 +458,11 @@ PROGRAMS: dict[str, Spec] = {
     **{
         name: _spec()
         for name in (
-            "ls",
             "pwd",
             "cat",
             "head",
             "tail",
-            "wc",
             "stat",
-            "du",
             "df",
             "which",
             "realpath",
@@ -440,8 +481,6 @@ PROGRAMS: dict[str, Spec] = {
             "tr",
             "nl",
             "od",
-            "hexdump",
-            "strings",
             "rev",
             "tac",
             "fold",
@@ -452,6 +491,19 @@ PROGRAMS: dict[str, Spec] = {
             "paste",
             "comm",
             "cmp",
+        )
+    },
+    # -L follows symlinks (with -R, out of the project).
+    "ls": _spec(("dereference",), "L"),
+    # --files0-from reads the names of the files to read from a file: names
+    # the sandbox never sees.  The same in du, sort and wc.
+    "wc": _spec(("files0-from",)),
+    # -X reads patterns from a file; -L follows symlinks out of the project.
+    "du": _spec(("files0-from", "exclude-from", "dereference"), "XL"),
+    # --check reads a list of files to read from the file it is given.
+    **{
+        name: _spec(("check",), "c")
+        for name in (
             "md5sum",
             "sha1sum",
             "sha224sum",
@@ -462,20 +514,47 @@ PROGRAMS: dict[str, Spec] = {
             "cksum",
         )
     },
-    "file": _spec(("compile",), "C"),
-    "tree": _spec(("output",), "oRH"),
-    "date": _spec(("set",), "s"),
+    "hexdump": _spec(("format-file",), "f"),  # -f reads its format from a file
+    "strings": _spec(check=_check_strings),
+    # -f reads the names to examine from a file, -m magic from a file; -z
+    # runs decompression programs; -L follows symlinks out of the project.
+    "file": _spec(
+        ("compile", "files-from", "magic-file", "uncompress", "uncompress-noreport", "dereference"),
+        "CfmzZL",
+    ),
+    # --fromfile reads the listing from files, --gitfile ignore rules from a
+    # file, -l follows symlinks.
+    "tree": _spec(("output", "fromfile", "gitfile"), "oRHl"),
+    "date": _spec(("set", "file"), "sf"),  # -f prints each line of a file (as a bad date)
     "hostname": _spec(("file", "boot"), "Fb", max_positionals=0),
-    "sort": _spec(("output", "compress-program"), "o"),
+    # -T puts temporary files anywhere, --random-source reads a file.
+    "sort": _spec(
+        (
+            "output",
+            "compress-program",
+            "files0-from",
+            "temporary-directory",
+            "random-source",
+        ),
+        "oT",
+    ),
     "uniq": _spec(max_positionals=1),  # a second name is the output file
     "xxd": _spec(max_positionals=1),
     # -r reads whole trees, -N prints absent files' partners whole (denied
     # ones too); directory operands are refused before an unreviewed run.
-    "diff": _spec(("recursive", "new-file", "unidirectional-new-file"), "rN"),
-    "grep": _spec(("recursive", "dereference-recursive", "directories"), "rRd"),
-    "egrep": _spec(("recursive", "dereference-recursive", "directories"), "rRd"),
-    "fgrep": _spec(("recursive", "dereference-recursive", "directories"), "rRd"),
-    "rg": _spec(_RG_DENY, "Lu."),
+    # -X / --exclude-from read patterns from a file.
+    "diff": _spec(("recursive", "new-file", "unidirectional-new-file", "exclude-from"), "rNX"),
+    # -f / --file read patterns from a file, --exclude-from too.
+    **{
+        name: _spec(
+            ("recursive", "dereference-recursive", "directories", "file", "exclude-from"),
+            "rRdf",
+        )
+        for name in ("grep", "egrep", "fgrep")
+    },
+    # -L follows symlinks, -u/-uu/-uuu and -. unhide and unignore, -g globs
+    # re-include, -f reads a pattern file, -z runs decompressors.
+    "rg": _spec(_RG_DENY, "Lu.gfz"),
     "find": _spec(
         deny_exact=(
             "-exec",
@@ -487,6 +566,10 @@ PROGRAMS: dict[str, Spec] = {
             "-fprint0",
             "-fprintf",
             "-fls",
+            # follow symlinks out of the project; read names from a file
+            "-L",
+            "-follow",
+            "-files0-from",
         ),
         single_dash_words=True,
     ),
@@ -507,6 +590,89 @@ def bad_path(arg: str) -> str | None:
     if ".." in arg.split("/"):
         return f"{arg!r} climbs out with '..'"
     return None
+
+
+# Why an option is refused, by its name ("--long" or "-x"), with the
+# program's name for the few letters that mean different things.
+_WHY = {
+    "--pre": "runs a program on each file",
+    "--pre-glob": "runs a program on each file (the files --pre is given)",
+    "--search-zip": "runs a decompression program on compressed files",
+    "--hostname-bin": "runs a program",
+    "--follow": "follows symlinks out of the project",
+    "--dereference": "follows symlinks out of the project",
+    "--hidden": "searches hidden files (.env, .ssh, .aws)",
+    "--glob": "takes globs that override the ignore rules (re-including ignored files)",
+    "--iglob": "takes globs that override the ignore rules (re-including ignored files)",
+    "--ignore-file": "reads ignore rules from a file it names",
+    "--unrestricted": "searches ignored and hidden files",
+    "--files0-from": "reads the names of files to read from a file, names the sandbox never sees",
+    "--files-from": "reads the names of files to read from a file, names the sandbox never sees",
+    "--fromfile": "reads the names of files from a file, names the sandbox never sees",
+    "--check": "reads each file named in a list file, names the sandbox never sees",
+    "--exclude-from": "reads patterns from a file it names",
+    "--exclude-per-directory": "reads patterns from every file of the name it is given",
+    "--uncompress": "runs a decompression program on compressed files",
+    "--uncompress-noreport": "runs a decompression program on compressed files",
+    "file -z": "runs a decompression program on compressed files",
+    "file -Z": "runs a decompression program on compressed files",
+    "file -L": "follows symlinks out of the project",
+    "--file": "reads from a file it names",
+    "--format-file": "reads its format from a file it names",
+    "--magic-file": "reads magic rules from a file it names",
+    "--gitfile": "reads ignore rules from a file it names",
+    "--random-source": "reads a file it names",
+    "--temporary-directory": "writes temporary files where it is told",
+    "--compress-program": "runs a program",
+    "--output": "writes a file",
+    "--orderfile": "reads the order of paths from a file it names",
+    "--contents": "reads a file it names",
+    "--ignore-revs-file": "reads a file it names",
+    "--ext-diff": "runs the external diff program of the repository's config",
+    "--textconv": "runs the textconv program of the repository's config",
+    "--filters": "runs the filter programs of the repository's config",
+    "--show-signature": "runs the gpg program of the repository's config",
+    "--submodule": "runs git in each submodule, under that repository's own config",
+    "--recurse-submodules": "runs git in each submodule, under that repository's own config",
+    "--no-index": "reads files git does not track (.env, keys)",
+    "--open-files-in-pager": "runs a program",
+    "rg -u": "searches ignored (-u), hidden (-uu) and binary (-uuu) files",
+    "rg -.": "searches hidden files (.env, .ssh, .aws)",
+    "rg -g": "takes globs that override the ignore rules (re-including ignored files)",
+    "rg -f": "reads patterns from a file it names",
+    "rg -z": "runs a decompression program on compressed files",
+    "rg -L": "follows symlinks out of the project",
+    "ls -L": "follows symlinks out of the project",
+    "du -L": "follows symlinks out of the project",
+    "du -X": "reads patterns from a file it names",
+    "diff -X": "reads patterns from a file it names",
+    "file -f": "reads the names of files to read from a file, names the sandbox never sees",
+    "file -m": "reads magic rules from a file it names",
+    "hexdump -f": "reads its format from a file it names",
+    "date -f": "prints each line of a file it names (as an invalid date)",
+    "sort -T": "writes temporary files where it is told",
+    "tree -l": "follows symlinks out of the project",
+    "git blame -S": "reads revisions from a file it names",
+    "git annotate -S": "reads revisions from a file it names",
+    "git ls-files -X": "reads patterns from a file it names",
+    "git grep -f": "reads patterns from a file it names",
+    "git grep -O": "runs the program it is given on the matching files",
+}
+for _name in ("grep", "egrep", "fgrep"):
+    _WHY[f"{_name} -f"] = "reads patterns from a file it names"
+for _name in ("md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum"):
+    _WHY[f"{_name} -c"] = _WHY["--check"]
+for _name in ("b2sum", "cksum"):
+    _WHY[f"{_name} -c"] = _WHY["--check"]
+for _name in ("diff", "log", "show", "whatchanged", "diff-tree", "diff-index", "diff-files"):
+    _WHY[f"git {_name} -O"] = _WHY["--orderfile"]
+_WHY_DEFAULT = "may write, run code or read hidden files"
+
+
+def _why(program: str, option: str) -> str:
+    if option.startswith("--no-ignore"):
+        return "searches files the ignore rules hide"
+    return _WHY.get(f"{program} {option}") or _WHY.get(option) or _WHY_DEFAULT
 
 
 def _options(
@@ -537,9 +703,13 @@ def _options(
             continue
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
-            for denied in spec.deny_long:
+            for denied in sorted(spec.deny_long):
                 if name == denied or (name and denied.startswith(name)):
-                    return f"{program} --{denied} may write, run code or read hidden files"
+                    return f"{program} --{denied} {_why(program, '--' + denied)}"
+            if program == "rg" and name.startswith("no-ignore"):
+                # --no-ignore, -vcs, -dot, -files, -parent... and any later
+                # one: each shows files the ignore rules hide.
+                return f"rg {arg} searches files the ignore rules hide"
             if eq:
                 reason = bad_path(value)
                 if reason:
@@ -556,7 +726,7 @@ def _options(
             paths.append(letters[k:])
         for letter in letters:
             if letter in spec.deny_short:
-                return f"{program} -{letter} may write, run code or read hidden files"
+                return f"{program} -{letter} {_why(program, '-' + letter)}"
     return None
 
 

@@ -19,6 +19,12 @@ from ..registry import Tool, ToolContext
 from ..walk import Entry, Walker
 
 _GLOB_FLAGS = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
+# wcmatch compiles globs to backtracking ``re`` expressions.  Stars within
+# a name stay cheap (it makes them non-backtracking), but each "**" can
+# retry every directory level: against a 60-level path, two take about
+# 5 ms, three 0.1 s, five 18 s.  Patterns come from the model, so the
+# count is bounded.
+MAX_GLOBSTARS = 2
 
 
 def _wire(entry: Entry) -> dict[str, Any]:
@@ -127,6 +133,15 @@ class Glob(Tool[GlobArgs]):
             if pattern.startswith("/") or ".." in pattern.split("/"):
                 raise errors.bad_args(
                     f"Pattern {pattern!r} must be relative to the project root, without '..'"
+                )
+            if pattern.count("**") > MAX_GLOBSTARS:
+                raise errors.bad_args(
+                    f"Pattern {pattern!r} has more than {MAX_GLOBSTARS} '**'; each one "
+                    "multiplies the work of matching a deep path",
+                    recovery=[
+                        "Use at most two '**' per pattern ('src/**/test_*.py')",
+                        "Or list the files of a narrower directory with list_files",
+                    ],
                 )
         try:
             matcher = wcglob.compile(patterns, flags=_GLOB_FLAGS)

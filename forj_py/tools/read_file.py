@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import errors
-from ..output import truncate_text
+from ..output import URL_CREDENTIAL_MARK, redact_url_credentials, truncate_text
 from ..registry import Tool, ToolContext
 
 SNIFF_BYTES = 8192
@@ -132,15 +132,21 @@ class ReadFile(Tool[ReadFileArgs]):
                     )
                 ctx.session.record_read(sp.canonical, hashlib.sha256(data).hexdigest())
                 text = data.decode(encoding, "replace")
-                content = truncate_text(text, args.max_bytes)
-                return {
-                    "path": sp.display,
-                    "encoding": encoding,
-                    "content": content,
-                    "truncated": content != text,
-                    "size": size,
-                    "total_lines": _count_lines(text),
-                }
+                shown, redacted = redact_url_credentials(text)
+                # Redacted before the cut: a cut through a URL could leave a
+                # secret without the "@" that marks it.
+                content = truncate_text(shown, args.max_bytes)
+                return _say_redacted(
+                    {
+                        "path": sp.display,
+                        "encoding": encoding,
+                        "content": content,
+                        "truncated": content != shown,
+                        "size": size,
+                        "total_lines": _count_lines(text),
+                    },
+                    redacted,
+                )
             fh.seek(0)
             result = _range_result(sp.display, fh, size, args, limits.max_scan_bytes, ctx, encoding)
             if size <= HASH_WHOLE_FILE_LIMIT:
@@ -315,7 +321,7 @@ def _range_result(
             break
         if lineno % 4096 == 0:
             ctx.check_cancelled()
-    text = b"".join(lines).decode(encoding, "replace")
+    text, redacted = redact_url_credentials(b"".join(lines).decode(encoding, "replace"))
     content = truncate_text(text, args.max_bytes)
     last = start + len(lines) - 1
     result: dict[str, Any] = {
@@ -328,4 +334,16 @@ def _range_result(
     }
     if end is None or lineno < end:
         result["total_lines"] = lineno
+    return _say_redacted(result, redacted)
+
+
+def _say_redacted(result: dict[str, Any], redacted: int) -> dict[str, Any]:
+    """Tell the model that credentials in URLs were replaced, and what that means."""
+    if redacted:
+        result["redacted_credentials"] = redacted
+        result["note"] = (
+            f"{redacted} credential(s) in URLs (scheme://user:secret@host) are shown as "
+            f"{URL_CREDENTIAL_MARK}; an edit that keeps {URL_CREDENTIAL_MARK} there keeps "
+            "the original"
+        )
     return result

@@ -40,6 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
 from ..errors import ToolFailure
+from ..output import (
+    _URL_USERINFO_RE,
+    URL_CREDENTIAL_MARK,
+    _url_secret,
+    redact_url_credentials,
+)
+from ..patterns import PatternTooComplex, gitignore_spec
 from ..protocol import ErrorKind, ErrorType
 from ..registry import Tool, ToolContext
 from ..walk import Walker
@@ -114,14 +121,23 @@ class Search(Tool[SearchArgs]):
         else:
             matches, truncated = _search_python(args, ctx)
             used = "python"
+        # Before the cut: a match hidden inside a credential must not even
+        # take the place of one that is shown.
+        matches = [m for m in matches if not m.get(_HIDDEN)]
         matches.sort(key=lambda m: (m["path"], m["line"], m["column"]))
         if len(matches) > args.max_results:
             matches = matches[: args.max_results]
             truncated = True
-        return {"matches": matches, "truncated": truncated, "engine": used}
+        redacted = sum(m.pop(_REDACTED, 0) for m in matches)
+        result: dict[str, Any] = {"matches": matches, "truncated": truncated, "engine": used}
+        return _say_redacted(result, redacted)
 
 
 def _match(path: str, line_no: int, line: str, start: int, end: int) -> dict[str, Any]:
+    """One match; credentials in URLs on its line are never shown (see below)."""
+    spans = credential_spans(line)
+    if spans:
+        return _match_redacted(path, line_no, line, start, end, spans)
     return {
         "path": path,
         "line": line_no,
@@ -130,6 +146,78 @@ def _match(path: str, line_no: int, line: str, start: int, end: int) -> dict[str
         "before": line[max(0, start - SIDE_CONTEXT) : start],
         "after": line[end : end + SIDE_CONTEXT],
     }
+
+
+# --- credentials in URLs ----------------------------------------------------------
+#
+# A line such as ``url = https://user:TOKEN@host/repo`` shows the model its
+# text around the secret with the secret as ``***``, as read_file does.  A
+# match that touches the secret itself is dropped without a trace: showing
+# it, its position or even a count would let a search for "://user:a",
+# "://user:b"... spell the secret out one character at a time.  For the
+# same reason the pure-Python engine matches against the redacted line (its
+# look-arounds could otherwise test the secret without matching it);
+# ripgrep has none.
+
+_REDACTED = "_redacted"  # markers in a match, summed into the result, then removed
+_HIDDEN = "_hidden"  # a match inside a credential: dropped
+
+
+def credential_spans(line: str) -> list[tuple[int, int]]:
+    """Where the secrets of ``scheme://user:secret@`` URLs lie in ``line``."""
+    if "://" not in line:
+        return []
+    spans = []
+    for m in _URL_USERINFO_RE.finditer(line):
+        found = _url_secret(m)
+        if found is not None:
+            spans.append(m.span(found[0]))
+    return spans
+
+
+def _redact_slice(line: str, a: int, b: int, spans: list[tuple[int, int]]) -> tuple[str, int]:
+    """``line[a:b]`` with each secret it overlaps replaced by the marker; and how many."""
+    out: list[str] = []
+    count = 0
+    at = a
+    for s, e in spans:
+        if e <= at or s >= b:
+            continue
+        out.append(line[at:s] if s > at else "")
+        out.append(URL_CREDENTIAL_MARK)
+        count += 1
+        at = min(e, b)
+    out.append(line[at:b])
+    return "".join(out), count
+
+
+def _match_redacted(
+    path: str, line_no: int, line: str, start: int, end: int, spans: list[tuple[int, int]]
+) -> dict[str, Any]:
+    if any(s < end and start < e for s, e in spans):
+        return {"path": path, "line": line_no, "column": start + 1, _HIDDEN: True}
+    before, n1 = _redact_slice(line, max(0, start - SIDE_CONTEXT), start, spans)
+    after, n2 = _redact_slice(line, end, end + SIDE_CONTEXT, spans)
+    return {
+        "path": path,
+        "line": line_no,
+        "column": start + 1,
+        "match_text": line[start:end],
+        "before": before,
+        "after": after,
+        _REDACTED: n1 + n2,
+    }
+
+
+def _say_redacted(result: dict[str, Any], redacted: int) -> dict[str, Any]:
+    if redacted:
+        result["redacted_credentials"] = redacted
+        result["note"] = (
+            f"{redacted} credential(s) in URLs are shown as {URL_CREDENTIAL_MARK}; an edit "
+            f"that keeps {URL_CREDENTIAL_MARK} keeps the original; text inside a credential "
+            "is never matched"
+        )
+    return result
 
 
 def _strip_eol(line: str) -> str:
@@ -318,11 +406,13 @@ def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, A
         matched_lines = 0  # like rg's --max-count: lines, not matches
         for line_no, line in enumerate(text.split("\n"), start=1):
             found = False
+            spans = credential_spans(line)
+            subject = redact_url_credentials(line)[0] if spans else line
             try:
                 # concurrent: the GIL is released while matching, so a slow
                 # regex cannot stall the worker's other threads; and it is
                 # cut off after a while.
-                hits = list(pattern.finditer(line, concurrent=True, timeout=REGEX_TIMEOUT))
+                hits = list(pattern.finditer(subject, concurrent=True, timeout=REGEX_TIMEOUT))
             except TimeoutError:
                 raise errors.bad_args(
                     f"The regex took more than {REGEX_TIMEOUT:g} s on one line of {entry.rel}",
@@ -331,7 +421,10 @@ def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, A
             for m in hits:
                 if m.start() == m.end():
                     continue
-                matches.append(_match(entry.rel, line_no, line, m.start(), m.end()))
+                start, end = m.start(), m.end()
+                if spans:
+                    start, end = _original_span(start, end, spans)
+                matches.append(_match(entry.rel, line_no, line, start, end))
                 found = True
             matched_lines += found
             if matched_lines > args.max_results:
@@ -339,6 +432,35 @@ def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, A
         if len(matches) >= CEILING:
             return matches, True
     return matches, False
+
+
+def _original_span(start: int, end: int, spans: list[tuple[int, int]]) -> tuple[int, int]:
+    """Map a match in the redacted line back to the original line.
+
+    A match that covers part of a marker maps onto the whole secret, so it
+    is counted as a match inside a credential.
+    """
+    mark = len(URL_CREDENTIAL_MARK)
+    shift = 0  # original minus redacted, left of the current position
+    new_start = new_end = None
+    for s, e in spans:
+        rs, re_ = s - shift, s - shift + mark  # the marker in the redacted line
+        if new_start is None:
+            if start < rs:
+                new_start = start + shift
+            elif start < re_:
+                new_start = s
+        if new_end is None:
+            if end <= rs:
+                new_end = end + shift
+            elif end <= re_:
+                new_end = e
+        shift += (e - s) - mark
+    if new_start is None:
+        new_start = start + shift
+    if new_end is None:
+        new_end = end + shift
+    return new_start, new_end
 
 
 def _read_regular(path: str, max_size: int) -> bytes | None:
@@ -358,6 +480,11 @@ def _spec(globs: list[str] | None) -> pathspec.GitIgnoreSpec | None:
     if not globs:
         return None
     try:
-        return pathspec.GitIgnoreSpec.from_lines(globs)
+        return gitignore_spec(globs)
+    except PatternTooComplex as exc:
+        raise errors.bad_args(
+            f"Path glob too complex: {exc}",
+            recovery=["Use fewer '*' per glob; several simpler globs can be listed"],
+        ) from None
     except ValueError as exc:
         raise errors.bad_args(f"Invalid path glob: {exc}") from None
