@@ -351,6 +351,14 @@ SAFE_GIT_CONFIG = (
     "core.pager=cat",
     "-c",
     "diff.external=",
+    "-c",
+    "log.showSignature=false",
+    "-c",
+    "gpg.program=false",
+    "-c",
+    "gpg.ssh.program=false",
+    "-c",
+    "gpg.x509.program=false",
     "--no-pager",
 )
 # Subcommands that can run an external diff or a textconv filter.
