@@ -313,7 +313,6 @@ class MaskIndex:
                 out.readonly.append(rel)
         return out
 
-
     def _only(self, parent: str, masked: set[str]) -> bool:
         """Whether every entry of ``parent`` is masked already."""
         try:
