@@ -162,7 +162,9 @@ def find(
             return Found("exact", exact)
     model_old = old.replace("\r\n", "\n")
     old_lines = model_old.split("\n")
-    ends_nl = model_old.endswith("\n")
+    # Whole lines (``expected``) come without their last line end: every
+    # piece is a line.  Otherwise a final newline ends the last line.
+    ends_nl = not whole_lines and model_old.endswith("\n")
     if ends_nl:
         old_lines.pop()
     if not any(line.strip() for line in old_lines):
@@ -183,7 +185,15 @@ def _find_exact(text: str, old: str, new: str) -> list[Span]:
     at = text.find(old)
     line = 1
     counted = 0
+    indented = old[:1] in (" ", "\t")
     while at >= 0:
+        if indented and at > 0 and text[at - 1] in " \t":
+            # Indentation that starts inside the file's own indentation is a
+            # different depth, not this text: the indent pass judges it.
+            head = text.rfind("\n", 0, at) + 1
+            if not text[head:at].strip(" \t"):
+                at = text.find(old, at + 1)
+                continue
         line += text.count("\n", counted, at)
         counted = at
         end = at + len(old)
@@ -248,13 +258,15 @@ def _line_span(
     for old_line, file_line in zip(old_lines, file_lines, strict=True):
         kept.setdefault(old_line, file_line)
     shift = _Reindent(old_lines, file_lines) if way in ("indent", "unicode") else None
-    punct = _punct_map(old_lines, file_lines) if way == "unicode" else {}
+    if shift is not None and not shift.needed(new_lines):
+        shift = None
+    punct = _punct_map(old_lines, file_lines, lines.text) if way == "unicode" else {}
     out = []
     for line in new_lines:
         if line in kept:
             out.append(kept[line])  # a line the model meant to keep: the file's own text
             continue
-        if punct:
+        if punct and not line.isascii():
             line = "".join(punct.get(ch, ch) for ch in line)
         if shift is not None and line.strip():
             line = shift.apply(line)
@@ -296,6 +308,14 @@ class _Reindent:
                 else 1.0
             )
 
+    def needed(self, new_lines: list[str]) -> bool:
+        """False when the new text already stands at the file's depth, not the old text's."""
+        first = next((line for line in new_lines if line.strip()), None)
+        if first is None:
+            return False
+        indent = _indent(first)
+        return not (indent == self.file_base and indent != self.old_base)
+
     def apply(self, line: str) -> str:
         indent = _indent(line)
         body = line[len(indent) :]
@@ -307,9 +327,14 @@ class _Reindent:
         return ("\t" if self.tabs else " ") * width + body
 
 
-def _punct_map(old_lines: list[str], file_lines: list[str]) -> dict[str, str]:
-    """Typographic characters the model wrote where the file has something plainer."""
-    found: dict[str, str] = {}
+def _punct_map(old_lines: list[str], file_lines: list[str], text: str) -> dict[str, str]:
+    """How the model's typographic characters are written in this file.
+
+    Those it wrote where the file has something plainer take the file's
+    form; others take their ASCII form unless the file itself uses them
+    (the model typographised the whole text, not only the lines it copied).
+    """
+    found: dict[str, str] = {ch: plain for ch, plain in _PUNCT_MAP.items() if ch not in text}
     for o, f in zip(old_lines, file_lines, strict=True):
         if o.isascii():
             continue
@@ -322,7 +347,7 @@ def _punct_map(old_lines: list[str], file_lines: list[str]) -> dict[str, str]:
                 continue
             plain = _PUNCT_MAP.get(o[i])
             if plain is not None and f.startswith(plain, j):
-                found.setdefault(o[i], plain)
+                found[o[i]] = plain
                 i += 1
                 j += len(plain)
                 continue
@@ -339,6 +364,8 @@ def _punct_map(old_lines: list[str], file_lines: list[str]) -> dict[str, str]:
 
 # Lines this common carry no information about where an edit belongs.
 _MAX_VOTE_POSITIONS = 64
+ALIKE_MARGIN = 0.03  # stretches this close to the best are named as well
+MAX_OTHERS = 3
 
 
 @dataclass(frozen=True)
@@ -346,6 +373,8 @@ class Closest:
     first_line: int  # 1-based, inclusive
     last_line: int
     ratio: float
+    # Other stretches as alike (repeated code): the refusal names them too.
+    others: tuple[tuple[int, int], ...] = ()
 
 
 def closest(lines: Lines, wanted: str) -> Closest | None:
@@ -367,13 +396,15 @@ def closest(lines: Lines, wanted: str) -> Closest | None:
     for pos, key in enumerate(keys):
         if key in telling:
             positions.setdefault(key, []).append(pos)
-    votes: dict[int, int] = {}
+    votes: dict[int, float] = {}
     for k, key in enumerate(want_keys):
         where = positions.get(key, [])
         if len(where) > _MAX_VOTE_POSITIONS:
             continue
+        # A line found once says more than one found in many places.
+        weight = 1 / len(where) if where else 0.0
         for pos in where:
-            votes[pos - k] = votes.get(pos - k, 0) + 1
+            votes[pos - k] = votes.get(pos - k, 0.0) + weight
     matcher = difflib.SequenceMatcher(autojunk=False)
     matcher.set_seq2("\n".join(want_keys))
     candidates: list[int]
@@ -382,8 +413,9 @@ def closest(lines: Lines, wanted: str) -> Closest | None:
         candidates = [start for start, _ in ranked[:6]]
     else:
         candidates = _first_line_candidates(keys, want_keys[0] if want_keys else "", n)
-    best: Closest | None = None
+    scored: list[Closest] = []
     for start in candidates:
+        best: Closest | None = None
         for first, width in ((start, n), (start, n + 1), (start - 1, n + 1), (start, n - 1)):
             first = max(first, 0)
             width = max(min(width, len(keys) - first), 1)
@@ -391,9 +423,22 @@ def closest(lines: Lines, wanted: str) -> Closest | None:
             ratio = matcher.ratio()
             if best is None or ratio > best.ratio + 1e-9:
                 best = Closest(first + 1, first + width, ratio)
-    if best is None or best.ratio < 0.3:
+        if best is not None:
+            scored.append(best)
+    if not scored:
         return None
-    return best
+    scored.sort(key=lambda c: (-c.ratio, c.first_line))
+    top = scored[0]
+    if top.ratio < 0.3:
+        return None
+    others: list[tuple[int, int]] = []
+    for c in scored[1:]:
+        if c.ratio < top.ratio - ALIKE_MARGIN or len(others) == MAX_OTHERS:
+            break
+        taken = [(top.first_line, top.last_line), *others]
+        if all(c.last_line < a or c.first_line > b for a, b in taken):
+            others.append((c.first_line, c.last_line))
+    return Closest(top.first_line, top.last_line, top.ratio, tuple(others))
 
 
 def _first_line_candidates(keys: list[str], first: str, n: int) -> list[int]:

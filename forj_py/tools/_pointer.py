@@ -30,18 +30,27 @@ def locate(lines: Lines, sent: str) -> tuple[str, dict[str, Any], Closest | None
     )
     actual = "\n".join(lines.content[near.first_line - 1 : near.last_line]) + "\n"
     diff = _short_diff(sent.replace("\r\n", "\n"), actual, near)
+    also = ""
+    if near.others:
+        also = (
+            "Other lines as alike (the code repeats): "
+            + ", ".join(f"{a}-{b}" for a, b in near.others)
+            + "\n"
+        )
     text = (
         f"The closest lines are {near.first_line}-{near.last_line} "
-        f"({near.ratio:.0%} alike):\n{numbered}\n"
+        f"({near.ratio:.0%} alike):\n{numbered}\n{also}"
         f"What was sent, against those lines:\n{diff}"
     )
-    details = {
+    details: dict[str, Any] = {
         "closest": {
             "start_line": near.first_line,
             "end_line": near.last_line,
             "similarity": round(near.ratio, 2),
         }
     }
+    if near.others:
+        details["also_alike"] = [{"start_line": a, "end_line": b} for a, b in near.others]
     return redact_url_credentials(text)[0], details, near
 
 

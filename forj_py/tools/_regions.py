@@ -20,6 +20,7 @@ apply bottom-up so each stays valid.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from dataclasses import dataclass
 
@@ -256,16 +257,23 @@ def _echo_guard(display: str, lines: list[str], region: Region, start: int, end:
                 break
         if shift:
             break
+    reason = ""
+    if shift:
+        edge = "first" if shift < 0 else "last"
+        reason = (
+            f"its {edge} line repeats a line just {'above' if shift < 0 else 'below'} the "
+            "range, so it would end up twice"
+        )
+    elif end >= start:
+        shift, reason = _resembles_nearby(lines, new_lines, start, end)
     if not shift:
         return
     suggest_start = max(start + shift, 1)
     suggest_end = min(end + shift, total) if end >= start else suggest_start - 1
-    edge = "first" if shift < 0 else "last"
     raise errors.bad_args(
         f"new_content for lines {start}-{end} of {display} looks placed {abs(shift)} line(s) "
-        f"{'too low' if shift < 0 else 'too high'}: its {edge} line repeats a line just "
-        f"{'above' if shift < 0 else 'below'} the range, so it would end up twice; nothing "
-        f"was changed. Perhaps you mean lines {suggest_start}-{suggest_end}",
+        f"{'too low' if shift < 0 else 'too high'}: {reason}; nothing was changed. Perhaps "
+        f"you mean lines {suggest_start}-{suggest_end}",
         recovery=[
             "Send 'expected' with the current text of the lines you mean to replace; the "
             "lines are then found even if the numbers are off",
@@ -275,6 +283,44 @@ def _echo_guard(display: str, lines: list[str], region: Region, start: int, end:
         problem="off-by-lines",
         suggested={"start_line": suggest_start, "end_line": suggest_end},
     )
+
+
+UNLIKE = 0.5  # new content this unlike the lines it replaces...
+ALIKE = 0.8  # ...and this like lines a few away was meant for those
+
+
+def _resembles_nearby(
+    lines: list[str], new_lines: list[str], start: int, end: int
+) -> tuple[int, str]:
+    """A shift to lines the new content resembles far more than the given ones."""
+    body = [line for line in new_lines if line]
+    if not body:
+        return 0, ""
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2("\n".join(body))
+
+    def alike(first: int, last: int) -> float:
+        matcher.set_seq1("\n".join(x.strip() for x in lines[first - 1 : last] if x.strip()))
+        return matcher.ratio()
+
+    here = alike(start, end)
+    if here >= UNLIKE:
+        return 0, ""
+    best, best_ratio = 0, ALIKE
+    for distance in range(1, MAX_SHIFT + 1):
+        for n in (-distance, distance):
+            if start + n < 1 or end + n > len(lines):
+                continue
+            ratio = alike(start + n, end + n)
+            if ratio > best_ratio:
+                best, best_ratio = n, ratio
+    if not best:
+        return 0, ""
+    reason = (
+        f"it is {best_ratio:.0%} like lines {start + best}-{end + best} but only {here:.0%} "
+        "like the lines it would replace"
+    )
+    return best, reason
 
 
 def _window_match(
@@ -296,7 +342,9 @@ def _window_match(
 
 
 def _expected_text(expected: str, newline: str) -> str:
-    return with_newlines(expected.replace("\r\n", "\n").rstrip("\n"), newline)
+    text = expected.replace("\r\n", "\n")
+    # One final newline ends the last line; more are blank lines of their own.
+    return with_newlines(text[:-1] if text.endswith("\n") else text, newline)
 
 
 def _with_expected(
