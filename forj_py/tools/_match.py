@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -124,8 +125,12 @@ def _strip_key(line: str) -> str:
     return line.strip()
 
 
+_HYPHENS = re.compile(r"-{2,}")
+
+
 def _unicode_key(line: str) -> str:
-    return ascii_punct(line).strip()
+    # "--" is how ASCII writes the dash typography turns into one character.
+    return _HYPHENS.sub("-", ascii_punct(line)).strip()
 
 
 def _same(line: str) -> str:
@@ -347,6 +352,8 @@ def _punct_map(old_lines: list[str], file_lines: list[str], text: str) -> dict[s
                 continue
             plain = _PUNCT_MAP.get(o[i])
             if plain is not None and f.startswith(plain, j):
+                if plain == "-":
+                    plain = f[j : len(f) - len(f[j:].lstrip("-"))]
                 found[o[i]] = plain
                 i += 1
                 j += len(plain)
