@@ -7,7 +7,7 @@ Measures, on this machine, in one run:
 - a small ``read_file`` round trip (plan + execute, journal writes included);
 - sandbox validation per path;
 - the EPC codec against sexpdata on a megabyte of quotes and backslashes;
-- the file tools (bench/tools.py) and run_shell (bench/shell.py).
+- the file tools (bench/tools.py), run_shell (bench/shell.py) and edits (bench/edits.py).
 
 Prints a Markdown table (with machine and date) and writes it to
 bench/results/latest.md for docs/benchmarks.md.
@@ -268,6 +268,10 @@ def main() -> None:
     import shell  # run_shell: streaming throughput, time to kill a group
 
     rows.extend(shell.main())
+
+    import edits  # the edit corpus table, and matching speed on a 1 MB file
+
+    rows.extend(edits.main())
 
     lines = [
         f"Machine: {machine()}  ",

@@ -118,17 +118,48 @@ def with_newlines(text: str, newline: str) -> str:
 
 
 def unified_diff(display: str, old: str, new: str, existed: bool = True) -> str:
+    """A unified diff with three lines of context.
+
+    The lines both texts share at their start and end are set aside first
+    (all but the context): an edit of a few lines in a large file then
+    costs a comparison of those few lines, not of the whole file.
+    """
+    a, b = split_lines(old), split_lines(new)
+    head = _common_run(a, b)
+    tail = _common_run(a[head:][::-1], b[head:][::-1])
+    skip = max(head - DIFF_CONTEXT, 0)
+    cut = max(tail - DIFF_CONTEXT, 0)
     lines = difflib.unified_diff(
-        split_lines(old),
-        split_lines(new),
+        a[skip : len(a) - cut],
+        b[skip : len(b) - cut],
         fromfile=f"a/{display}" if existed else "/dev/null",
         tofile=f"b/{display}",
         n=DIFF_CONTEXT,
     )
     out = []
     for line in lines:
+        if skip and line.startswith("@@"):
+            line = _HUNK_NUMBERS_RE.sub(lambda m: f"{m[1]}{int(m[2]) + skip}", line)
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+_HUNK_NUMBERS_RE = re.compile(r"([-+])(\d+)")
+
+
+def _common_run(a: list[str], b: list[str]) -> int:
+    """How many lines ``a`` and ``b`` share from their start."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]: halve, comparing slices in C
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def review(

@@ -65,12 +65,17 @@ _PUNCT_MAP = {
     "\u3000": " ",
     **{chr(c): " " for c in range(0x2000, 0x200B)},
 }
-_PUNCT = str.maketrans(_PUNCT_MAP)
+
+
+_PUNCT_RE = re.compile("[" + "".join(_PUNCT_MAP) + "]")
 
 
 def ascii_punct(text: str) -> str:
     """``text`` with typographic punctuation and odd spaces in their ASCII form."""
-    return text if text.isascii() else text.translate(_PUNCT)
+    if text.isascii():
+        return text
+    # A search in C finds the few such characters of a large text fast.
+    return _PUNCT_RE.sub(lambda m: _PUNCT_MAP[m.group()], text)
 
 
 @dataclass(frozen=True)
@@ -100,18 +105,39 @@ class Lines:
         self.has_final_newline = text.endswith("\n")
         if self.has_final_newline:
             raw.pop()
-        self.content = [line[:-1] if line.endswith("\r") else line for line in raw]
-        self.starts = [0, *itertools.accumulate(len(line) + 1 for line in raw)]
+        self._raw = raw
+        if "\r" in text:
+            self.content = [line[:-1] if line.endswith("\r") else line for line in raw]
+        else:
+            self.content = raw
+        self._starts: list[int] | None = None
         self._keys: dict[str, list[str]] = {}
 
     def __len__(self) -> int:
         return len(self.content)
 
+    @property
+    def starts(self) -> list[int]:
+        """Offset of each line's start (and one past the last line)."""
+        if self._starts is None:
+            self._starts = [0, *itertools.accumulate(len(line) + 1 for line in self._raw)]
+        return self._starts
+
     def keys(self, way: str) -> list[str]:
+        """Every line's key under a pass, computed once (whole-text operations run in C)."""
         cached = self._keys.get(way)
         if cached is None:
-            key = KEYS[way]
-            cached = self._keys[way] = [key(line) for line in self.content]
+            if way == "exact":
+                cached = self.content
+            elif way == "trailing":
+                cached = [line.rstrip() for line in self.content]
+            elif way == "indent":
+                cached = [line.strip() for line in self.content]
+            else:
+                # Normalising never adds or removes a newline: lines stay aligned.
+                plain = _HYPHENS.sub("-", ascii_punct(self.text))
+                cached = [line.strip() for line in plain.split("\n")[: len(self.content)]]
+            self._keys[way] = cached
         return cached
 
     def end_of(self, index: int, with_newline: bool) -> int:
