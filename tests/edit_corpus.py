@@ -21,6 +21,13 @@ Every case runs through a real :class:`forj_py.service.Worker` (plan,
 approve, execute) on a real file, and is scored: applied correctly,
 written wrong, refused with a pointer to the right lines, refused without.
 
+An edit's stretch is widened with unchanged lines until it occurs once in
+the file (as text, and ignoring whitespace), as a model adds context; a
+noisy copy that happens to be, as it is, text found elsewhere in the file
+is left out (it names another place, so the one meant cannot be
+recovered).  Content escaped twice comes both JSON-escaped and with only
+its newlines escaped, and always holds at least two literal ``\n``.
+
 The test (``tests/test_edit_corpus.py``) runs a fixed seeded sample; the
 benchmark (``bench/edit_corpus.py``) runs the whole corpus and prints the
 table.
@@ -29,6 +36,7 @@ table.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import random
 import re
@@ -340,7 +348,11 @@ def widen(pair: Pair, h: Hunk) -> tuple[int, int] | None:
             return None
     for _ in range(8):
         window = a[top:bottom]
-        if any(x.strip() for x in window) and _occurrences(a, window) == 1:
+        if (
+            any(x.strip() for x in window)
+            and _occurrences(a, window) == 1
+            and pair.before.count("".join(window)) == 1
+        ):
             # Models send complete lines: the last one with its newline.
             return top, bottom
         if top > 0:
@@ -445,11 +457,14 @@ def placeholder_for(filename: str) -> str:
     return PLACEHOLDERS.get(Path(filename).suffix, "# ... existing code ...")
 
 
-def double_escaped(lines: list[str]) -> str | None:
+def double_escaped(lines: list[str], rng: random.Random) -> str | None:
+    """The text as a model that escaped it twice sends it: JSON-escaped, or only its newlines."""
     text = "".join(lines)
-    if text.count("\n") < 3 or "\\n" in text:
+    if text.count("\n") < 2 or "\\n" in text:
         return None
-    return text.rstrip("\n").replace("\n", "\\n")
+    if rng.random() < 0.5:
+        return json.dumps(text, ensure_ascii=False)[1:-1]
+    return text.replace("\n", "\\n")
 
 
 def _call(i: int, name: str, **args: Any) -> dict[str, Any]:
@@ -503,6 +518,8 @@ def _edit_cases(
         else:
             n = _noisy_lines(s.new, noise, rng) or s.new
         assert o is not None
+        if pair.before.count("".join(o)):
+            continue  # the noisy copy is text found elsewhere as it is: the place is lost
         yield case(noise, "".join(o), "".join(n), expected, True)
     g = grown(pair, s)
     body = [k for k, x in enumerate(g.old) if x.strip()]
@@ -552,7 +569,7 @@ def _edit_cases(
                 wide,
                 False,
             )
-    escaped = double_escaped(s.new)
+    escaped = double_escaped(s.new, rng)
     if escaped is not None and len(s.old) >= 2 and "\\n" not in old:
         yield case("double-escaped", old, escaped, None, False)
     yield from _placeholder_edit(pair, path, s, target)
@@ -630,7 +647,7 @@ def _region_cases(
         if habit == "indent off by a level":
             args["new_content"] = "".join(_noisy_lines(s.new, habit, rng) or s.new)
         yield case("expected with whitespace noise", args, expected, True)
-    escaped = double_escaped(s.new)
+    escaped = double_escaped(s.new, rng)
     if escaped is not None and len(s.old) >= 2 and "\\n" not in "".join(s.old):
         args = _region_args(s, start, end, expected=True)
         args["new_content"] = escaped
@@ -740,7 +757,7 @@ def _multi_cases(
     yield Case(
         "edit_region", "numbered before an earlier call", pair, [calls], pair_expected, target, True
     )
-    escaped = double_escaped(second.new)
+    escaped = double_escaped(second.new, rng)
     if escaped is not None and len(second.old) >= 2 and "\\n" not in "".join(second.old):
         bad = [dict(e) for e in edits]
         bad[-1]["new_content"] = escaped
@@ -760,7 +777,7 @@ def _write_cases(pair: Pair, path: str, rng: random.Random) -> Iterator[Case]:
     whole = (1, len(a))
     call = _call(0, "write_file", path=path, content=pair.after)
     yield Case("write_file", "clean", pair, [[call]], pair.after, whole, True)
-    escaped = double_escaped(b)
+    escaped = double_escaped(b, rng)
     if escaped is not None and "\\n" not in pair.before and len(a) >= 2:
         call = _call(0, "write_file", path=path, content=escaped)
         yield Case("write_file", "double-escaped", pair, [[call]], None, whole, False)

@@ -55,7 +55,7 @@ def test_edit_match_01_exact_then_trailing_then_indent_then_punctuation(
 ) -> None:
     worker = make_worker()
     _setup(worker, project, {"g.py": PY, "t.el": TABS})
-    r = _edit(worker, "g.py", "return message\n", "return message.strip()\n")
+    r = _edit(worker, "g.py", "message\n", "message.strip()\n")
     assert r["ok"] and r["result"]["matched"] == "exact", r
     assert "note:" not in r["result"]["preview"]
 
@@ -577,3 +577,14 @@ def test_edit_diff_01_lines_that_look_like_diff_syntax_apply_as_approved(
         for name in (f"i{n}.txt", f"j{n}.txt", f"f{n}.txt"):
             assert (project / name).read_text() == with_line, (shape, name)
         assert (project / f"w{n}.txt").read_text() == f"{shape}\n{shape}\nz\n"
+
+
+def test_edit_match_05_an_empty_new_string_deletes_the_lines_found(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    text = "a = 1\n        \n\tb = 2 \n\nc = 3\n"
+    _setup(worker, project, {"d.py": text})
+    r = _edit(worker, "d.py", "\n\tb = 2\n\n", "")
+    assert r["ok"] and r["result"]["matched"] == "trailing", r
+    assert (project / "d.py").read_text() == "a = 1\nc = 3\n"

@@ -23,24 +23,45 @@ from ..output import CredentialRestoreError, restore_url_credentials
 # --- double escaping ---------------------------------------------------------------
 
 
-def literal_newlines(text: str) -> int:
-    """How many literal backslash-n pairs stand outside string literals and comments' ends.
+# Which characters open a string literal, by file type; prose has none.
+_LISP = {".el", ".lisp", ".scm", ".clj"}
+_PROSE = {".md", ".txt", ".rst", ".org"}
+
+
+def _quotes(where: str) -> str:
+    suffix = where[where.rfind(".") :] if "." in where.rsplit("/", 1)[-1] else ""
+    if suffix in _LISP:
+        return '"'
+    if suffix in _PROSE:
+        return "`"
+    return "\"'`"
+
+
+def literal_newlines(text: str, where: str = "") -> int:
+    """How many literal backslash-n pairs stand outside string literals.
 
     A string literal's own ``\\n`` (``printf("done\\n")``) is normal code;
     an escaped backslash (``\\\\n``) is not a newline either.  A line
-    comment runs to the next literal ``\\n``, so an apostrophe in it does not
-    open a string.
+    comment runs to the next literal ``\\n``.  What opens a string depends
+    on the file (``where``): no apostrophe in Lisp or between two letters,
+    no triple quote; a quote that never closes opened nothing.
     """
+    quotes = _quotes(where)
     count = 0
-    quote = ""
-    comment = False
     i, n = 0, len(text)
+    quote = ""
+    opened = -1
+    inside = 0  # literal newlines counted as inside the open string
+    comment = False
     while i < n:
         ch = text[i]
         if ch == "\\" and i + 1 < n:
-            if text[i + 1] == "n" and not quote:
-                count += 1
-                comment = False
+            if text[i + 1] == "n":
+                if quote:
+                    inside += 1
+                else:
+                    count += 1
+                    comment = False
             i += 2
             continue
         if comment:
@@ -49,20 +70,34 @@ def literal_newlines(text: str) -> int:
         if quote:
             if ch == quote:
                 quote = ""
-        elif ch in "\"'`":
-            quote = ch
-        elif ch == "#" or text.startswith("//", i):
+                inside = 0
+            i += 1
+            continue
+        if ch in quotes and text.startswith(ch * 3, i):
+            i += 3  # a triple quote spans real lines: no help in telling
+            continue
+        if ch in quotes and not (
+            ch == "'" and 0 < i < n - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
+        ):
+            quote, opened, inside = ch, i, 0
+        elif ch == "#" or text.startswith("//", i) or (ch == ";" and quotes == '"'):
             comment = True
         i += 1
+    if quote:
+        # Never closed: it was no string. Count on from just after it.
+        return count + literal_newlines(text[opened + 1 :], where) if inside else count
     return count
 
 
 def check_double_escape(new: str, replaced: str, what: str, where: str) -> None:
     """Refuse one-line text full of literal ``\\n`` that replaces several lines."""
-    if "\n" in new.rstrip("\r\n") or replaced.rstrip("\r\n").count("\n") < 1:
+    replaced_lines = replaced.count("\n") + (0 if replaced.endswith("\n") else 1)
+    if "\n" in new.rstrip("\r\n") or replaced_lines < 2:
         return
-    count = literal_newlines(new)
-    if count < 2 or literal_newlines(replaced) > 0:
+    if new.count("\\n") < 2:
+        return
+    count = literal_newlines(new, where)
+    if count < 2 or literal_newlines(replaced, where) > 0:
         return
     raise errors.bad_args(
         f"{what} is a single line holding {count} literal '\\n' sequences, and it would "

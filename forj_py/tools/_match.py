@@ -218,13 +218,9 @@ def _find_exact(text: str, old: str, new: str) -> list[Span]:
     counted = 0
     indented = old[:1] in (" ", "\t")
     while at >= 0:
-        if indented and at > 0 and text[at - 1] in " \t":
-            # Indentation that starts inside the file's own indentation is a
-            # different depth, not this text: the indent pass judges it.
-            head = text.rfind("\n", 0, at) + 1
-            if not text[head:at].strip(" \t"):
-                at = text.find(old, at + 1)
-                continue
+        if at > 0 and text[at - 1] in " \t" and _whole_lines_elsewhere(text, old, at, indented):
+            at = text.find(old, at + 1)
+            continue
         line += text.count("\n", counted, at)
         counted = at
         end = at + len(old)
@@ -232,6 +228,24 @@ def _find_exact(text: str, old: str, new: str) -> list[Span]:
         spans.append(Span(at, end, line, last, new))
         at = text.find(old, at + 1)
     return spans
+
+
+def _whole_lines_elsewhere(text: str, old: str, at: int, indented: bool) -> bool:
+    """Whether a match inside a line's indentation is really lines at another depth.
+
+    Text that starts with indentation, or that runs to a line's end, is
+    whole lines to the model; found after part of a line's indentation (or
+    after all of it), it is the same lines at another depth, and the
+    ``indent`` pass places and re-indents it.  Only when the line holds
+    nothing but whitespace before the match.
+    """
+    head = text.rfind("\n", 0, at) + 1
+    if text[head:at].strip(" \t"):
+        return False
+    if indented:
+        return True
+    end = at + len(old)
+    return old.endswith("\n") or end == len(text) or text[end] in "\r\n"
 
 
 def _find_lines(lines: Lines, old_lines: list[str], way: str, ends_nl: bool) -> list[int]:
@@ -282,7 +296,7 @@ def _line_span(
     file_lines = lines.content[first : first + n]
     new_text = new.replace("\r\n", "\n")
     new_ends_nl = new_text.endswith("\n")
-    new_lines = new_text.split("\n")
+    new_lines = new_text.split("\n") if new_text else []  # nothing: no line at all
     if new_ends_nl:
         new_lines.pop()
     kept: dict[str, str] = {}
