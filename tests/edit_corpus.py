@@ -527,18 +527,16 @@ def _edit_cases(
         k = rng.choice(body[1:-1])
         missing = g.old[:k] + g.old[k + 1 :]
         wide = (g.top + 1, g.bottom)
-        yield Case(
-            "edit",
-            "line missing",
-            pair,
-            [[_call(0, "edit", path=path, old_string="".join(missing), new_string="".join(g.new))]],
-            None,
-            wide,
-            False,
-        )
+        a = split(pair.before)
+        # What is left may be code found elsewhere as it is: then it is no miss.
+        if not (_occurrences(a, missing) or pair.before.count("".join(missing))):
+            call = _call(
+                0, "edit", path=path, old_string="".join(missing), new_string="".join(g.new)
+            )
+            yield Case("edit", "line missing", pair, [[call]], None, wide, False)
         changed = list(g.old)
         changed[k] = _change_line(changed[k], rng)
-        if changed[k] != g.old[k]:
+        if changed[k] != g.old[k] and not _occurrences(a, changed):
             yield Case(
                 "edit",
                 "line changed",
@@ -887,9 +885,8 @@ def points_at(error: dict[str, Any], target: tuple[int, int]) -> bool:
 
 def build(seed: int, *, history: int | None, stdlib: int, versions: bool) -> list[Case]:
     rng = random.Random(seed)
-    pairs = history_pairs()
-    if history is not None and len(pairs) > history:
-        pairs = rng.sample(pairs, history)
+    # The oldest commits first: later history does not change the sample.
+    pairs = history_pairs(limit=history)
     pairs += stdlib_pairs(rng, stdlib)
     if versions:
         pairs += stdlib_version_pairs()
