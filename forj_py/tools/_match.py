@@ -323,8 +323,6 @@ def _line_span(
     for old_line, file_line in zip(old_lines, file_lines, strict=True):
         kept.setdefault(old_line, file_line)
     shift = _Reindent(old_lines, file_lines) if way in ("indent", "unicode") else None
-    if shift is not None and not shift.needed(new_lines):
-        shift = None
     punct = _punct_map(old_lines, file_lines, lines.text) if way == "unicode" else {}
     out = []
     for line in new_lines:
@@ -372,14 +370,6 @@ class _Reindent:
                 if model_tabs and not self.tabs
                 else 1.0
             )
-
-    def needed(self, new_lines: list[str]) -> bool:
-        """False when the new text already stands at the file's depth, not the old text's."""
-        first = next((line for line in new_lines if line.strip()), None)
-        if first is None:
-            return False
-        indent = _indent(first)
-        return not (indent == self.file_base and indent != self.old_base)
 
     def apply(self, line: str) -> str:
         indent = _indent(line)
