@@ -6,7 +6,9 @@ Before/after pairs come from real files:
   ``COMMIT:PATH`` for every text file a commit modified);
 * the Python standard library of the running interpreter, with edits of
   the kinds commits make (a line inserted, removed or changed inside a
-  function, taken and placed with the seeded random generator);
+  function, taken and placed with the seeded random generator), and some
+  of the same files indented with tabs, as a tab-indented project keeps
+  them;
 * where a second copy of the same standard library version is installed
   (a distribution's patched build beside another), the files that differ
   between the two.
@@ -231,6 +233,17 @@ def stdlib_pairs(rng: random.Random, count: int) -> list[Pair]:
         if after is not None and after != before:
             pairs.append(Pair("stdlib", path.name, path.name, before, after))
     return pairs
+
+
+def _tabs(text: str) -> str:
+    return re.sub(r"(?m)^(?:    )+", lambda m: "\t" * (len(m.group()) // 4), text)
+
+
+def tabbed(pair: Pair) -> Pair:
+    """A pair with each leading four spaces as a tab."""
+    return Pair(
+        "stdlib-tabs", pair.name + " (tabs)", pair.filename, _tabs(pair.before), _tabs(pair.after)
+    )
 
 
 _IDENT = re.compile(r"\b[a-z_][a-z0-9_]{3,}\b")
@@ -887,7 +900,9 @@ def build(seed: int, *, history: int | None, stdlib: int, versions: bool) -> lis
     rng = random.Random(seed)
     # The oldest commits first: later history does not change the sample.
     pairs = history_pairs(limit=history)
-    pairs += stdlib_pairs(rng, stdlib)
+    plain = stdlib_pairs(rng, stdlib)
+    # Projects indented with tabs: the same files as such a project keeps them.
+    pairs += plain + [tabbed(p) for p in plain[::2]]
     if versions:
         pairs += stdlib_version_pairs()
     cases = []

@@ -172,6 +172,8 @@ def review(
     diff as lines of their own, so it still reads as a diff.
     """
     diff, _ = redact_url_credentials(unified_diff(display, old, new, existed))
+    if not diff:
+        return ""  # nothing changes: nothing to note either
     return diff + "".join(f"note: {note}\n" for note in notes or [])
 
 

@@ -18,7 +18,7 @@ import re
 
 from .. import errors
 from ..errors import ToolFailure
-from ..output import CredentialRestoreError, restore_url_credentials
+from ..output import CredentialRestoreError, redact_url_credentials, restore_url_credentials
 
 # --- double escaping ---------------------------------------------------------------
 
@@ -173,7 +173,10 @@ def check_placeholders(new: str, replaced: str, first_line: int, what: str, wher
     ]
     if not dropped:
         return
-    shown = "\n".join(f"{n:6}\t{line}" for n, line in dropped[:MAX_DROPPED_SHOWN])
+    # File text reaches the model: credentials in it stay redacted.
+    shown = redact_url_credentials(
+        "\n".join(f"{n:6}\t{line}" for n, line in dropped[:MAX_DROPPED_SHOWN])
+    )[0]
     more = (
         f"\n       ... and {len(dropped) - MAX_DROPPED_SHOWN} more line(s)"
         if len(dropped) > MAX_DROPPED_SHOWN
