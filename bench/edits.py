@@ -134,13 +134,13 @@ def matching_speed() -> list[tuple[str, str, str]]:
         root.mkdir()
         state = Path(tmp) / "state"
         state.mkdir()
-        os.environ["FORJ_STATE_DIR"] = str(state)
-        os.environ["FORJ_CONFIG"] = str(Path(tmp) / "config.toml")
+        config = Path(tmp) / "config.toml"
+        config.write_text("", encoding="utf-8")
         text = _one_mb_of_code()
         data = text.encode("utf-8")
         path = root / "big.py"
         journal = Journal(state / "journal.sqlite3")
-        worker = Worker(root, load(root), Registry(builtin_tools()), journal, state)
+        worker = Worker(root, load(root, str(config)), Registry(builtin_tools()), journal, state)
 
         def batch(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
             plan = worker.plan({"calls": calls})

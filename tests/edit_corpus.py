@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import random
 import re
 import subprocess
@@ -826,14 +825,14 @@ class Runner:
         base = Path(self._tmp.name)
         self.root = base / "project"
         self.root.mkdir()
-        os.environ.setdefault("FORJ_CONFIG", str(base / "config.toml"))
-        os.environ.setdefault("FORJ_STATE_DIR", str(base / "state"))
-        state = Path(os.environ["FORJ_STATE_DIR"])
-        state.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(state / "corpus-journal.sqlite3")
-        self.worker = Worker(
-            self.root, load(self.root), Registry(builtin_tools()), self.journal, state
-        )
+        # Its own configuration (the defaults) and state: nothing of the user's.
+        config = base / "config.toml"
+        config.write_text("", encoding="utf-8")
+        state = base / "state"
+        state.mkdir()
+        self.journal = Journal(state / "journal.sqlite3")
+        loaded = load(self.root, user_file=str(config))
+        self.worker = Worker(self.root, loaded, Registry(builtin_tools()), self.journal, state)
 
     def close(self) -> None:
         self.journal.close()
