@@ -588,3 +588,44 @@ def test_edit_match_05_an_empty_new_string_deletes_the_lines_found(
     r = _edit(worker, "d.py", "\n\tb = 2\n\n", "")
     assert r["ok"] and r["result"]["matched"] == "trailing", r
     assert (project / "d.py").read_text() == "a = 1\nc = 3\n"
+
+
+def test_edit_diff_02_a_preview_of_many_files_splits_back_into_each_files_diff() -> None:
+    """Whatever the lines say, the hunk counts decide where a file's diff ends."""
+    import random
+
+    from forj_py.tools._edit import review, split_file_diffs
+
+    rng = random.Random(7)
+    shapes = [
+        "x",
+        "--",
+        "-- ",
+        "-- x",
+        "---",
+        "--- a/f",
+        "+++ b/f",
+        "@@ -1 +1 @@",
+        "-",
+        "+",
+        " ",
+        "",
+    ]
+    for _ in range(300):
+        diffs = []
+        for n in range(rng.randint(1, 4)):
+            old = [rng.choice(shapes) for _ in range(rng.randint(0, 12))]
+            new = list(old)
+            for _ in range(rng.randint(1, 3)):
+                at = rng.randint(0, len(new))
+                if new and at < len(new) and rng.random() < 0.5:
+                    del new[at]
+                else:
+                    new.insert(at, rng.choice(shapes))
+            end_old = "\n" if rng.random() < 0.8 else ""
+            end_new = "\n" if rng.random() < 0.8 else ""
+            notes = ["a note"] if rng.random() < 0.3 else []
+            diff = review(f"f{n}", "\n".join(old) + end_old, "\n".join(new) + end_new, True, notes)
+            if diff:
+                diffs.append(diff)
+        assert split_file_diffs("".join(diffs)) == diffs
