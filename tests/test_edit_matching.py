@@ -171,6 +171,11 @@ def test_edit_match_04_indentation_inside_the_files_own_is_not_an_exact_match(
     r = _edit(worker, "g.py", "    return message\n", "    return message\n    # done\n")
     assert r["ok"] and r["result"]["matched"] == "indent", r
     assert "        return message\n        # done\n" in (project / "g.py").read_text()
+    # Beside an occurrence elsewhere (here inside a line), the place is ambiguous.
+    _setup(worker, project, {"h.py": "x = foo()\nif x:\n    foo()\n"})
+    r = _edit(worker, "h.py", "foo()\n", "bar()\n")
+    assert not r["ok"]
+    assert [m["start_line"] for m in r["error"]["details"]["matches"]] == [1, 3]
 
 
 # --- line numbers: batches, relocation, the echo guard -----------------------------------

@@ -232,22 +232,28 @@ def find(
 
 
 def _find_exact(text: str, old: str, new: str) -> list[Span]:
+    """Every occurrence as sent; none when each one is lines at another depth.
+
+    Occurrences inside a line's indentation count only beside others: alone,
+    they are left to the ``indent`` pass (which re-indents ``new``); beside
+    an occurrence elsewhere, the place is ambiguous and all are listed.
+    """
     spans: list[Span] = []
+    deeper = 0
     at = text.find(old)
     line = 1
     counted = 0
     indented = old[:1] in (" ", "\t")
     while at >= 0:
         if at > 0 and text[at - 1] in " \t" and _whole_lines_elsewhere(text, old, at, indented):
-            at = text.find(old, at + 1)
-            continue
+            deeper += 1
         line += text.count("\n", counted, at)
         counted = at
         end = at + len(old)
         last = line + old.count("\n", 0, max(len(old) - 1, 0))
         spans.append(Span(at, end, line, last, new))
         at = text.find(old, at + 1)
-    return spans
+    return [] if deeper == len(spans) else spans
 
 
 def _whole_lines_elsewhere(text: str, old: str, at: int, indented: bool) -> bool:
