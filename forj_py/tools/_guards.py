@@ -23,12 +23,13 @@ from ..output import CredentialRestoreError, redact_url_credentials, restore_url
 # --- double escaping ---------------------------------------------------------------
 
 
-# Which characters open a string literal, by file type; prose has none.
+# Which characters open a string literal, by file type (prose: only code spans).
 _LISP = {".el", ".lisp", ".scm", ".clj"}
 _PROSE = {".md", ".txt", ".rst", ".org"}
 
 
 def _quotes(where: str) -> str:
+    """The quote characters of the file ``where`` names (its suffix decides)."""
     suffix = where[where.rfind(".") :] if "." in where.rsplit("/", 1)[-1] else ""
     if suffix in _LISP:
         return '"'
