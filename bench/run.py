@@ -7,8 +7,8 @@ Measures, on this machine, in one run:
 - a small ``read_file`` round trip (plan + execute, journal writes included);
 - sandbox validation per path;
 - the EPC codec against sexpdata on a megabyte of quotes and backslashes;
-- the file tools (bench/tools.py), run_shell (bench/shell.py) and the command
-  sandbox's start-up cost (bench/sandbox.py).
+- the file tools (bench/tools.py), run_shell (bench/shell.py), edits
+  (bench/edits.py) and the command sandbox's start-up cost (bench/sandbox.py).
 
 Prints a Markdown table (with machine and date) and writes it to
 bench/results/latest.md for docs/benchmarks.md.
@@ -277,6 +277,10 @@ def main() -> None:
     import sandbox  # the command sandbox's start-up cost
 
     rows.extend(sandbox.main())
+
+    import edits  # the edit corpus table, and matching speed on a 1 MB file
+
+    rows.extend(edits.main())
 
     lines = [
         f"Machine: {machine()}  ",

@@ -47,6 +47,13 @@ class Session:
 
     file_reads: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The line changes each writing call of a batch made, per (batch, phase)
+    # and file, in order: later calls of the batch number lines in the file
+    # as the model read it, and are mapped through these.  Phase "plan" is
+    # the previews, "run" the execution; only recent batches are kept.
+    line_changes: dict[tuple[str, str], list[list[tuple[int, int, int]]]] = field(
+        default_factory=dict
+    )
 
     def record_read(self, canonical: str, sha256: str) -> None:
         with self.lock:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from .. import errors
 from ..elcheck import check as check_elisp
 from ..errors import ToolFailure
 from ..fsops import atomic_write, ensure_parents, read_bytes, sha256
-from ..output import visible_controls
+from ..output import redact_url_credentials, visible_controls
 from ..protocol import ErrorKind, ErrorType
 from ..registry import Staged, ToolContext
 from ..sandbox import SafePath
@@ -118,17 +118,100 @@ def with_newlines(text: str, newline: str) -> str:
 
 
 def unified_diff(display: str, old: str, new: str, existed: bool = True) -> str:
+    """A unified diff with three lines of context.
+
+    The lines both texts share at their start and end are set aside first
+    (all but the context): an edit of a few lines in a large file then
+    costs a comparison of those few lines, not of the whole file.
+    """
+    a, b = split_lines(old), split_lines(new)
+    head = _common_run(a, b)
+    tail = _common_run(a[head:][::-1], b[head:][::-1])
+    skip = max(head - DIFF_CONTEXT, 0)
+    cut = max(tail - DIFF_CONTEXT, 0)
     lines = difflib.unified_diff(
-        split_lines(old),
-        split_lines(new),
+        a[skip : len(a) - cut],
+        b[skip : len(b) - cut],
         fromfile=f"a/{display}" if existed else "/dev/null",
         tofile=f"b/{display}",
         n=DIFF_CONTEXT,
     )
     out = []
     for line in lines:
+        if skip and line.startswith("@@"):
+            line = _HUNK_NUMBERS_RE.sub(lambda m: f"{m[1]}{int(m[2]) + skip}", line)
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+_HUNK_NUMBERS_RE = re.compile(r"([-+])(\d+)")
+
+
+def _common_run(a: list[str], b: list[str]) -> int:
+    """How many lines ``a`` and ``b`` share from their start."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]: halve, comparing slices in C
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def review(
+    display: str, old: str, new: str, existed: bool = True, notes: list[str] | None = None
+) -> str:
+    """The diff shown for review and returned to the model, then its notes.
+
+    URL credentials stay hidden: the model reads this text too.  Notes
+    (which pass matched, where a range moved, credentials kept) follow the
+    diff as lines of their own, so it still reads as a diff.
+    """
+    diff, _ = redact_url_credentials(unified_diff(display, old, new, existed))
+    if not diff:
+        return ""  # nothing changes: nothing to note either
+    return diff + "".join(f"note: {note}\n" for note in notes or [])
+
+
+_HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def split_file_diffs(preview: str) -> list[str]:
+    """Cut a preview of several files into one piece per file.
+
+    A removed line that reads ``-- x`` shows as ``--- x``, so a file's
+    header cannot be told by its prefix alone: the hunk headers' line counts
+    say where each hunk ends, and only a ``--- `` line outside every hunk
+    starts the next file.
+    """
+    pieces: list[list[str]] = []
+    old_left = new_left = 0
+    # Lines end at "\n" only: a diff line may hold form feeds or lone carriage returns.
+    for line in re.findall(r"[^\n]*\n|[^\n]+$", preview):
+        if old_left > 0 or new_left > 0:
+            pieces[-1].append(line)
+            if line.startswith("\\"):
+                continue  # "\ No newline at end of file" belongs to the line before
+            if line.startswith(" "):
+                old_left, new_left = old_left - 1, new_left - 1
+            elif line.startswith("-"):
+                old_left -= 1
+            elif line.startswith("+"):
+                new_left -= 1
+            continue
+        if line.startswith("--- ") or not pieces:
+            pieces.append([line])
+            continue
+        pieces[-1].append(line)
+        m = _HUNK_RE.match(line)
+        if m:
+            old_left = int(m.group(1)) if m.group(1) is not None else 1
+            new_left = int(m.group(2)) if m.group(2) is not None else 1
+    return ["".join(piece) for piece in pieces]
 
 
 def validate(sp: SafePath, new_text: str, old_text: str | None = None) -> None:
@@ -284,7 +367,7 @@ def apply_user_text(ctx: ToolContext, staged: list[Staged], texts: dict[str, str
                 "backup_path": backup_path,
             }
         )
-        diffs.append(unified_diff(loaded.sp.display, loaded.text, new_text, loaded.exists))
+        diffs.append(review(loaded.sp.display, loaded.text, new_text, loaded.exists))
     return {
         "user_modified": True,
         "note": (
@@ -296,30 +379,7 @@ def apply_user_text(ctx: ToolContext, staged: list[Staged], texts: dict[str, str
     }
 
 
-def small_diff(expected: str, actual: str, label: str) -> str:
-    """A short diff of what the model expected against what is there."""
-    lines = list(
-        difflib.unified_diff(
-            split_lines(expected),
-            split_lines(actual),
-            fromfile=f"expected ({label})",
-            tofile=f"actual ({label})",
-            n=1,
-        )
-    )
-    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines[:40])
-    return text + ("...\n" if len(lines) > 40 else "")
-
-
-# --- line ranges (edit_region, multi_edit) ----------------------------------------
-
-
-@dataclass(frozen=True)
-class Region:
-    start_line: int
-    end_line: int  # start_line - 1 means "insert before start_line"
-    new_content: str
-    expected: str | None = None
+# --- lines -------------------------------------------------------------------
 
 
 def split_lines(text: str) -> list[str]:
@@ -334,73 +394,3 @@ def split_lines(text: str) -> list[str]:
     if lines[-1]:
         out.append(lines[-1])
     return out
-
-
-def check_region(display: str, lines: list[str], region: Region) -> None:
-    """Bounds and the optional ``expected`` text of one region, against ``lines``."""
-    total = len(lines)
-    start, end = region.start_line, region.end_line
-    if start < 1 or start > total + 1 or end < start - 1 or end > total:
-        raise errors.bad_args(
-            f"Lines {start}-{end} are outside {display}, which has {total} line(s)",
-            recovery=[
-                f"Use 1 <= start_line <= {total + 1} and start_line - 1 <= end_line <= {total}",
-                "end_line = start_line - 1 inserts before start_line without replacing",
-                "Read the file again to see its current lines",
-            ],
-            path=display,
-            total_lines=total,
-        )
-    if region.expected is not None:
-        actual = "".join(lines[start - 1 : end])
-        if _norm(actual) != _norm(region.expected):
-            raise errors.bad_args(
-                f"Lines {start}-{end} of {display} are not what 'expected' says; nothing was "
-                "changed\n" + small_diff(region.expected, actual, f"lines {start}-{end}"),
-                recovery=[
-                    "Read the file again and use its current lines",
-                    "Adjust start_line/end_line so they cover the text you mean",
-                ],
-                path=display,
-            )
-
-
-def _norm(text: str) -> str:
-    # Line endings and a missing final newline are not a mismatch worth failing on.
-    return text.replace("\r\n", "\n").rstrip("\n")
-
-
-def apply_regions(loaded: Loaded, regions: list[Region]) -> str:
-    """Apply regions given against the original line numbers; bottom-up so they stay valid."""
-    lines = split_lines(loaded.text)
-    ordered = sorted(regions, key=lambda r: (r.start_line, r.end_line))
-    for before, after in itertools.pairwise(ordered):
-        if after.start_line <= before.end_line or (
-            after.start_line == before.start_line and after.end_line == before.end_line
-        ):
-            raise errors.bad_args(
-                f"Edits to {loaded.sp.display} overlap: lines {before.start_line}-"
-                f"{before.end_line} and {after.start_line}-{after.end_line}",
-                recovery=["Merge overlapping edits into one, or make their line ranges disjoint"],
-                path=loaded.sp.display,
-            )
-    for region in ordered:
-        check_region(loaded.sp.display, lines, region)
-    for region in reversed(ordered):
-        replacement = with_newlines(region.new_content, loaded.newline)
-        at_eof_without_newline = bool(lines) and (
-            region.end_line == len(lines) and not lines[-1].endswith("\n")
-        )
-        if replacement and not replacement.endswith("\n") and not at_eof_without_newline:
-            replacement += loaded.newline
-        if (
-            region.start_line > 1
-            and region.end_line < region.start_line
-            and lines
-            and region.start_line - 1 == len(lines)
-            and not lines[-1].endswith("\n")
-        ):
-            # Appending after a last line that has no newline: give it one.
-            lines[-1] += loaded.newline
-        lines[region.start_line - 1 : region.end_line] = split_lines(replacement)
-    return "".join(lines)

@@ -1,17 +1,28 @@
-"""``edit``: replace an exact string (the form most models know best)."""
+"""``edit``: replace a string (the form most models know best).
+
+``old_string`` is found by the passes of :mod:`._match`: exact first, then
+ignoring trailing whitespace, then indentation, then typographic
+punctuation; the first pass that finds it must find it once (or
+``replace_all``).  The result and the review say which pass matched, and
+the diff shows the final text, so a tolerated difference hides nothing.
+"""
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
 from ..registry import Tool, ToolContext
-from . import _edit
+from . import _edit, _guards, _match, _pointer, _regions
 
-MAX_LISTED_MATCHES = 20
+PASS_NOTES = {
+    "trailing": "old_string matched ignoring trailing whitespace",
+    "indent": "old_string matched ignoring indentation; new_string was re-indented to match",
+    "unicode": "old_string matched reading typographic quotes, dashes and spaces as ASCII; "
+    "new_string was brought to the file's indentation and punctuation",
+}
 
 
 class EditArgs(BaseModel):
@@ -19,7 +30,9 @@ class EditArgs(BaseModel):
 
     path: str = Field(min_length=1, description="File path relative to the project root")
     old_string: str = Field(
-        min_length=1, description="Exact text to replace, including whitespace and indentation"
+        min_length=1,
+        description="The text to replace, copied from the file with whitespace and "
+        "indentation; it must occur exactly once (add neighbouring lines if needed)",
     )
     new_string: str = Field(description="The text to put in its place")
     replace_all: bool = Field(
@@ -27,11 +40,36 @@ class EditArgs(BaseModel):
     )
 
 
+class _Plan:
+    """What an edit will write, and how it found the place."""
+
+    def __init__(self, loaded: _edit.Loaded, new_text: str, found: _match.Found) -> None:
+        self.loaded = loaded
+        self.new_text = new_text
+        self.found = found
+        self.hunks: list[_regions.Hunk] = []
+        self.credentials = 0
+
+    def notes(self) -> list[str]:
+        notes = []
+        if self.found.way in PASS_NOTES:
+            notes.append(PASS_NOTES[self.found.way])
+        if self.credentials:
+            notes.append(
+                f"keeps {self.credentials} redacted credential(s): the original is written back"
+            )
+        return notes
+
+
 class Edit(Tool[EditArgs]):
     name = "edit"
     description = (
-        "Replace old_string with new_string in a file. old_string must match the file "
-        "exactly and occur exactly once (or set replace_all). The file must have been read "
+        "Replace old_string with new_string in a file. Copy old_string from the file "
+        "(whitespace and indentation included) with enough lines that it occurs exactly "
+        "once, or set replace_all. A copy that differs only in trailing whitespace, "
+        "indentation or typographic quotes/dashes is still found (the result says how); "
+        "a changed or missing line is not. Write new_string out in full: a placeholder "
+        "such as '# ... existing code ...' is refused. The file must have been read "
         "first and not changed since."
     )
     Args = EditArgs
@@ -46,105 +84,108 @@ class Edit(Tool[EditArgs]):
     def paths(self, args: EditArgs) -> list[str]:
         return [args.path]
 
-    def _plan(
-        self, args: EditArgs, ctx: ToolContext, preview: bool = False
-    ) -> tuple[_edit.Loaded, str, int]:
+    def _plan(self, args: EditArgs, ctx: ToolContext, preview: bool = False) -> _Plan:
         loaded = _edit.load(ctx, args.path, must_exist=True, enforce_read=not preview)
-        text = loaded.text
-        old = _edit.with_newlines(args.old_string, loaded.newline)
-        new = _edit.with_newlines(args.new_string, loaded.newline)
-        count = text.count(old)
-        if count == 0:
+        text, display = loaded.text, loaded.sp.display
+        old_string, _ = _guards.restore_credentials(text, args.old_string, "old_string", display)
+        new_string, kept = _guards.restore_credentials(text, args.new_string, "new_string", display)
+        old = _edit.with_newlines(old_string, loaded.newline)
+        new = _edit.with_newlines(new_string, loaded.newline)
+        lines = _match.Lines(text)
+        found = _match.find(text, old, new, loaded.newline, lines=lines)
+        if found is None:
+            raise _missed(display, lines, args.old_string)
+        spans = _non_overlapping(found.spans)
+        if len(spans) > 1 and not args.replace_all:
+            listed, places = _pointer.list_places(lines, spans)
+            how = "" if found.way == "exact" else f" ({PASS_NOTES[found.way]})"
             raise errors.bad_args(
-                f"old_string was not found in {loaded.sp.display}; nothing was changed\n"
-                + _closest(text, old),
+                f"old_string occurs {len(spans)} times in {display}{how}; nothing was "
+                f"changed:\n{listed}",
                 recovery=[
-                    "Copy old_string exactly from the file, whitespace and indentation included",
-                    "Read the file again if it may have changed",
-                ],
-                path=loaded.sp.display,
-            )
-        if count > 1 and not args.replace_all:
-            lines = _match_lines(text, old)
-            shown = ", ".join(map(str, lines[:MAX_LISTED_MATCHES]))
-            more = f" and {count - MAX_LISTED_MATCHES} more" if count > MAX_LISTED_MATCHES else ""
-            raise errors.bad_args(
-                f"old_string occurs {count} times in {loaded.sp.display} (at lines {shown}"
-                f"{more}); nothing was changed",
-                recovery=[
-                    "Add surrounding lines to old_string so it matches exactly once",
+                    "Add neighbouring lines to old_string so it matches exactly one of these",
                     "Or set replace_all to true to change every occurrence",
                 ],
-                path=loaded.sp.display,
-                lines=lines[:100],
+                path=display,
+                lines=[p["start_line"] for p in places],
+                matches=places,
             )
-        new_text = text.replace(old, new)
+        pieces = []
+        hunks = []
+        at = 0
+        for span in spans:
+            replaced = text[span.start : span.end]
+            where = f"lines {span.first_line}-{span.last_line} of {display}"
+            _guards.check_double_escape(span.replacement, replaced, "new_string", where)
+            _guards.check_placeholders(
+                span.replacement, replaced, span.first_line, "new_string", where
+            )
+            pieces += [text[at : span.start], span.replacement]
+            at = span.end
+            count = span.last_line - span.first_line + 1
+            grown = span.replacement.count("\n") - replaced.count("\n")
+            hunks.append((span.first_line, count, count + grown))
+        new_text = "".join([*pieces, text[at:]])
         _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
-        return loaded, new_text, count
+        plan = _Plan(loaded, new_text, _match.Found(found.way, spans))
+        plan.hunks = hunks
+        plan.credentials = kept * len(spans)
+        return plan
 
     def preview(self, args: EditArgs, ctx: ToolContext) -> str | None:
-        loaded, new_text, _ = self._plan(args, ctx, preview=True)
-        _edit.stage_preview(ctx, loaded, new_text)
-        return _edit.unified_diff(loaded.sp.display, loaded.text, new_text)
+        plan = self._plan(args, ctx, preview=True)
+        _edit.stage_preview(ctx, plan.loaded, plan.new_text)
+        _regions.record_changes(ctx, plan.loaded.sp.canonical, plan.hunks)
+        return _edit.review(
+            plan.loaded.sp.display, plan.loaded.text, plan.new_text, True, plan.notes()
+        )
 
     def execute(self, args: EditArgs, ctx: ToolContext) -> Any:
-        loaded, new_text, count = self._plan(args, ctx)
-        preview = _edit.unified_diff(loaded.sp.display, loaded.text, new_text)
+        plan = self._plan(args, ctx)
+        loaded, new_text = plan.loaded, plan.new_text
+        preview = _edit.review(loaded.sp.display, loaded.text, new_text, True, plan.notes())
         _edit.check_approved(ctx, preview, loaded.sp.display)
         backup_path = _edit.commit(ctx, loaded, new_text) if new_text != loaded.text else None
-        return {
+        _regions.record_changes(ctx, loaded.sp.canonical, plan.hunks)
+        result: dict[str, Any] = {
             "path": loaded.sp.display,
-            "replacements": count,
+            "replacements": len(plan.found.spans),
+            "matched": plan.found.way,
+            "lines": [[s.first_line, s.last_line] for s in plan.found.spans[:100]],
             "backup_path": backup_path,
             "preview": preview,
         }
+        if plan.credentials:
+            result["credentials_kept"] = plan.credentials
+        return result
 
 
-def _match_lines(text: str, needle: str, limit: int = 100) -> list[int]:
-    """Line numbers of the first ``limit`` occurrences, counting newlines once."""
-    lines: list[int] = []
-    line, pos = 1, 0
-    start = text.find(needle)
-    while start >= 0 and len(lines) < limit:
-        line += text.count("\n", pos, start)
-        pos = start
-        lines.append(line)
-        start = text.find(needle, start + 1)
-    return lines
+def _non_overlapping(spans: list[_match.Span]) -> list[_match.Span]:
+    """Left to right, each match that starts after the previous one ends."""
+    out: list[_match.Span] = []
+    for span in spans:
+        if not out or span.start >= out[-1].end:
+            out.append(span)
+    return out
 
 
-CLOSEST_CANDIDATES = 8
-
-
-def _closest(text: str, needle: str) -> str:
-    """The lines of the file most like ``needle``, numbered, for the model to compare.
-
-    Cheap first: every line is compared with the needle's first line, and
-    only the few best starts get a full comparison of the whole window.
-    """
-    lines = text.split("\n")
-    want = needle.strip("\n").split("\n") or [needle]
-    width = len(want)
-    if not text:
-        return "The file is empty."
-    first = want[0].strip()
-    scored: list[tuple[float, int]] = []
-    matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2(first)
-    for i, line in enumerate(lines[: max(len(lines) - width + 1, 1)]):
-        matcher.set_seq1(line.strip())
-        scored.append((matcher.quick_ratio(), i))
-    scored.sort(reverse=True)
-    target = "\n".join(want)
-    best_ratio, best_at = 0.0, 0
-    matcher.set_seq2(target)
-    for _, i in scored[:CLOSEST_CANDIDATES]:
-        matcher.set_seq1("\n".join(lines[i : i + width]))
-        ratio = matcher.ratio()
-        if ratio > best_ratio:
-            best_ratio, best_at = ratio, i
-    if best_ratio < 0.3:
-        return "No part of the file resembles old_string."
-    shown = lines[best_at : best_at + width]
-    body = "\n".join(f"{best_at + 1 + k:6}\t{line}" for k, line in enumerate(shown))
-    return f"The closest lines ({best_ratio:.0%} alike) are:\n{body}"
+def _missed(display: str, lines: _match.Lines, old_string: str) -> errors.ToolFailure:
+    if "\n" not in old_string.rstrip("\r\n") and _guards.literal_newlines(old_string) >= 2:
+        return errors.bad_args(
+            f"old_string was not found in {display}: it is one line holding literal '\\n' "
+            "sequences, as if escaped twice; nothing was changed",
+            recovery=[
+                'Send old_string and new_string with real line breaks: "\\n" in the JSON '
+                'arguments, not "\\\\n"',
+            ],
+            path=display,
+            problem="double-escaped",
+        )
+    text, details, near = _pointer.locate(lines, old_string)
+    return errors.bad_args(
+        f"old_string was not found in {display}, not even ignoring whitespace and "
+        f"typographic punctuation; nothing was changed. {text}",
+        recovery=_pointer.next_steps("old_string", near),
+        path=display,
+        **details,
+    )

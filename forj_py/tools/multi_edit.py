@@ -10,7 +10,6 @@ rest are applied, each file still all or nothing.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import ToolFailure
 from ..output import visible_controls
 from ..registry import Tool, ToolContext
-from . import _edit
+from . import _edit, _regions
+from .edit_region import REGION_RULES, describe, notes
 
 
 class EditItem(BaseModel):
@@ -29,7 +29,11 @@ class EditItem(BaseModel):
     start_line: int = Field(ge=1, description="First line to replace, 1-based")
     end_line: int = Field(ge=0, description="Last line to replace, inclusive")
     new_content: str = Field(description="Text that takes the place of those lines")
-    expected: str | None = Field(default=None, description="The lines' current text")
+    expected: str | None = Field(
+        default=None,
+        description="The lines' current text (send it): it finds the lines even if the "
+        "numbers are off",
+    )
 
 
 class MultiEditArgs(BaseModel):
@@ -48,6 +52,8 @@ class _File:
     loaded: _edit.Loaded | None
     items: list[tuple[int, EditItem]] = field(default_factory=list)
     new_text: str | None = None
+    placed: list[_regions.Placed] = field(default_factory=list)
+    hunks: list[_regions.Hunk] = field(default_factory=list)
     error: str | None = None
     backup_path: str | None = None
 
@@ -56,8 +62,10 @@ class MultiEdit(Tool[MultiEditArgs]):
     name = "multi_edit"
     description = (
         "Apply several line-range edits, to one file or many, as one change: by default "
-        "all of them or none. Line numbers refer to each file as it is now (edits apply "
-        "bottom-up). Every file must have been read first and not changed since."
+        "all of them or none. All edits of one file are numbered in that file as you read "
+        "it, before any of them applies (they apply bottom-up). "
+        + REGION_RULES
+        + " Every file must have been read first and not changed since."
     )
     Args = MultiEditArgs
     side_effecting = True
@@ -89,10 +97,11 @@ class MultiEdit(Tool[MultiEditArgs]):
                     ctx, path, must_exist=True, enforce_read=not (args.dry_run or preview)
                 )
                 regions = [
-                    _edit.Region(i.start_line, i.end_line, i.new_content, i.expected)
+                    _regions.Region(i.start_line, i.end_line, i.new_content, i.expected)
                     for _, i in entry.items
                 ]
-                entry.new_text = _edit.apply_regions(entry.loaded, regions)
+                entry.placed = _regions.place(ctx, entry.loaded, regions)
+                entry.new_text, entry.hunks = _regions.apply(entry.loaded, entry.placed)
                 _edit.validate(entry.loaded.sp, entry.new_text, entry.loaded.text)
             except ToolFailure as failure:
                 if args.stop_on_error:
@@ -106,6 +115,7 @@ class MultiEdit(Tool[MultiEditArgs]):
             for entry in files.values():
                 if entry.loaded is not None and entry.new_text is not None:
                     _edit.stage_preview(ctx, entry.loaded, entry.new_text)
+                    _regions.record_changes(ctx, entry.loaded.sp.canonical, entry.hunks)
         return _diffs(files)
 
     def execute(self, args: MultiEditArgs, ctx: ToolContext) -> Any:
@@ -130,12 +140,15 @@ class MultiEdit(Tool[MultiEditArgs]):
                 and entry.loaded is not None
                 and entry.new_text != entry.loaded.text
             )
-            for index, item in entry.items:
+            if changed and not args.dry_run and entry.loaded is not None:
+                _regions.record_changes(ctx, entry.loaded.sp.canonical, entry.hunks)
+            for k, (index, item) in enumerate(entry.items):
                 detail: dict[str, Any] = {
                     "index": index,
                     "path": entry.loaded.sp.display if entry.loaded else item.path,
                     "start_line": item.start_line,
                     "end_line": item.end_line,
+                    **(describe(entry.placed[k]) if k < len(entry.placed) else {}),
                     "backup_path": entry.backup_path,
                     "changed": changed and not args.dry_run,
                 }
@@ -164,10 +177,14 @@ def _diffs(files: dict[str, _File]) -> str:
     parts = []
     for entry in files.values():
         if entry.loaded is not None and entry.new_text is not None and entry.error is None:
-            parts.append(
-                _edit.unified_diff(entry.loaded.sp.display, entry.loaded.text, entry.new_text)
-            )
+            parts.append(_review(entry))
     return "".join(parts)
+
+
+def _review(entry: _File) -> str:
+    assert entry.loaded is not None and entry.new_text is not None
+    loaded = entry.loaded
+    return _edit.review(loaded.sp.display, loaded.text, entry.new_text, True, notes(entry.placed))
 
 
 def _check_approved_per_file(ctx: ToolContext, files: dict[str, _File]) -> None:
@@ -178,11 +195,11 @@ def _check_approved_per_file(ctx: ToolContext, files: dict[str, _File]) -> None:
     """
     if ctx.approved_preview is None:
         return
-    approved = set(re.split(r"(?m)^(?=--- )", ctx.approved_preview))
+    approved = set(_edit.split_file_diffs(ctx.approved_preview))
     for entry in files.values():
         if entry.error is not None or entry.loaded is None or entry.new_text is None:
             continue
-        diff = _edit.unified_diff(entry.loaded.sp.display, entry.loaded.text, entry.new_text)
+        diff = _review(entry)
         if diff and visible_controls(diff) not in approved:
             _edit.check_approved(ctx, diff, entry.loaded.sp.display)  # raises: it differs
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
 from ..registry import Tool, ToolContext
-from . import _edit
+from . import _edit, _guards, _regions
 
 
 class WriteFileArgs(BaseModel):
@@ -29,7 +29,9 @@ class WriteFile(Tool[WriteFileArgs]):
     description = (
         "Create a file, replace its whole content, or append to it. An existing file must "
         "have been read first (read_file) and not changed since. Prefer edit or edit_region "
-        "for changes to part of a file."
+        "for changes to part of a file. Write the content out in full: a placeholder such "
+        "as '# ... existing code ...' or '// rest unchanged' in place of real lines is "
+        "refused, and so is content escaped twice (literal '\\n' instead of line breaks)."
     )
     Args = WriteFileArgs
     side_effecting = True
@@ -48,7 +50,7 @@ class WriteFile(Tool[WriteFileArgs]):
 
     def _plan(
         self, args: WriteFileArgs, ctx: ToolContext, preview: bool = False
-    ) -> tuple[_edit.Loaded, str]:
+    ) -> tuple[_edit.Loaded, str, int]:
         enforce = not (args.dry_run or preview)
         loaded = _edit.load(ctx, args.path, must_exist=False, enforce_read=enforce)
         if not loaded.exists and not args.create_if_missing:
@@ -57,28 +59,39 @@ class WriteFile(Tool[WriteFileArgs]):
                 loaded.sp.display,
                 recovery=["Check the path, or set create_if_missing to true to create it"],
             )
-        content = _edit.with_newlines(args.content, loaded.newline)
+        display = loaded.sp.display
+        content, kept = _guards.restore_credentials(loaded.text, args.content, "content", display)
+        content = _edit.with_newlines(content, loaded.newline)
+        if loaded.exists and not args.append:
+            _guards.check_double_escape(content, loaded.text, "content", display)
+            _guards.check_placeholders(content, loaded.text, 1, "content", display)
         new_text = loaded.text + content if args.append else content
         _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
-        return loaded, new_text
+        return loaded, new_text, kept
 
     def preview(self, args: WriteFileArgs, ctx: ToolContext) -> str | None:
-        loaded, new_text = self._plan(args, ctx, preview=True)
+        loaded, new_text, kept = self._plan(args, ctx, preview=True)
         if not args.dry_run:
             _edit.stage_preview(ctx, loaded, new_text)
-        return _edit.unified_diff(loaded.sp.display, loaded.text, new_text, loaded.exists)
+            _regions.record_changes(
+                ctx, loaded.sp.canonical, _regions.text_hunks(loaded.text, new_text)
+            )
+        return _review(loaded, new_text, kept)
 
     def execute(self, args: WriteFileArgs, ctx: ToolContext) -> Any:
-        loaded, new_text = self._plan(args, ctx)
-        preview = _edit.unified_diff(loaded.sp.display, loaded.text, new_text, loaded.exists)
+        loaded, new_text, kept = self._plan(args, ctx)
+        preview = _review(loaded, new_text, kept)
         _edit.check_approved(ctx, preview, loaded.sp.display)
         backup_path = None
         if not args.dry_run:
             backup_path = _edit.commit(ctx, loaded, new_text, backup=not args.no_backup)
+            _regions.record_changes(
+                ctx, loaded.sp.canonical, _regions.text_hunks(loaded.text, new_text)
+            )
         written = len(new_text.encode("utf-8")) - (
             len(loaded.text.encode("utf-8")) if args.append else 0
         )
-        return {
+        result: dict[str, Any] = {
             "path": loaded.sp.display,
             "backup_path": backup_path,
             "bytes_written": 0 if args.dry_run else written,
@@ -86,3 +99,11 @@ class WriteFile(Tool[WriteFileArgs]):
             "dry_run": args.dry_run,
             "preview": preview,
         }
+        if kept:
+            result["credentials_kept"] = kept
+        return result
+
+
+def _review(loaded: _edit.Loaded, new_text: str, kept: int) -> str:
+    notes = [f"keeps {kept} redacted credential(s): the original is written back"] if kept else []
+    return _edit.review(loaded.sp.display, loaded.text, new_text, loaded.exists, notes)

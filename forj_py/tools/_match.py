@@ -1,0 +1,515 @@
+"""Finding the text an edit means, the way models actually send it.
+
+A model copies ``old_string`` from what it read, and the copy is rarely
+exact: trailing blanks dropped, the block indented one level more or less,
+tabs typed as spaces, straight quotes turned curly.  :func:`find` tries
+passes in order and stops at the first that finds anything:
+
+``exact``
+    the text as sent;
+``trailing``
+    line by line, ignoring trailing whitespace;
+``indent``
+    line by line, ignoring leading and trailing whitespace; the new text is
+    re-indented by the offset the match showed (relative indentation kept,
+    tabs or spaces as the file has them);
+``unicode``
+    as ``indent``, with typographic punctuation (curly quotes, dashes,
+    ellipsis, non-breaking and other spaces) read as its ASCII form; where
+    the model's old text had such a character in place of the file's, the
+    same character in the new text is written as the file has it.
+
+Never fuzzier than that: a line missing or changed is no match.  A pass
+that finds several places reports them all; the caller refuses (or, for
+``replace_all``, replaces them all).  Lines of the new text that repeat a
+line of the old text unchanged are written exactly as the file has them,
+so a tolerated difference never leaks into lines the model meant to keep.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import itertools
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+PASSES = ("exact", "trailing", "indent", "unicode")
+
+# Typographic characters and the ASCII a model (or an editor) swaps them with.
+_PUNCT_MAP = {
+    "\u2018": "'",
+    "\u2019": "'",
+    "\u201a": "'",
+    "\u201b": "'",
+    "\u2032": "'",
+    "\u201c": '"',
+    "\u201d": '"',
+    "\u201e": '"',
+    "\u201f": '"',
+    "\u2033": '"',
+    "\u00ab": '"',
+    "\u00bb": '"',
+    "\u2010": "-",
+    "\u2011": "-",
+    "\u2012": "-",
+    "\u2013": "-",
+    "\u2014": "-",
+    "\u2015": "-",
+    "\u2212": "-",
+    "\u2026": "...",
+    "\u00a0": " ",
+    "\u2007": " ",
+    "\u202f": " ",
+    "\u205f": " ",
+    "\u3000": " ",
+    **{chr(c): " " for c in range(0x2000, 0x200B)},
+}
+
+
+_PUNCT_RE = re.compile("[" + "".join(_PUNCT_MAP) + "]")
+
+
+def ascii_punct(text: str) -> str:
+    """``text`` with typographic punctuation and odd spaces in their ASCII form."""
+    if text.isascii():
+        return text
+    # A search in C finds the few such characters of a large text fast.
+    return _PUNCT_RE.sub(lambda m: _PUNCT_MAP[m.group()], text)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One place in the file: character offsets and 1-based lines (inclusive)."""
+
+    start: int
+    end: int
+    first_line: int
+    last_line: int
+    replacement: str  # the new text as it will be written there
+
+
+@dataclass(frozen=True)
+class Found:
+    way: str
+    spans: list[Span]
+
+
+class Lines:
+    """A text cut into lines once, with offsets, for the line-based passes."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        raw = text.split("\n")
+        # A final newline ends the last line rather than starting an empty one.
+        self.has_final_newline = text.endswith("\n")
+        if self.has_final_newline:
+            raw.pop()
+        self._raw = raw
+        if "\r" in text:
+            self.content = [line[:-1] if line.endswith("\r") else line for line in raw]
+        else:
+            self.content = raw
+        self._starts: list[int] | None = None
+        self._keys: dict[str, list[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self.content)
+
+    @property
+    def starts(self) -> list[int]:
+        """Offset of each line's start (and one past the last line)."""
+        if self._starts is None:
+            # C-level iterators only: a megabyte's lines in about a millisecond.
+            ends = itertools.accumulate(map((1).__add__, map(len, self._raw)))
+            self._starts = [0, *ends]
+        return self._starts
+
+    def keys(self, way: str) -> list[str]:
+        """Every line's key under a pass, computed once (whole-text operations run in C)."""
+        cached = self._keys.get(way)
+        if cached is None:
+            if way == "exact":
+                cached = self.content
+            elif way == "trailing":
+                cached = [line.rstrip() for line in self.content]
+            elif way == "indent":
+                cached = [line.strip() for line in self.content]
+            else:
+                # Only lines holding typographic characters or "--" differ from
+                # their ``indent`` key: find those with one search, patch them.
+                cached = list(self.keys("indent"))
+                starts = self.starts
+                for index in sorted(
+                    {bisect.bisect_right(starts, at) - 1 for at in _normalised_at(self.text)}
+                ):
+                    if index < len(cached):
+                        cached[index] = _unicode_key(self.content[index])
+            self._keys[way] = cached
+        return cached
+
+    def end_of(self, index: int, with_newline: bool) -> int:
+        """Offset just after line ``index`` (0-based), with or without its line end."""
+        if with_newline:
+            return min(self.starts[index + 1], len(self.text))
+        return self.starts[index] + len(self.content[index])
+
+
+def _strip_key(line: str) -> str:
+    return line.strip()
+
+
+_HYPHENS = re.compile(r"-{2,}")
+
+
+def _normalised_at(text: str) -> Iterator[int]:
+    """Offsets of every typographic character and every "--" of ``text``."""
+    if not text.isascii():
+        for m in _PUNCT_RE.finditer(text):
+            yield m.start()
+    at = text.find("--")
+    while at >= 0:
+        yield at
+        at = text.find("--", at + 2)
+
+
+def _unicode_key(line: str) -> str:
+    # "--" is how ASCII writes the dash typography turns into one character.
+    return _HYPHENS.sub("-", ascii_punct(line)).strip()
+
+
+def _same(line: str) -> str:
+    return line
+
+
+KEYS: dict[str, Callable[[str], str]] = {
+    "exact": _same,
+    "trailing": str.rstrip,
+    "indent": _strip_key,
+    "unicode": _unicode_key,
+}
+
+
+def find(
+    text: str,
+    old: str,
+    new: str,
+    newline: str = "\n",
+    lines: Lines | None = None,
+    passes: tuple[str, ...] = PASSES,
+    whole_lines: bool = False,
+) -> Found | None:
+    """The places ``old`` matches in ``text`` at the first pass that finds any.
+
+    ``old`` and ``new`` are given with the file's line ends (``newline``),
+    and so are the replacements.  With ``whole_lines`` even the exact pass
+    matches whole lines only (``expected`` of a line range).  None when no
+    pass finds anything.
+    """
+    if "exact" in passes and not whole_lines:
+        exact = _find_exact(text, old, new)
+        if exact:
+            return Found("exact", exact)
+    model_old = old.replace("\r\n", "\n")
+    old_lines = model_old.split("\n")
+    # Whole lines (``expected``) come without their last line end: every
+    # piece is a line.  Otherwise a final newline ends the last line.
+    ends_nl = not whole_lines and model_old.endswith("\n")
+    if ends_nl:
+        old_lines.pop()
+    if not any(line.strip() for line in old_lines):
+        return None  # blank lines alone match everywhere at these passes
+    lines = lines or Lines(text)
+    for way in passes:
+        if way == "exact" and not whole_lines:
+            continue
+        starts = _find_lines(lines, old_lines, way, ends_nl)
+        if starts:
+            spans = [_line_span(lines, i, old_lines, new, newline, ends_nl, way) for i in starts]
+            return Found(way, spans)
+    return None
+
+
+def _find_exact(text: str, old: str, new: str) -> list[Span]:
+    """Every occurrence as sent; none when each one is lines at another depth.
+
+    Occurrences inside a line's indentation count only beside others: alone,
+    they are left to the ``indent`` pass (which re-indents ``new``); beside
+    an occurrence elsewhere, the place is ambiguous and all are listed.
+    """
+    spans: list[Span] = []
+    deeper = 0
+    at = text.find(old)
+    line = 1
+    counted = 0
+    indented = old[:1] in (" ", "\t")
+    while at >= 0:
+        if at > 0 and text[at - 1] in " \t" and _whole_lines_elsewhere(text, old, at, indented):
+            deeper += 1
+        line += text.count("\n", counted, at)
+        counted = at
+        end = at + len(old)
+        last = line + old.count("\n", 0, max(len(old) - 1, 0))
+        spans.append(Span(at, end, line, last, new))
+        at = text.find(old, at + 1)
+    return [] if deeper == len(spans) else spans
+
+
+def _whole_lines_elsewhere(text: str, old: str, at: int, indented: bool) -> bool:
+    """Whether a match inside a line's indentation is really lines at another depth.
+
+    Text that starts with indentation, or that runs to a line's end, is
+    whole lines to the model; found after part of a line's indentation (or
+    after all of it), it is the same lines at another depth, and the
+    ``indent`` pass places and re-indents it.  Only when the line holds
+    nothing but whitespace before the match.
+    """
+    head = text.rfind("\n", 0, at) + 1
+    if text[head:at].strip(" \t"):
+        return False
+    if indented:
+        return True
+    end = at + len(old)
+    return old.endswith("\n") or end == len(text) or text[end] in "\r\n"
+
+
+def _find_lines(lines: Lines, old_lines: list[str], way: str, ends_nl: bool) -> list[int]:
+    """0-based first lines where every line of ``old_lines`` matches under the pass."""
+    key = KEYS[way]
+    want = [key(line) for line in old_lines]
+    keys = lines.keys(way)
+    n = len(want)
+    # Anchor on the most telling line: the longest key.
+    anchor = max(range(n), key=lambda k: len(want[k]))
+    target = want[anchor]
+    found = []
+    start = 0
+    try:
+        while True:
+            pos = keys.index(target, start)
+            start = pos + 1
+            first = pos - anchor
+            if first < 0 or first + n > len(keys):
+                continue
+            if keys[first : first + n] != want:
+                continue
+            if ends_nl and first + n == len(keys) and not lines.has_final_newline:
+                continue  # the old text ends with a newline the file does not have
+            found.append(first)
+    except ValueError:
+        pass
+    return found
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def _line_span(
+    lines: Lines,
+    first: int,
+    old_lines: list[str],
+    new: str,
+    newline: str,
+    ends_nl: bool,
+    way: str,
+) -> Span:
+    n = len(old_lines)
+    end = lines.end_of(first + n - 1, ends_nl)
+    if way == "exact":
+        return Span(lines.starts[first], end, first + 1, first + n, new)
+    file_lines = lines.content[first : first + n]
+    new_text = new.replace("\r\n", "\n")
+    new_ends_nl = new_text.endswith("\n")
+    new_lines = new_text.split("\n") if new_text else []  # nothing: no line at all
+    if new_ends_nl:
+        new_lines.pop()
+    kept: dict[str, str] = {}
+    for old_line, file_line in zip(old_lines, file_lines, strict=True):
+        kept.setdefault(old_line, file_line)
+    shift = _Reindent(old_lines, file_lines) if way in ("indent", "unicode") else None
+    punct = _punct_map(old_lines, file_lines, lines.text) if way == "unicode" else {}
+    out = []
+    for line in new_lines:
+        if line in kept:
+            out.append(kept[line])  # a line the model meant to keep: the file's own text
+            continue
+        if punct and not line.isascii():
+            line = "".join(punct.get(ch, ch) for ch in line)
+        if shift is not None and line.strip():
+            line = shift.apply(line)
+        out.append(line)
+    replacement = "\n".join(out) + ("\n" if new_ends_nl else "")
+    if newline != "\n":
+        replacement = replacement.replace("\n", newline)
+    return Span(lines.starts[first], end, first + 1, first + n, replacement)
+
+
+class _Reindent:
+    """Moves the model's indentation onto the file's, keeping relative depth."""
+
+    def __init__(self, old_lines: list[str], file_lines: list[str]) -> None:
+        pairs = [
+            (_indent(o), _indent(f))
+            for o, f in zip(old_lines, file_lines, strict=True)
+            if o.strip() and f.strip()
+        ]
+        self.known: dict[str, str] = {}
+        for o, f in pairs:
+            self.known.setdefault(o, f)
+        self.old_base, self.file_base = pairs[0] if pairs else ("", "")
+        self.tabs = "\t" in self.file_base or any("\t" in f for _, f in pairs)
+        self.ratio = 0.0
+        for o, f in pairs:
+            if len(o) != len(self.old_base) and len(f) != len(self.file_base):
+                self.ratio = (len(f) - len(self.file_base)) / (len(o) - len(self.old_base))
+                if self.ratio > 0:
+                    break
+        if self.ratio <= 0:
+            model_tabs = "\t" in self.old_base or any("\t" in o for o, _ in pairs)
+            # One tab per four spaces, the common width, when nothing shows otherwise.
+            self.ratio = (
+                0.25
+                if self.tabs and not model_tabs
+                else 4.0
+                if model_tabs and not self.tabs
+                else 1.0
+            )
+
+    def apply(self, line: str) -> str:
+        indent = _indent(line)
+        body = line[len(indent) :]
+        known = self.known.get(indent)
+        if known is not None:
+            return known + body
+        width = len(self.file_base) + round((len(indent) - len(self.old_base)) * self.ratio)
+        width = max(width, 0)
+        return ("\t" if self.tabs else " ") * width + body
+
+
+def _punct_map(old_lines: list[str], file_lines: list[str], text: str) -> dict[str, str]:
+    """How the model's typographic characters are written in this file.
+
+    Those it wrote where the file has something plainer take the file's
+    form; others take their ASCII form unless the file itself uses them
+    (the model typographised the whole text, not only the lines it copied).
+    """
+    found: dict[str, str] = {ch: plain for ch, plain in _PUNCT_MAP.items() if ch not in text}
+    for o, f in zip(old_lines, file_lines, strict=True):
+        if o.isascii():
+            continue
+        o, f = o.strip(), f.strip()
+        i = j = 0
+        while i < len(o) and j < len(f):
+            if o[i] == f[j]:
+                i += 1
+                j += 1
+                continue
+            plain = _PUNCT_MAP.get(o[i])
+            if plain is not None and f.startswith(plain, j):
+                if plain == "-":
+                    plain = f[j : len(f) - len(f[j:].lstrip("-"))]
+                found[o[i]] = plain
+                i += 1
+                j += len(plain)
+                continue
+            fancy = _PUNCT_MAP.get(f[j])
+            if fancy is not None and o.startswith(fancy, i):
+                i += len(fancy)
+                j += 1
+                continue
+            break
+    return found
+
+
+# --- pointing at the place a missed edit meant ----------------------------------------
+
+# Lines this common carry no information about where an edit belongs.
+_MAX_VOTE_POSITIONS = 64
+ALIKE_MARGIN = 0.03  # stretches this close to the best are named as well
+MAX_OTHERS = 3
+
+
+@dataclass(frozen=True)
+class Closest:
+    first_line: int  # 1-based, inclusive
+    last_line: int
+    ratio: float
+    # Other stretches as alike (repeated code): the refusal names them too.
+    others: tuple[tuple[int, int], ...] = ()
+
+
+def closest(lines: Lines, wanted: str) -> Closest | None:
+    """The stretch of the file most like ``wanted``, or None when nothing is.
+
+    Each line of ``wanted`` that occurs in the file (ignoring whitespace
+    and typographic punctuation) votes for where the whole would start; the
+    best-supported starts are then compared in full.  A missing or changed
+    line costs one vote, so the place meant still wins.
+    """
+    want = wanted.replace("\r\n", "\n").rstrip("\n").split("\n")
+    n = len(want)
+    keys = lines.keys("unicode")
+    if not keys:
+        return None
+    want_keys = [_unicode_key(line) for line in want]
+    telling = {k for k in want_keys if len(k) >= 3}
+    positions: dict[str, list[int]] = {}
+    for pos, key in enumerate(keys):
+        if key in telling:
+            positions.setdefault(key, []).append(pos)
+    votes: dict[int, float] = {}
+    for k, key in enumerate(want_keys):
+        where = positions.get(key, [])
+        if len(where) > _MAX_VOTE_POSITIONS:
+            continue
+        # A line found once says more than one found in many places.
+        weight = 1 / len(where) if where else 0.0
+        for pos in where:
+            votes[pos - k] = votes.get(pos - k, 0.0) + weight
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2("\n".join(want_keys))
+    candidates: list[int]
+    if votes:
+        ranked = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))
+        candidates = [start for start, _ in ranked[:6]]
+    else:
+        candidates = _first_line_candidates(keys, want_keys[0] if want_keys else "", n)
+    scored: list[Closest] = []
+    for start in candidates:
+        best: Closest | None = None
+        for first, width in ((start, n), (start, n + 1), (start - 1, n + 1), (start, n - 1)):
+            first = max(first, 0)
+            width = max(min(width, len(keys) - first), 1)
+            matcher.set_seq1("\n".join(keys[first : first + width]))
+            ratio = matcher.ratio()
+            if best is None or ratio > best.ratio + 1e-9:
+                best = Closest(first + 1, first + width, ratio)
+        if best is not None:
+            scored.append(best)
+    if not scored:
+        return None
+    scored.sort(key=lambda c: (-c.ratio, c.first_line))
+    top = scored[0]
+    if top.ratio < 0.3:
+        return None
+    others: list[tuple[int, int]] = []
+    for c in scored[1:]:
+        if c.ratio < top.ratio - ALIKE_MARGIN or len(others) == MAX_OTHERS:
+            break
+        taken = [(top.first_line, top.last_line), *others]
+        if all(c.last_line < a or c.first_line > b for a, b in taken):
+            others.append((c.first_line, c.last_line))
+    return Closest(top.first_line, top.last_line, top.ratio, tuple(others))
+
+
+def _first_line_candidates(keys: list[str], first: str, n: int) -> list[int]:
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(first)
+    scored = []
+    for i, key in enumerate(keys[: max(len(keys) - n + 1, 1)]):
+        matcher.set_seq1(key)
+        scored.append((matcher.quick_ratio(), -i))
+    scored.sort(reverse=True)
+    return [-i for _, i in scored[:8]]
