@@ -404,6 +404,16 @@ class CredentialRestoreError(ValueError):
         self.text = text
 
 
+def _marker_key(m: regex.Match[str]) -> tuple[str, str, str, str] | None:
+    """The lookup key of a URL whose secret reads ``***``, or None if it has none."""
+    head, user, password, host = m.group("head", "user", "password", "host")
+    if password == URL_CREDENTIAL_MARK:
+        return ("password", head.lower(), user, host.lower())
+    if password is None and user == URL_CREDENTIAL_MARK:
+        return ("user", head.lower(), "", host.lower())
+    return None
+
+
 def restore_url_credentials(original: str, new: str) -> tuple[str, int]:
     """Put back the credentials that the model saw as ``***``.
 
@@ -416,9 +426,15 @@ def restore_url_credentials(original: str, new: str) -> tuple[str, int]:
     if URL_CREDENTIAL_MARK not in new or "://" not in new:
         return new, 0
     secrets: dict[tuple[str, str, str, str], set[str]] = {}
+    # URLs the original already spells with the marker (a documentation
+    # example): sent back, they stay as they are.
+    literal: set[tuple[str, str, str, str]] = set()
     for m in _URL_USERINFO_RE.finditer(original):
         found = _url_secret(m)
         if found is None:
+            key = _marker_key(m)
+            if key is not None:
+                literal.add(key)
             continue
         kind, secret = found
         user = m.group("user") if kind == "password" else ""
@@ -428,15 +444,14 @@ def restore_url_credentials(original: str, new: str) -> tuple[str, int]:
 
     def sub(m: regex.Match[str]) -> str:
         nonlocal count
-        head, user, password, host = m.group("head", "user", "password", "host")
-        if password == URL_CREDENTIAL_MARK:
-            key = ("password", head.lower(), user, host.lower())
-        elif password is None and user == URL_CREDENTIAL_MARK:
-            key = ("user", head.lower(), "", host.lower())
-        else:
+        head, user, host = m.group("head", "user", "host")
+        key = _marker_key(m)
+        if key is None:
             return m.group()
         fits = secrets.get(key, set())
-        if len(fits) != 1:
+        if key in literal and not fits:
+            return m.group()
+        if len(fits) != 1 or key in literal:
             line = new.count("\n", 0, m.start()) + 1
             raise CredentialRestoreError(line, new.splitlines()[line - 1])
         (secret,) = fits

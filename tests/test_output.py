@@ -168,3 +168,73 @@ def test_json_control_check_never_misses_what_sanitize_would_change(text: str) -
 
     if sanitize(text) != text:
         assert json_has_controls(dumps({"k": [text]}))
+
+
+# --- credentials in URLs -------------------------------------------------------------------
+
+
+def test_url_credentials_are_redacted_and_restored() -> None:
+    from forj_py.output import redact_url_credentials, restore_url_credentials
+
+    text = (
+        "url = https://bob:tok3n-secret@github.com/a/b.git\n"
+        "cache = redis://:pw-secret@cache:6379\n"
+        "pat = https://ghp_abcdefghijklmnopqrstuvwxyz0123@github.com/c\n"
+        "ssh = ssh://git@github.com/d\n"
+    )
+    shown, count = redact_url_credentials(text)
+    assert count == 3
+    assert "secret" not in shown and "ghp_" not in shown
+    assert "ssh://git@github.com/d" in shown  # a user name alone is no secret
+    back, restored = restore_url_credentials(text, shown.replace("a/b.git", "a/c.git"))
+    assert restored == 3
+    assert back == text.replace("a/b.git", "a/c.git")
+
+
+def test_a_marker_already_in_the_original_stays_and_an_ambiguous_one_is_refused() -> None:
+    from forj_py.output import CredentialRestoreError, restore_url_credentials
+
+    original = "example: https://user:***@example.com\n"
+    assert restore_url_credentials(original, original + "x\n") == (original + "x\n", 0)
+    two = "a = https://bob:one@h/x\nb = https://bob:two@h/y\n"
+    with pytest.raises(CredentialRestoreError) as exc:
+        restore_url_credentials(two, "c = https://bob:***@h/z\n")
+    assert exc.value.line == 1
+    with pytest.raises(CredentialRestoreError):
+        restore_url_credentials("nothing here\n", "https://eve:***@h/\n")
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["https", "postgres", "redis"]),
+            st.from_regex(r"[a-z]{1,6}", fullmatch=True),
+            st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True),
+            st.sampled_from(["h1", "h2.example", "db:5432"]),
+        ),
+        max_size=6,
+    ),
+    st.text(alphabet="ab \n/:@", max_size=30),
+)
+def test_restoring_what_was_redacted_gives_the_original_back(
+    urls: list[tuple[str, str, str, str]], filler: str
+) -> None:
+    from forj_py.output import (
+        CredentialRestoreError,
+        redact_url_credentials,
+        restore_url_credentials,
+    )
+
+    text = filler + "\n".join(f"{s}://{u}:{p}@{h}/r" for s, u, p, h in urls) + "\n"
+    shown, _ = redact_url_credentials(text)
+    try:
+        back, _ = restore_url_credentials(text, shown)
+    except CredentialRestoreError:
+        # Only when one user at one host has two different secrets.
+        pairs: dict[tuple[str, str, str], set[str]] = {}
+        for s, u, p, h in urls:
+            pairs.setdefault((s, u, h), set()).add(p)
+        assert any(len(v) > 1 for v in pairs.values())
+        return
+    assert back == text
