@@ -480,7 +480,8 @@ class CommandSandbox:
                 continue  # the project is bound on its own terms
             if real not in found:
                 found.append(real)
-        return found
+        # Parents first, so a directory inside one already bound is skipped.
+        return sorted(found, key=lambda p: (p.count("/"), p))
 
     def _redacted_config(self, path: str) -> str:
         """A read-only copy of a git config with its credentials blanked out."""
@@ -588,8 +589,26 @@ def _pids_cgroup_base() -> str | None:
         if os.access(candidate, os.W_OK) and os.path.isfile(procs):
             found = candidate
             break
+    if found is not None:
+        _remove_stale_cgroups(found)
     _cgroup_base.append(found)
     return found
+
+
+def _remove_stale_cgroups(base: str) -> None:
+    """Remove the empty cgroups of workers that died before removing them."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "forj" or not parts[1].isdigit():
+            continue
+        if parts[1] != str(os.getpid()) and os.path.exists(f"/proc/{parts[1]}"):
+            continue  # a live worker's
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(base, name))  # fails while it still holds a process
 
 
 def _processes_of_user() -> int:
