@@ -401,6 +401,9 @@ _USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
 }
 
 
+_TRUST_HINT = "Add this project to [trust] projects in your own config file to allow it."
+
+
 def merge(
     user: Config,
     project: Config,
@@ -417,28 +420,22 @@ def merge(
             continue
         user_value = _get(user, path)
         if path in _USER_ONLY:
-            new_value, ok = _USER_ONLY[path](user_value, value)
-            _set(merged, path, new_value)
-            if not ok:
-                warnings.append(
-                    f"{source}: {'.'.join(path)} = {_show(value)} would loosen your setting "
-                    f"{_show(user_value)}; ignored. Only your own config file can set this, "
-                    "even for a trusted project."
-                )
-            continue
-        if trusted or (path not in _SAFETY_RULES and path != _ROOTS_KEY):
+            new, accepted = _USER_ONLY[path](user_value, value)
+            hint = "Only your own config file can set this, even for a trusted project."
+        elif trusted or (path not in _SAFETY_RULES and path != _ROOTS_KEY):
             _set(merged, path, value)
             continue
-        if path == _ROOTS_KEY:
+        elif path == _ROOTS_KEY:
             new, accepted = _narrow_roots(user_value, value, root)
+            hint = _TRUST_HINT
         else:
             new, accepted = _SAFETY_RULES[path](user_value, value)
+            hint = _TRUST_HINT
         _set(merged, path, new)
         if not accepted:
             warnings.append(
                 f"{source}: {'.'.join(path)} = {_show(value)} would loosen your setting "
-                f"{_show(user_value)}; ignored. Add this project to [trust] projects in "
-                "your own config file to allow it."
+                f"{_show(user_value)}; ignored. {hint}"
             )
     return merged
 

@@ -61,6 +61,26 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
+def running(*argv: str) -> list[int]:
+    """Pids of live (non-zombie) processes whose command line is exactly ``argv``.
+
+    Commands in the sandbox have PIDs of their own namespace; tests find
+    them from outside by a command line no other process has.
+    """
+    want = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes() == want:
+                    stat = (entry / "stat").read_text()
+                    if stat[stat.rfind(")") + 2] != "Z":
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def user_config(text: str) -> None:
     Path(os.environ["FORJ_CONFIG"]).write_text(textwrap.dedent(text), encoding="utf-8")
 

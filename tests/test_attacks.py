@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeWorker, call, user_config
+from conftest import MakeWorker, call, running, user_config
 
 from forj_py.client import Client, WorkerProcess
 from forj_py.service import Worker
@@ -357,19 +357,6 @@ def test_attack_network_allowed_by_the_users_pattern_is_not_forced_to_review(
 # --- survival -------------------------------------------------------------------------------
 
 
-def _running(*argv: str) -> list[int]:
-    want = "\0".join(argv).encode() + b"\0"
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "cmdline").read_bytes() == want:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def test_attack_a_command_does_not_outlive_a_killed_worker(project: Path) -> None:
     with WorkerProcess(project) as proc, Client(proc.port) as c:
         c.call("hello", {"token": proc.token})
@@ -381,12 +368,12 @@ def test_attack_a_command_does_not_outlive_a_killed_worker(project: Path) -> Non
 
         threading.Thread(target=execute, daemon=True).start()
         end = time.monotonic() + HANG
-        while not _running("sleep", "4001"):
+        while not running("sleep", "4001"):
             assert time.monotonic() < end, "the command never started"
             time.sleep(0.02)
         os.kill(proc.proc.pid, signal.SIGKILL)
         end = time.monotonic() + HANG
-        while _running("sleep", "4001"):
+        while running("sleep", "4001"):
             assert time.monotonic() < end, "the command outlived its worker"
             time.sleep(0.02)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeWorker, call, project_config, user_config
+from conftest import MakeWorker, call, project_config, running, user_config
 
 from forj_py import process
 from forj_py.client import Client, WorkerProcess
@@ -334,25 +334,9 @@ def _live_run(c: Client, calls: list[dict[str, Any]], timeout: float = HANG) -> 
     return dict(c.call("execute", {"batch_id": plan["batch_id"], "approved": ids}, timeout=timeout))
 
 
-def _running(*argv: str) -> list[int]:
-    """Pids of live processes whose command line is exactly ``argv``."""
-    want = "\0".join(argv).encode() + b"\0"
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "cmdline").read_bytes() == want:
-                    stat = (entry / "stat").read_text()
-                    if stat[stat.rfind(")") + 2] != "Z":
-                        found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def _wait_gone(*argv: str, limit: float = HANG) -> None:
     end = time.monotonic() + limit
-    while _running(*argv):
+    while running(*argv):
         assert time.monotonic() < end, f"{' '.join(argv)} outlived its call"
         time.sleep(0.02)
 
