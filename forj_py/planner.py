@@ -262,6 +262,10 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         planned.summary = short_summary(
             tool.summary(args) + " (through a link: " + "; ".join(links) + ")"
         )
+    tags = tool.summary_tags(args, ctx)
+    if tags:
+        # First, so no cut of a long summary can drop them.
+        planned.summary = short_summary(f"[{', '.join(tags)}] " + tool.summary(args))
     if notes:
         outcome = policy.Outcome.CONFIRM
     planned.warnings = notes

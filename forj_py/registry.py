@@ -152,6 +152,10 @@ class Tool(ABC, Generic[A]):
         """
         return []
 
+    def summary_tags(self, args: A, ctx: ToolContext) -> list[str]:
+        """Short words the summary starts with, in brackets ("network", "runs unsandboxed")."""
+        return []
+
     @abstractmethod
     def execute(self, args: A, ctx: ToolContext) -> Any:
         """Do the work; return a JSON-able result or raise :class:`ToolFailure`."""

@@ -48,7 +48,7 @@ from ..registry import Tool, ToolContext
 from ..sandbox import SafePath
 from ..walk import Walker
 from . import _shell
-from .shell import command_notes, describe_confinement
+from .shell import command_notes, command_tags, describe_confinement
 
 REPORT = "{forj-report}"  # replaced by a file in a temporary directory outside the project
 DRIVER = "{forj-ert-driver}"
@@ -219,6 +219,9 @@ class RunTests(Tool[RunTestsArgs]):
     def review_notes(self, args: RunTestsArgs, ctx: ToolContext) -> list[str]:
         text = shlex.join(args.command) if args.command else "emacs"
         return command_notes(ctx, args.allow_network, text)
+
+    def summary_tags(self, args: RunTestsArgs, ctx: ToolContext) -> list[str]:
+        return command_tags(ctx, args.allow_network)
 
     def _describe(self, plan: Plan, args: RunTestsArgs, ctx: ToolContext) -> str:
         env = _shell.clean_environment(_shell.denylist(ctx))

@@ -168,6 +168,9 @@ class RunShell(Tool[RunShellArgs]):
     def review_notes(self, args: RunShellArgs, ctx: ToolContext) -> list[str]:
         return command_notes(ctx, args.allow_network, _command_text(args.cmd))
 
+    def summary_tags(self, args: RunShellArgs, ctx: ToolContext) -> list[str]:
+        return command_tags(ctx, args.allow_network)
+
     def preview(self, args: RunShellArgs, ctx: ToolContext) -> str | None:
         cwd = _shell.resolve_cwd(ctx, args.cwd)
         return self._describe(args, ctx, cwd)
@@ -422,6 +425,15 @@ def command_notes(ctx: ToolContext, network: bool, text: str) -> list[str]:
     if jail is not None and not jail.sandboxed and not jail.availability.silenced:
         notes.append(f"This command runs unsandboxed: {jail.availability.reason}.")
     return notes
+
+
+def command_tags(ctx: ToolContext, network: bool) -> list[str]:
+    """What a command's summary says first: it gets network, or it runs unsandboxed."""
+    tags = ["network"] if network else []
+    jail = ctx.commands
+    if jail is not None and not jail.sandboxed:
+        tags.append("runs unsandboxed")
+    return tags
 
 
 def _network_allowed(ctx: ToolContext, text: str) -> bool:
