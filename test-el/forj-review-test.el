@@ -205,7 +205,8 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
            (review (car run)))
       (with-current-buffer review
         (goto-char (point-min))
-        (should (re-search-forward "^⚠ .*network.*\n\\[        \\] high   Run curl" nil t))
+        (should (re-search-forward
+                 "^⚠ .*network.*\n\\[        \\] high   \\[network\\] Run curl" nil t))
         (forward-line -1)
         (should (equal (get-text-property (point) 'forj-review-id) "net"))
         (should (memq 'forj-review-warning (ensure-list (get-text-property (+ 2 (point)) 'face))))
