@@ -48,6 +48,19 @@ DEFAULT_DENIES = (
     "**/.netrc",
     "**/.git-credentials",
     "**/.aws/**",
+    # Editor backups (name~) and auto-saves (#name#) of the files above.
+    "**/.env~",
+    "**/#.env#",
+    "**/#.env.*#",
+    "**/*.pem~",
+    "**/#*.pem#",
+    "**/*.key~",
+    "**/#*.key#",
+    "**/#id_*#",
+    "**/.netrc~",
+    "**/#.netrc#",
+    "**/.git-credentials~",
+    "**/#.git-credentials#",
 )
 
 MAX_PATH_CHARS = 4096

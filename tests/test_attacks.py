@@ -487,3 +487,19 @@ def test_attack_a_directory_of_keys_is_masked_whole_and_its_neighbours_stay(
     assert "leak-me" not in text
     assert "port = 1" in text
     assert (keys / "k0.pem").read_text() == "leak-me-0\n"
+
+
+def test_attack_editor_backups_of_secrets_are_denied_and_masked(make_worker: MakeWorker) -> None:
+    """An editor leaves .env~ and #.env# beside .env: as secret as the file itself."""
+    project = Path(make_worker().root)
+    for name in (".env~", "#.env#", "server.key~", "#id_ed25519#"):
+        (project / name).write_text("leak-me\n")
+    worker = make_worker()
+    results = run(
+        worker,
+        call("r1", "read_file", path=".env~"),
+        call("r2", "read_file", path="#.env#"),
+        sh("cat", "cat '.env~' '#.env#' 'server.key~' '#id_ed25519#'"),
+    )
+    assert results[0]["ok"] is False and results[1]["ok"] is False
+    assert "leak-me" not in out(results[2])
