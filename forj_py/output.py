@@ -389,6 +389,30 @@ def redact_url_credentials(text: str) -> tuple[str, int]:
     return _URL_USERINFO_RE.sub(sub, text), count
 
 
+def credential_spans(line: str) -> list[tuple[int, int]]:
+    """Where the secrets of ``scheme://user:secret@`` URLs lie in ``line``."""
+    if "://" not in line:
+        return []
+    spans = []
+    for m in _URL_USERINFO_RE.finditer(line):
+        found = _url_secret(m)
+        if found is not None:
+            spans.append(m.span(found[0]))
+    return spans
+
+
+def say_redacted(result: dict[str, Any], redacted: int, extra: str = "") -> dict[str, Any]:
+    """Tell the model, in a result, that credentials were shown as the marker."""
+    if redacted:
+        result["redacted_credentials"] = redacted
+        result["note"] = (
+            f"{redacted} credential(s) in URLs (scheme://user:secret@host) are shown as "
+            f"{URL_CREDENTIAL_MARK}; an edit that keeps {URL_CREDENTIAL_MARK} there keeps "
+            "the original" + extra
+        )
+    return result
+
+
 class CredentialRestoreError(ValueError):
     """New text holds ``***`` where no single original credential fits.
 

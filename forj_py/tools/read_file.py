@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import errors
-from ..output import URL_CREDENTIAL_MARK, redact_url_credentials, truncate_text
+from ..output import redact_url_credentials, say_redacted, truncate_text
 from ..registry import Tool, ToolContext
 
 SNIFF_BYTES = 8192
@@ -136,7 +136,7 @@ class ReadFile(Tool[ReadFileArgs]):
                 # Redacted before the cut: a cut through a URL could leave a
                 # secret without the "@" that marks it.
                 content = truncate_text(shown, args.max_bytes)
-                return _say_redacted(
+                return say_redacted(
                     {
                         "path": sp.display,
                         "encoding": encoding,
@@ -334,16 +334,4 @@ def _range_result(
     }
     if end is None or lineno < end:
         result["total_lines"] = lineno
-    return _say_redacted(result, redacted)
-
-
-def _say_redacted(result: dict[str, Any], redacted: int) -> dict[str, Any]:
-    """Tell the model that credentials in URLs were replaced, and what that means."""
-    if redacted:
-        result["redacted_credentials"] = redacted
-        result["note"] = (
-            f"{redacted} credential(s) in URLs (scheme://user:secret@host) are shown as "
-            f"{URL_CREDENTIAL_MARK}; an edit that keeps {URL_CREDENTIAL_MARK} there keeps "
-            "the original"
-        )
-    return result
+    return say_redacted(result, redacted)

@@ -41,10 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import errors
 from ..errors import ToolFailure
 from ..output import (
-    _URL_USERINFO_RE,
     URL_CREDENTIAL_MARK,
-    _url_secret,
+    credential_spans,
     redact_url_credentials,
+    say_redacted,
 )
 from ..patterns import PatternTooComplex, gitignore_spec
 from ..protocol import ErrorKind, ErrorType
@@ -130,7 +130,7 @@ class Search(Tool[SearchArgs]):
             truncated = True
         redacted = sum(m.pop(_REDACTED, 0) for m in matches)
         result: dict[str, Any] = {"matches": matches, "truncated": truncated, "engine": used}
-        return _say_redacted(result, redacted)
+        return say_redacted(result, redacted, "; text inside a credential is never matched")
 
 
 def _match(path: str, line_no: int, line: str, start: int, end: int) -> dict[str, Any]:
@@ -161,18 +161,6 @@ def _match(path: str, line_no: int, line: str, start: int, end: int) -> dict[str
 
 _REDACTED = "_redacted"  # markers in a match, summed into the result, then removed
 _HIDDEN = "_hidden"  # a match inside a credential: dropped
-
-
-def credential_spans(line: str) -> list[tuple[int, int]]:
-    """Where the secrets of ``scheme://user:secret@`` URLs lie in ``line``."""
-    if "://" not in line:
-        return []
-    spans = []
-    for m in _URL_USERINFO_RE.finditer(line):
-        found = _url_secret(m)
-        if found is not None:
-            spans.append(m.span(found[0]))
-    return spans
 
 
 def _redact_slice(line: str, a: int, b: int, spans: list[tuple[int, int]]) -> tuple[str, int]:
@@ -207,17 +195,6 @@ def _match_redacted(
         "after": after,
         _REDACTED: n1 + n2,
     }
-
-
-def _say_redacted(result: dict[str, Any], redacted: int) -> dict[str, Any]:
-    if redacted:
-        result["redacted_credentials"] = redacted
-        result["note"] = (
-            f"{redacted} credential(s) in URLs are shown as {URL_CREDENTIAL_MARK}; an edit "
-            f"that keeps {URL_CREDENTIAL_MARK} keeps the original; text inside a credential "
-            "is never matched"
-        )
-    return result
 
 
 def _strip_eol(line: str) -> str:
