@@ -780,7 +780,7 @@ against the file as soon as it is computed."
                      (forj-review--render))))))))))))
 
 (defun forj-review--set-user-diff (id path diff)
-  "Record DIFF as what the user's edit of PATH in call ID changes."
+  "Record DIFF, the diff of the user's text for PATH in call ID."
   (puthash id (append (assoc-delete-all path (copy-alist (gethash id forj-review--user-diffs)))
                       (list (cons path diff)))
            forj-review--user-diffs)

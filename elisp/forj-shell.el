@@ -152,12 +152,12 @@ lines show by default.
   "The timer turning the spinners, while any command runs.")
 
 (defun forj-shell--running-buffers ()
-  "The live output buffers whose command still runs."
+  "Return the live output buffers whose command is still running."
   (cl-remove-if-not (lambda (buffer) (buffer-local-value 'forj-shell--running buffer))
                     (buffer-list)))
 
 (defun forj-shell--spinner-update ()
-  "Run the spinner timer while any command runs, and stop it when none does."
+  "Start the spinner timer if a command is running, else stop it."
   (let ((running (forj-shell--running-buffers)))
     (cond ((and running (not forj-shell--spinner-timer))
            (setq forj-shell--spinner-timer (run-at-time 0.1 0.1 #'forj-shell--spinner-tick)))
@@ -182,7 +182,7 @@ lines show by default.
 ;;; Status
 
 (defun forj-shell--seconds (seconds)
-  "SECONDS as the closing line shows a duration."
+  "Format SECONDS for the closing line and the header line."
   (if (< seconds 60)
       (format "%.2f s" seconds)
     (format "%d min %02d s" (floor seconds 60) (mod (round seconds) 60))))
@@ -215,7 +215,7 @@ The worker's own measure once its result is known, else Emacs's."
             (format " · %s" (forj-shell--seconds (forj-shell--duration))))))
 
 (defun forj-shell--header-line ()
-  "The header line: a turning spinner while the command runs, then how it ended."
+  "Return the header line: a spinner while running, then how the command ended."
   (let ((hidden (and forj-shell--fold (overlay-buffer forj-shell--fold)
                      (overlay-get forj-shell--fold 'invisible))))
     (concat
@@ -277,7 +277,7 @@ a running command is kept, and a new one is made beside it."
     buffer))
 
 (defun forj-shell--summary (summary)
-  "SUMMARY without the spinner frame a call's header holds while it runs.
+  "Return SUMMARY without the spinner frame of a running call's header.
 The header line turns its own."
   (let ((text (copy-sequence summary))
         (start 0))
@@ -414,7 +414,7 @@ duration the worker measured.  The spinner stops."
       (set-window-point window (point-max)))))
 
 (defun forj-shell-visit-call ()
-  "Show the tool call whose output this buffer holds, in its conversation."
+  "Show the tool call of this output buffer, in its conversation."
   (interactive)
   (let ((origin forj-shell--origin))
     (unless (and (markerp origin) (buffer-live-p (marker-buffer origin)))
@@ -423,7 +423,7 @@ duration the worker measured.  The spinner stops."
     (goto-char origin)))
 
 (defun forj-shell-display (buffer)
-  "Show BUFFER, a command's output, where `forj-display-shell' says; select it."
+  "Show and select BUFFER, a command's output, where `forj-display-shell' puts it."
   (pop-to-buffer buffer forj-display-shell))
 
 (provide 'forj-shell)
