@@ -34,8 +34,8 @@
 ;; record.  Lines starting with "⚠ forj:" are notices for
 ;; the user (errors, stops) and are not sent to the model.
 ;;
-;; The tool loop: when a reply ends with
-;; tool-call blocks, they run as one batch through forj-tools.el (plan,
+;; The tool loop: when a reply ends with tool-call blocks, they run as
+;; one batch through forj-tools.el (plan,
 ;; review, execute, results drawn under `## Tool results') and the
 ;; model is resumed with the results, at most
 ;; `forj-chat-max-tool-iterations' times per user message; past that,
@@ -225,7 +225,8 @@ PREFIX, a vector, is the key sequence leading to MAP."
   "The documentation of `forj-chat-mode': its docstring's start, and every key.
 Each key of `forj-chat-documented-keymaps' is listed with the first
 line of its command's docstring."
-  (let ((intro (car (split-string (documentation-property 'forj-chat-mode 'forj-chat--doc t)
+  ;; The function's own docstring: the symbol's documentation is this.
+  (let ((intro (car (split-string (or (documentation (symbol-function 'forj-chat-mode) t) "")
                                   "\n\\\\{" t))))
     (concat
      (string-trim-right (or intro ""))
@@ -249,7 +250,6 @@ line of its command's docstring."
 
 ;; `describe-mode' (C-h m) and `describe-function' show every key of the
 ;; chat with what it does, from the keymaps as they are now.
-(put 'forj-chat-mode 'forj-chat--doc (documentation 'forj-chat-mode t))
 (put 'forj-chat-mode 'function-documentation '(forj-chat--mode-documentation))
 
 (defun forj-chat--header-line ()

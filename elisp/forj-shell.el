@@ -270,6 +270,7 @@ a running command is kept, and a new one is made beside it."
             forj-shell--outcome nil
             forj-shell--origin origin
             forj-shell--lines 0
+            forj-shell--removed 0
             forj-shell--fold nil
             forj-shell--output-start (copy-marker (point-max))
             forj-shell--output-end (copy-marker (point-max) t)))
@@ -309,8 +310,12 @@ Windows showing the end of BUFFER keep showing it."
         (dolist (window following)
           (set-window-point window forj-shell--output-end))))))
 
+(defvar-local forj-shell--removed 0
+  "How many characters of the oldest output `forj-shell-max-bytes' removed.")
+
 (defun forj-shell--trim ()
-  "Remove the oldest output, down to three quarters of `forj-shell-max-bytes'."
+  "Remove the oldest output, down to three quarters of `forj-shell-max-bytes'.
+One line after the summary counts what was removed so far."
   (let ((from (marker-position forj-shell--output-start))
         (to (max forj-shell--output-start
                  (- forj-shell--output-end (/ (* 3 forj-shell-max-bytes) 4)))))
@@ -318,13 +323,17 @@ Windows showing the end of BUFFER keep showing it."
     (forward-line 1)
     (setq to (min (point) forj-shell--output-end))
     (when (> to from)
-      (let ((removed (- to from)))
-        (delete-region from to)
-        (goto-char from)
-        (insert (propertize (format "[... %d characters of older output removed ...]\n" removed)
-                            'face 'forj-shell-header))
-        (set-marker forj-shell--output-start (point))
-        (setq forj-shell--lines (count-lines forj-shell--output-start forj-shell--output-end))))))
+      (setq forj-shell--removed (+ forj-shell--removed (- to from)))
+      (delete-region from to)
+      ;; The line counting earlier removals, if any, gives way to the new count.
+      (let ((note (save-excursion (goto-char (point-min)) (line-beginning-position 2))))
+        (delete-region note from)
+        (goto-char note))
+      (insert (propertize (format "[... %d characters of older output removed ...]\n"
+                                  forj-shell--removed)
+                          'face 'forj-shell-header))
+      (set-marker forj-shell--output-start (point))
+      (setq forj-shell--lines (count-lines forj-shell--output-start forj-shell--output-end)))))
 
 ;;; Only the last lines
 

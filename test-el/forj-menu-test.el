@@ -176,6 +176,12 @@
     (with-current-buffer (help-buffer)
       (should (string-match-p "C-c C-k +‘forj-chat-stop’: Stop the reply" (buffer-string))))))
 
+(defun forj-menu-test--from-elisp-p (file)
+  "Non-nil if FILE is one of forj's own Lisp files (not a test's)."
+  (and file
+       (equal (file-name-nondirectory (directory-file-name (file-name-directory file))) "elisp")
+       (string-prefix-p "forj" (file-name-nondirectory file))))
+
 (ert-deftest forj-test-menu-docstrings-substitute-and-cite-no-requirement-ids ()
   "Docstrings of forj's commands and modes show keys, not raw \\{...}; none cites a requirement ID."
   (should (string-match-p "C-c C-t\t+forj-tools-run" (documentation 'forj-tools-mode)))
@@ -184,16 +190,24 @@
                                                               'variable-documentation)))
   (should (string-match-p "\\<f\\> in the buffer shows"
                           (documentation-property 'forj-shell-visible-lines 'variable-documentation)))
-  (mapatoms
-   (lambda (symbol)
-     (when (string-prefix-p "forj" (symbol-name symbol))
-       (dolist (doc (list (and (fboundp symbol) (ignore-errors (documentation symbol t)))
-                          (ignore-errors (documentation-property symbol 'variable-documentation t))))
-         (when (stringp doc)
-           (should-not (string-match-p "\\<\\(?:N?FR\\|T\\|IT\\)-[A-Z0-9]+-[0-9]+\\|[Ss]eed [0-9]" doc))
-           ;; A substitution written with one backslash is lost: the
-           ;; reader drops it and the docstring shows the braces raw.
-           (should-not (string-match-p "[^\\]{[a-z-]+-map}\\|^{[a-z-]+-map}" doc))))))))
+  (let ((checked 0))
+    (mapatoms
+     (lambda (symbol)
+       (when (string-prefix-p "forj" (symbol-name symbol))
+         (dolist (doc (list (and (fboundp symbol)
+                                 (forj-menu-test--from-elisp-p (symbol-file symbol 'defun))
+                                 (ignore-errors (documentation symbol t)))
+                            (and (forj-menu-test--from-elisp-p (symbol-file symbol 'defvar))
+                                 (ignore-errors
+                                   (documentation-property symbol 'variable-documentation t)))))
+           (when (stringp doc)
+             (setq checked (1+ checked))
+             (should-not (string-match-p "\\<\\(?:N?FR\\|T\\|IT\\)-[A-Z0-9]+-[0-9]+\\|[Ss]eed [0-9]" doc))
+             ;; A substitution written with one backslash is lost: the
+             ;; reader drops it and the docstring shows the braces raw.
+             (should-not (string-match-p "[^\\]{[a-z-]+-map}\\|^{[a-z-]+-map}" doc)))))))
+    ;; Every command, option and function of forj's files was read.
+    (should (> checked 300))))
 
 ;;; Markdown without markdown-mode
 

@@ -169,6 +169,28 @@
               (should (eq (window-buffer (selected-window)) chat))))
         (kill-buffer chat)))))
 
+(ert-deftest forj-test-shell-max-bytes-keeps-one-count-of-what-it-removed ()
+  "Past `forj-shell-max-bytes' the oldest lines go; one line counts them all."
+  (let ((forj-shell-max-bytes 200)
+        (buffer (forj-shell-buffer "trim-test" "run_shell")))
+    (unwind-protect
+        (progn
+          (dotimes (i 100) (forj-shell-append buffer "stdout" (format "line %d\n" i)))
+          (forj-shell-finish buffer t)
+          (with-current-buffer buffer
+            (let ((text (buffer-substring-no-properties (point-min) (point-max))))
+              (should (<= (buffer-size) 300))
+              (should (= (how-many "older output removed" (point-min) (point-max)) 1))
+              ;; What was removed and what is left add up to all that was written.
+              (should (string-match "\\[\\.\\.\\. \\([0-9]+\\) characters of older output removed" text))
+              (should (= (+ (string-to-number (match-string 1 text))
+                            (length (substring text (string-match "^line " text)
+                                               (string-match "^✓" text))))
+                         (cl-loop for i below 100 sum (length (format "line %d\n" i)))))
+              (should (string-match-p "^line 99\n✓ finished" text))
+              (should (= forj-shell--lines (how-many "^line " (point-min) (point-max)))))))
+      (kill-buffer buffer))))
+
 (ert-deftest forj-test-tools-run-shell-timeout ()
   "Seed 001 `forj-test-tools-run-shell-timeout': the limit kills the command and says so."
   (forj-test-with-project '(("a.txt" . "a\n"))
