@@ -143,6 +143,61 @@ def test_attack_thousand_star_denied_pattern_does_not_freeze_the_worker(
     assert STARS in json.dumps(item) and "DeniedPatternMatched" in json.dumps(item), item
 
 
+# Many stars inside one name: cheap on every engine, and a name can match.
+NAME_STARS = "*a" * 100 + "*c.txt"
+
+
+@pytest.mark.parametrize("engine", ["python", "ripgrep"])
+def test_attack_thousand_star_search_glob_from_the_model_answers(
+    project: Path, tmp_path: Path, engine: str
+) -> None:
+    if engine == "ripgrep" and not find_rg():
+        pytest.skip("ripgrep is not installed")
+    _stars_project(project)
+    deep = "/".join(["a" * 200] * 8)
+    write_tree(project, {deep: {"aaab": "needle too\n"}})
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(f"[tools.search]\nengine = '{engine}'\n")
+    with WorkerProcess(project, config=cfg) as proc, Client(proc.port) as c:
+        c.call("hello", {"token": proc.token})
+        results, _ = _run_calls(
+            c,
+            [
+                call("stars", "search", query="needle", include_paths=[STARS]),
+                call("name", "search", query="needle", include_paths=[NAME_STARS]),
+            ],
+        )
+    stars, name = results
+    assert stars["ok"] and name["ok"], results
+    # A star stays within one name: no name holds a thousand "a" before a "b".
+    assert stars["result"]["matches"] == []
+    assert [m["path"] for m in name["result"]["matches"]] == [f"{deep}/{LONG_NAME}"]
+
+
+def test_attack_glob_tool_refuses_many_globstars_and_answers_many_stars(
+    project: Path, tmp_path: Path
+) -> None:
+    _stars_project(project)
+    deep_file = "/".join(["a" * 200] * 8) + "/" + LONG_NAME
+    with WorkerProcess(project) as proc, Client(proc.port) as c:
+        c.call("hello", {"token": proc.token})
+        results, _ = _run_calls(
+            c,
+            [
+                call("deep", "glob", patterns=["**/**/**/*.txt"]),
+                call("stars", "glob", patterns=[STARS]),
+                call("name", "glob", patterns=["**/" + NAME_STARS]),
+            ],
+        )
+    deep, stars, name = results
+    err = deep["error"]
+    assert err["type"] == "validation-error"
+    assert "has more than 2 '**'" in err["message"]
+    assert any("at most two '**'" in step for step in err["recovery"])
+    assert stars["ok"] and stars["result"]["files"] == []
+    assert [f["path"] for f in name["result"]["files"]] == [deep_file]
+
+
 # --- the fallback without RE2 ---------------------------------------------------------------
 
 
