@@ -1,4 +1,4 @@
-"""The journal (seed 000 FR-RES-04): calls before planning, each result before the next call."""
+"""The journal: calls before planning, each result before the next call."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Seed 000 section 7.1, the rows about modes, limits, approval, validation,
-timeouts and cancellation, against the real planner and executor."""
+"""Modes, limits, approval, validation, timeouts and cancellation, against the
+real planner and executor."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def test_nfr_main_03_definitions_sorted_with_2020_12_schemas(make_worker: MakeWo
     assert "title" not in params and "title" not in params["properties"]["path"]
 
 
-# --- policy (FR-APR-04) -----------------------------------------------------------
+# --- policy -----------------------------------------------------------------------
 
 
 def test_fr_apr_04a_policy_disabled_resolves_everything(make_worker: MakeWorker) -> None:
@@ -256,7 +256,7 @@ def test_fr_apr_06_summary_is_redacted_and_capped(make_worker: MakeWorker) -> No
     assert item["summary"].endswith("(1 credential hidden)")
 
 
-# --- execution (FR-EXE) --------------------------------------------------------------
+# --- execution ----------------------------------------------------------------------
 
 
 def test_t_tmo_01_timeout_yields_timeout_error_and_batch_continues(
