@@ -39,8 +39,8 @@ from ..system.process import Capture, Channel, Outcome, redact_values
 from .registry import ToolContext
 
 # The usual names of secrets, the Gemini / Google names forj's providers use,
-# and common secret spellings the seed's patterns miss (PGPASSWORD,
-# GITHUB_PAT, AZURE_OPENAI_APIKEY, DOCKER_AUTH_CONFIG).
+# and spellings that suffix patterns alone miss (PGPASSWORD, GITHUB_PAT,
+# AZURE_OPENAI_APIKEY, DOCKER_AUTH_CONFIG).
 BUILTIN_ENV_DENYLIST = (
     "*_KEY",
     "*_TOKEN",
