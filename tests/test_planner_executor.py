@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import Boom, Danger, MakeWorker, Note, Sleep, call, run, running, user_config
+from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict
 
 from forj_py.protocol import Event
@@ -181,8 +182,11 @@ def test_fr_reg_03_duplicate_tool_names_are_rejected() -> None:
 
 def test_nfr_main_03_definitions_sorted_with_2020_12_schemas(make_worker: MakeWorker) -> None:
     worker = make_worker(extra_tools=[Sleep(), Note(), Boom()])
-    names = [d["name"] for d in worker.tool_definitions()["tools"]]
+    definitions = worker.tool_definitions()["tools"]
+    names = [d["name"] for d in definitions]
     assert names == sorted(names)
+    for definition in definitions:  # each one a valid Draft 2020-12 schema
+        Draft202012Validator.check_schema(definition["parameters"])
     read = next(d for d in worker.tool_definitions()["tools"] if d["name"] == "read_file")
     params = read["parameters"]
     assert params["type"] == "object"
