@@ -1,6 +1,6 @@
 """Configuration: the user's file and the project's file, validated into one model.
 
-Two TOML files feed the worker (seed 000 section 6):
+Two TOML files feed the worker:
 
 - the user's file (``$FORJ_CONFIG``, else ``$XDG_CONFIG_HOME/forj/config.toml``,
   else ``~/.config/forj/config.toml``), which is the user's own word;
@@ -92,7 +92,8 @@ class OutputConfig(_Section):
 
 
 class EnvironmentConfig(_Section):
-    # Additive to the built-in denylist (CFG-ENV-01): the user can only add.
+    # Additive to the built-in denylist: no configuration can let a secret
+    # through to a command, it can only name more of them.
     denylist: list[str] = Field(default_factory=list)
 
 

@@ -190,7 +190,7 @@ def file_error(message: str, path: str, *, recovery: list[str], **details: Any) 
 
 
 def process_error(message: str, *, recovery: list[str], **details: Any) -> ToolFailure:
-    """A command that failed, or could not be started (seed 001 ``process-error``)."""
+    """A command that failed, or could not be started (``process-error``)."""
     return ToolFailure(
         ErrorType.PROCESS,
         message,

@@ -1,7 +1,9 @@
 """The executor: run a planned batch in call order, one result per call, always.
 
-Seed 000 section 3.6.  Calls run one at a time in the order the model wrote
-them; a failure does not stop the batch; every call gets exactly one result.
+Calls run one at a time in the order the model wrote them (a later call may
+depend on an earlier one's effect); a failure does not stop the batch; every
+call gets exactly one result, so the model never waits for an answer that
+will not come.
 Each call runs in its own thread so the executor can stop waiting for it:
 at its time limit (the tool's own, or a shorter ``meta.timeout``) the call
 ends in a timeout error and the batch goes on; on ``cancel`` the running
@@ -37,8 +39,9 @@ from .tools.registry import Session, ToolContext
 
 log = logging.getLogger(__name__)
 
-# seed 000 FR-REG-04b: when the caller cannot say how much room is left in
-# the model's context, assume this much.
+# When the caller cannot say how much room is left in the model's context,
+# assume this much: enough for a useful result, small enough not to crowd
+# out the conversation.
 DEFAULT_CAPACITY_BYTES = 64 * 1024
 # All results of one execute reply together, as JSON: an EPC frame holds 16 MiB
 # and printing JSON as a Lisp string can double it.
@@ -232,7 +235,7 @@ class Runner:
                     box["value"] = tool.execute(args, ctx)
             except ToolFailure as failure:
                 box["failure"] = failure
-            except BaseException as exc:  # FR-EXE-04b: a crash is a result, not a dead worker
+            except BaseException as exc:  # a crash is a result, not a dead worker
                 log.exception("tool %s crashed on call %s", tool.name, cid)
                 box["failure"] = errors.tool_crashed(tool.name, exc)
             finally:
@@ -286,8 +289,8 @@ class Finished:
 
 
 def _finish(wire: dict[str, Any], limit: int, truncatable: bool) -> Finished:
-    """Fit a result object into ``limit`` bytes (FR-OUT-04), flagging any cut."""
-    if not truncatable:  # the tool limited itself (binary reads, FR-TOOL-READ-01b)
+    """Fit a result object into ``limit`` bytes, flagging any cut so the model knows."""
+    if not truncatable:  # the tool limited itself (cut base64 would decode to garbage)
         return Finished(wire, dumps(wire))
     # Leave room for the flag we may add.
     fitted, text, cut = fit_json_text(wire, max(limit - 24, 64))

@@ -1,10 +1,11 @@
 """What every string leaving the worker goes through: sanitize, redact, truncate.
 
-Tool output is untrusted (seed 000 C-05): a file or a command can carry
+Tool output is untrusted: a file or a command can carry
 terminal escape sequences or bidi overrides that would make Emacs show
 something other than what the model reads.  :func:`sanitize` removes them.
 :func:`truncate_text` cuts a string to a byte budget with the marker
-*inside* the budget and never through a UTF-8 character (FR-OUT-04a);
+*inside* the budget and never through a UTF-8 character (the model must
+see that something is missing, and Emacs must be able to decode the rest);
 :func:`fit_json` applies that to a whole result object.  :func:`redact`
 blanks out things that look like credentials in summaries.
 """

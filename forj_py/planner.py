@@ -1,7 +1,7 @@
 """The planner: one disposition for every call of a batch, before anything runs.
 
-Per call, in this order (seed 000 sections 2.6, 2.7, 3.4; the first that
-applies wins):
+Per call, in this order, the first that applies wins (cheap checks that
+need nothing first, so a bad call is never shown to the user):
 
  1. tools mode ``disabled``, or policy ``enabled = false``  → resolved
  2. a call object that is not ``{id, name, args?, meta?}`` → resolved

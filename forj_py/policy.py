@@ -1,12 +1,13 @@
 """The approval policy: may a call run, must a human confirm it, or is it denied?
 
-Seed 000 FR-APR-04 and its precedence (FR-APR-05), for one valid call of a
-known tool.  One switch of forj's own, ``read_only_commands = "auto"``,
-lets a tool that always asks (``run_shell``) run a call without asking when
-the tool classifies that call as read-only; it is ``"prompt"`` unless the
-user's own configuration says otherwise.  Validation, limits and the sandbox come before this (the
-planner); what is decided here is only the user's standing policy and the
-tool's own demand for approval.
+For one valid call of a known tool, in this order: the global switch, the
+denylist, the mode and allowlist, then the tool's own demand for approval.
+One switch of forj's own, ``read_only_commands = "auto"``, lets a tool that
+always asks (``run_shell``) run a call without asking when the tool
+classifies that call as read-only; it is ``"prompt"`` unless the user's own
+configuration says otherwise. Validation, limits and the sandbox come before
+this (the planner); what is decided here is only the user's standing policy
+and the tool's own demand for approval.
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ class Outcome(str, Enum):
 
 
 def globally_disabled(policy: ApprovalConfig) -> ToolFailure | None:
-    """FR-APR-04a: ``enabled = false`` resolves every call as an error."""
+    """``enabled = false`` resolves every call as an error: nothing runs, nothing is asked."""
     if policy.enabled:
         return None
     return errors.denied_by_policy("Tool execution disabled by policy", DenialReason.DISABLED)
 
 
 def denylisted(policy: ApprovalConfig, name: str) -> ToolFailure | None:
-    """FR-APR-04b: the denylist denies whatever the mode."""
+    """The denylist denies whatever the mode: the user's "never" outranks any "always"."""
     if name not in policy.denylist:
         return None
     return errors.denied_by_policy(
@@ -45,7 +46,7 @@ def denylisted(policy: ApprovalConfig, name: str) -> ToolFailure | None:
 
 
 def decide(policy: ApprovalConfig, tool: Tool[Any], args: Any) -> Outcome | ToolFailure:
-    """Mode and allowlist (FR-APR-04c/d), then the tool's own flag (FR-APR-04e)."""
+    """Mode and allowlist, then the tool's own flag, which no allowlist silences."""
     allowlisted = tool.name in policy.allowlist
     if policy.mode == "deny" and not allowlisted:
         return errors.denied_by_policy(

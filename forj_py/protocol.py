@@ -1,11 +1,11 @@
 """The shapes that cross the EPC seam, as pydantic models.
 
 Everything here is data: the tool-call and tool-result objects of the
-fenced-block protocol (seed 001 section 3), the planner's dispositions, and
-the request/response bodies of each worker method.  Nothing here does I/O.
+fenced-block protocol, the planner's dispositions, and the request/response
+bodies of each worker method.  Nothing here does I/O.
 
 Tool-call objects arrive from a language model, so they are parsed
-leniently (unknown fields ignored, as seed 001 asks) and a broken one turns
+leniently (unknown fields ignored: models add their own) and a broken one turns
 into an error result instead of failing its whole batch; the method request
 bodies come from our own Emacs client and are parsed strictly.
 """
@@ -23,8 +23,9 @@ PROTOCOL_VERSION = 1
 class ErrorType(str, Enum):
     """The fixed set of ``error.type`` values a tool result can carry.
 
-    The first three are seed 001's; the rest split out cases a model should
-    react to differently (read the file again, ask the user, wait).
+    Validation, file and process errors cover most failures; the rest split
+    out cases a model should react to differently (read the file again, ask
+    the user, wait).
     """
 
     VALIDATION = "validation-error"  # bad arguments, unknown tool, path outside the root
@@ -38,7 +39,7 @@ class ErrorType(str, Enum):
 
 
 class ErrorKind(str, Enum):
-    """Seed 000's error kinds, carried as ``error.details.kind``."""
+    """What went wrong, finer than the type, carried as ``error.details.kind``."""
 
     BAD_ARGS = "BadArgs"
     TIMEOUT = "Timeout"
@@ -55,7 +56,7 @@ class ErrorKind(str, Enum):
 
 
 class DenialReason(str, Enum):
-    """Seed 000's ``DenialReason``, carried as ``error.details.reason``."""
+    """Why a call was refused before it ran, carried as ``error.details.reason``."""
 
     DENYLISTED = "Denylisted"
     DISABLED = "Disabled"
@@ -76,7 +77,7 @@ class Disposition(str, Enum):
     CONFIRM = "confirm"
     RESOLVED = "resolved"
     # Only in parse_only mode: the call is valid, nothing will run it, and the
-    # user is expected to supply its result by hand (seed 000 FR-MODE-02).
+    # user is expected to supply its result by hand.
     MANUAL = "manual"
 
 
@@ -86,7 +87,7 @@ class ToolsMode(str, Enum):
     ENABLED = "enabled"
 
 
-# --- tool calls and results (seed 001 section 3) -----------------------------
+# --- tool calls and results -------------------------------------------------
 
 
 class CallMeta(BaseModel):
@@ -181,7 +182,8 @@ class ExecuteRequest(_Strict):
     approved: list[str] = Field(default_factory=list)
     denied: dict[str, str] = Field(default_factory=dict)
     # What the caller can still fit into the model's context, in bytes
-    # (seed 000 FR-REG-04b).  Absent means "unknown": a conservative cap applies.
+    # so results never crowd out the conversation.  Absent means "unknown": a
+    # conservative cap applies.
     capacity_bytes: int | None = Field(default=None, ge=1024)
     # Edit before approve: call id -> {path: the text the user wants written
     # instead of the proposal}.  Only for approved calls that had a proposal.

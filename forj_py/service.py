@@ -148,7 +148,8 @@ class Worker:
         mode = min(req.mode, self.config.tools.mode, key=_MODE_ORDER.index)
         batch_id = uuid.uuid4().hex
         idents = [identify(seq, raw) for seq, raw in enumerate(req.calls)]
-        # FR-RES-04: the calls are durable before anything is decided about them.
+        # The calls are durable before anything is decided about them: a crash
+        # during planning still leaves the record of what the model asked.
         self.journal.record_batch(
             batch_id,
             self.root,

@@ -1,4 +1,4 @@
-"""Configuration (seed 000 section 6): validation, and a project that cannot loosen."""
+"""Configuration: validation, and a project that cannot loosen."""
 
 from __future__ import annotations
 

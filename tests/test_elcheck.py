@@ -1,4 +1,4 @@
-"""The Emacs Lisp check (seed 001's forj-paren-check), judged by Emacs's own reader."""
+"""The Emacs Lisp check before every ``.el`` write, judged by Emacs's own reader."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The journal (seed 000 FR-RES-04): calls before planning, each result before the next call."""
+"""The journal: calls before planning, each result before the next call."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import MakeWorker, Note, call, run, user_config
 from pydantic import BaseModel, ConfigDict
 
+from forj_py.errors import ProtocolError
 from forj_py.store.journal import Journal
 from forj_py.tools.registry import Tool, ToolContext
 
@@ -102,10 +104,10 @@ def test_fr_res_04c_nothing_re_executes_after_a_restart(
     again = make_worker(extra_tools=[note2])
     assert plan["batch_id"] in again.journal.unfinished(again.root)
     assert note.runs == [] and note2.runs == []
-    try:
+    # Approving the old batch on the new worker is refused, not run.
+    with pytest.raises(ProtocolError, match="no batch") as refused:
         again.execute({"batch_id": plan["batch_id"], "approved": ["1"]}, lambda e: None)
-    except Exception as exc:
-        assert "no batch" in str(exc)
+    assert refused.value.type == "unknown-batch"
     assert note2.runs == []
 
 

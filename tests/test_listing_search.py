@@ -1,4 +1,4 @@
-"""list_files, glob and search (seed 001 sections 4.2, 4.3, 4.9) on real trees."""
+"""list_files, glob and search on real trees."""
 
 from __future__ import annotations
 

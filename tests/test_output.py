@@ -1,4 +1,4 @@
-"""Output rules (seed 000 FR-OUT-02, FR-OUT-04): sanitize, truncate, fit, redact."""
+"""Output rules: sanitize, truncate, fit, redact."""
 
 from __future__ import annotations
 

@@ -143,6 +143,61 @@ def test_attack_thousand_star_denied_pattern_does_not_freeze_the_worker(
     assert STARS in json.dumps(item) and "DeniedPatternMatched" in json.dumps(item), item
 
 
+# Many stars inside one name: cheap on every engine, and a name can match.
+NAME_STARS = "*a" * 100 + "*c.txt"
+
+
+@pytest.mark.parametrize("engine", ["python", "ripgrep"])
+def test_attack_thousand_star_search_glob_from_the_model_answers(
+    project: Path, tmp_path: Path, engine: str
+) -> None:
+    if engine == "ripgrep" and not find_rg():
+        pytest.skip("ripgrep is not installed")
+    _stars_project(project)
+    deep = "/".join(["a" * 200] * 8)
+    write_tree(project, {deep: {"aaab": "needle too\n"}})
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(f"[tools.search]\nengine = '{engine}'\n")
+    with WorkerProcess(project, config=cfg) as proc, Client(proc.port) as c:
+        c.call("hello", {"token": proc.token})
+        results, _ = _run_calls(
+            c,
+            [
+                call("stars", "search", query="needle", include_paths=[STARS]),
+                call("name", "search", query="needle", include_paths=[NAME_STARS]),
+            ],
+        )
+    stars, name = results
+    assert stars["ok"] and name["ok"], results
+    # A star stays within one name: no name holds a thousand "a" before a "b".
+    assert stars["result"]["matches"] == []
+    assert [m["path"] for m in name["result"]["matches"]] == [f"{deep}/{LONG_NAME}"]
+
+
+def test_attack_glob_tool_refuses_many_globstars_and_answers_many_stars(
+    project: Path, tmp_path: Path
+) -> None:
+    _stars_project(project)
+    deep_file = "/".join(["a" * 200] * 8) + "/" + LONG_NAME
+    with WorkerProcess(project) as proc, Client(proc.port) as c:
+        c.call("hello", {"token": proc.token})
+        results, _ = _run_calls(
+            c,
+            [
+                call("deep", "glob", patterns=["**/**/**/*.txt"]),
+                call("stars", "glob", patterns=[STARS]),
+                call("name", "glob", patterns=["**/" + NAME_STARS]),
+            ],
+        )
+    deep, stars, name = results
+    err = deep["error"]
+    assert err["type"] == "validation-error"
+    assert "has more than 2 '**'" in err["message"]
+    assert any("at most two '**'" in step for step in err["recovery"])
+    assert stars["ok"] and stars["result"]["files"] == []
+    assert [f["path"] for f in name["result"]["files"]] == [deep_file]
+
+
 # --- the fallback without RE2 ---------------------------------------------------------------
 
 
@@ -350,9 +405,12 @@ def test_a_huge_gitignore_compiles_and_matches(project: Path) -> None:
     assert rules.verdict("dir7/a/b.x8", False) is None
 
 
-@pytest.mark.parametrize("line", ["[[:alpha:]]x", "[S-8]", "a[]b", "x[!]"])
+@pytest.mark.parametrize(
+    ("line", "compiles"),
+    [("[[:alpha:]]x", False), ("[S-8]", False), ("a[]b", True), ("x[!]", True)],
+)
 def test_attack_unmatchable_pattern_lines_are_refused_or_skipped_not_crashes(
-    make_worker: MakeWorker, project: Path, line: str
+    make_worker: MakeWorker, project: Path, line: str, compiles: bool
 ) -> None:
     # pathspec turns these into expressions RE2 (or even re) rejects.
     write_tree(project, {".gitignore": f"{line}\n*.log\n", "x.log": "", "keep.txt": "k"})
@@ -365,12 +423,17 @@ def test_attack_unmatchable_pattern_lines_are_refused_or_skipped_not_crashes(
     user_config("[tools.search]\nengine = 'python'\n")
     _, result = run(make_worker(), [call("s", "search", query="k", include_paths=[line])])
     (r,) = result["results"]
-    assert r["ok"] or r["error"]["type"] == "validation-error", r
     project_config(project, f"[tools.sandbox]\ndenied_patterns = ['{line}']\n")
-    try:
+    if compiles:
+        assert r["ok"] and r["result"]["matches"] == [], r
+        assert line in load(project).config.tools.sandbox.denied_patterns
+        return
+    # A search glob is refused naming it; a project's denied pattern is a config error.
+    assert r["error"]["type"] == "validation-error", r
+    assert f"Invalid path glob: {line!r} cannot be matched" in r["error"]["message"]
+    with pytest.raises(ConfigError, match="is not a valid gitignore-style pattern") as exc:
         load(project)
-    except ConfigError as exc:
-        assert line in str(exc)
+    assert line in str(exc.value)
 
 
 def test_many_huge_lines_are_compiled_in_chunks_that_fit(project: Path) -> None:

@@ -1,17 +1,24 @@
-"""Seed 000 section 7.1, the rows about modes, limits, approval, validation,
-timeouts and cancellation, against the real planner and executor."""
+"""Modes, limits, approval, validation, timeouts and cancellation, against the
+real planner and executor."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import Boom, Danger, MakeWorker, Note, Sleep, call, run, user_config
+from conftest import Boom, Danger, MakeWorker, Note, Sleep, call, run, running, user_config
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel, ConfigDict
 
+from forj_py.protocol import Event
+from forj_py.system import process
 from forj_py.tools import builtin_tools
-from forj_py.tools.registry import DuplicateToolError, Registry
+from forj_py.tools.registry import DuplicateToolError, Registry, Tool, ToolContext
 
 
 def _kinds(items: list[dict]) -> list[str]:
@@ -175,8 +182,11 @@ def test_fr_reg_03_duplicate_tool_names_are_rejected() -> None:
 
 def test_nfr_main_03_definitions_sorted_with_2020_12_schemas(make_worker: MakeWorker) -> None:
     worker = make_worker(extra_tools=[Sleep(), Note(), Boom()])
-    names = [d["name"] for d in worker.tool_definitions()["tools"]]
+    definitions = worker.tool_definitions()["tools"]
+    names = [d["name"] for d in definitions]
     assert names == sorted(names)
+    for definition in definitions:  # each one a valid Draft 2020-12 schema
+        Draft202012Validator.check_schema(definition["parameters"])
     read = next(d for d in worker.tool_definitions()["tools"] if d["name"] == "read_file")
     params = read["parameters"]
     assert params["type"] == "object"
@@ -185,7 +195,7 @@ def test_nfr_main_03_definitions_sorted_with_2020_12_schemas(make_worker: MakeWo
     assert "title" not in params and "title" not in params["properties"]["path"]
 
 
-# --- policy (FR-APR-04) -----------------------------------------------------------
+# --- policy -----------------------------------------------------------------------
 
 
 def test_fr_apr_04a_policy_disabled_resolves_everything(make_worker: MakeWorker) -> None:
@@ -250,7 +260,7 @@ def test_fr_apr_06_summary_is_redacted_and_capped(make_worker: MakeWorker) -> No
     assert item["summary"].endswith("(1 credential hidden)")
 
 
-# --- execution (FR-EXE) --------------------------------------------------------------
+# --- execution ----------------------------------------------------------------------
 
 
 def test_t_tmo_01_timeout_yields_timeout_error_and_batch_continues(
@@ -268,6 +278,130 @@ def test_t_tmo_01_timeout_yields_timeout_error_and_batch_continues(
     assert slow["error"]["type"] == "timeout-error"
     assert slow["error"]["details"]["kind"] == "Timeout"
     assert nxt["ok"] is True
+
+
+HANG = 20  # seconds: far beyond any deadline below; reaching it means a hang
+
+
+@pytest.fixture(params=["bwrap", "none"])
+def confined(request: pytest.FixtureRequest) -> str:
+    """Commands are checked in the command sandbox and without it."""
+    if request.param == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    return f"sandbox = {request.param!r}\n"
+
+
+def _wait_gone(*argv: str) -> None:
+    end = time.monotonic() + HANG
+    while running(*argv):
+        assert time.monotonic() < end, f"{' '.join(argv)} outlived its call"
+        time.sleep(0.02)
+
+
+def test_t_tmo_01_executor_deadline_also_kills_the_group(
+    make_worker: MakeWorker, confined: str
+) -> None:
+    """The receiver of a command's output stops taking it: the command's own limit
+    cannot end the call, because the tool waits for room to pass the output on.
+    The executor's deadline ends the call, the batch goes on, and nothing of the
+    command (a shell and a background child, both ignoring SIGTERM) survives."""
+    user_config(
+        "[tools.timeouts]\nshell_commands_seconds = 3\n"
+        "[tools.shell]\nkill_grace_seconds = 0.3\ndrain_seconds = 0.3\n" + confined
+    )
+    worker = make_worker()
+    stalled, release = threading.Event(), threading.Event()
+
+    def emit(event: Event) -> None:
+        if event.kind in ("stdout", "stderr"):
+            stalled.set()
+            release.wait(HANG)  # a client that stopped reading its socket
+
+    # `yes` writes far more than the streaming channel holds, so the tool stalls.
+    cmd = "trap '' TERM; sleep 3011 & yes forj-deadline"
+    calls = [call("slow", "run_shell", cmd=cmd), call("next", "read_file", path="README.md")]
+    plan = worker.plan({"calls": calls})
+    started = time.monotonic()
+    try:
+        result = worker.execute({"batch_id": plan["batch_id"], "approved": ["slow"]}, emit)
+        assert time.monotonic() - started < HANG
+        slow, nxt = result["results"]
+        assert stalled.is_set()
+        err = slow["error"]
+        assert (err["type"], err["details"]["kind"]) == ("timeout-error", "Timeout")
+        # The executor's own result: the command's limit would report its exit
+        # status and output, and a limit shorter than 3 s.
+        assert err["message"] == "run_shell did not finish within its 3 s time limit"
+        assert err["details"]["timeout_s"] == 3
+        assert "exit_code" not in err["details"] and "stdout" not in err["details"]
+        assert nxt["ok"] is True
+        _wait_gone("sleep", "3011")
+        _wait_gone("yes", "forj-deadline")
+    finally:
+        release.set()
+
+
+class CommandArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    script: str
+
+
+class UnlimitedCommand(Tool[CommandArgs]):
+    """Runs a real command with no time limit of its own: only the executor can stop it."""
+
+    name = "unlimited_command"
+    description = "Run a shell script until it ends or the call is stopped."
+    Args = CommandArgs
+
+    def summary(self, args: CommandArgs) -> str:
+        return f"Run {args.script}"
+
+    def execute(self, args: CommandArgs, ctx: ToolContext) -> Any:
+        outcome = process.run(
+            ["sh", "-c", args.script],
+            cwd=ctx.sandbox.project_root,
+            env={"PATH": os.environ["PATH"]},
+            cancel=ctx.cancel,
+            kill_grace=0.3,
+        )
+        return {"exit_code": outcome.returncode}
+
+
+def test_t_tmo_01_executor_deadline_kills_a_live_group_through_the_cancel_it_sets(
+    make_worker: MakeWorker,
+) -> None:
+    """At the executor's deadline the command is still running (it has no limit of its
+    own); the cancel the executor gives the abandoned call kills its whole group,
+    SIGTERM-proof shell and background child alike."""
+    user_config("[tools.timeouts]\ndefault_seconds = 1\n")
+    worker = make_worker(extra_tools=[UnlimitedCommand()])
+    seen_alive = threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set() and not seen_alive.is_set():
+            if running("sleep", "3012") and running("sleep", "3013"):
+                seen_alive.set()
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    script = "trap '' TERM; sleep 3012 & sleep 3013; wait"
+    calls = [
+        call("cmd", "unlimited_command", script=script),
+        call("next", "read_file", path="README.md"),
+    ]
+    try:
+        _, result = run(worker, calls)
+    finally:
+        done.set()
+        watcher.join()
+    slow, nxt = result["results"]
+    assert seen_alive.is_set()
+    assert slow["error"]["message"] == "unlimited_command did not finish within its 1 s time limit"
+    assert nxt["ok"] is True
+    _wait_gone("sleep", "3012")
+    _wait_gone("sleep", "3013")
 
 
 def test_meta_timeout_cannot_lengthen_the_configured_limit(make_worker: MakeWorker) -> None:

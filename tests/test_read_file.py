@@ -1,4 +1,4 @@
-"""read_file (seed 001 section 4.1, seed 000 FR-TOOL-READ-01) through the real worker."""
+"""read_file through the real worker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sandbox (seed 000 FR-VAL-04..06): validation, denied patterns, symlink safety."""
+"""The sandbox: validation, denied patterns, symlink safety."""
 
 from __future__ import annotations
 
@@ -226,7 +226,7 @@ def test_property_arbitrary_text_never_escapes_or_crashes(
     assert sp.canonical.startswith(os.path.realpath(root))
 
 
-# --- symlink swap after validation (FR-VAL-06) ---------------------------------------
+# --- symlink swap after validation -------------------------------------------------
 
 
 def test_fr_val_06_directory_swapped_for_symlink_after_validation(tree: tuple[Path, Path]) -> None:

@@ -481,7 +481,7 @@ def test_environment_is_scrubbed_by_the_denylist_and_removed_values_are_redacted
         "GOOGLE_API_KEY": "google-value-12345",
         "lower_case_token": "lower-token-value",
         "CUSTOM_THING": "custom-value-1234",
-        # spellings the seed's patterns miss (found in review)
+        # spellings that suffix patterns alone miss
         "PGPASSWORD": "pg-password-value",
         "GITHUB_PAT": "github-pat-value-1",
         "AZURE_OPENAI_APIKEY": "azure-apikey-value",

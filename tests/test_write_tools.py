@@ -1,4 +1,4 @@
-"""The writing tools: write_file, edit_region, multi_edit, edit (seed 001 sections 4.4-4.8)."""
+"""The writing tools: write_file, edit_region, multi_edit, edit."""
 
 from __future__ import annotations
 

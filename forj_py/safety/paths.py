@@ -1,12 +1,12 @@
 """Keeping every path the model names inside the project, and the I/O honest.
 
-:meth:`Sandbox.resolve` is seed 000's path validation (FR-VAL-04), in its
-seven steps: reject absolute paths unless allowed, reject any ``..``,
-resolve against the working directory, canonicalize (symlinks resolved;
-for a path that does not exist yet, its deepest existing ancestor),
-rebuild the target under that ancestor, require it inside an allowed root,
-then refuse it if a denied pattern matches.  Its result, :class:`SafePath`,
-is what every later I/O uses (FR-VAL-04a).
+:meth:`Sandbox.resolve` validates a path in seven steps: reject absolute
+paths unless allowed, reject any ``..``, resolve against the working
+directory, canonicalize (symlinks resolved; for a path that does not exist
+yet, its deepest existing ancestor), rebuild the target under that ancestor,
+require it inside an allowed root, then refuse it if a denied pattern
+matches. Its result, :class:`SafePath`, is what every later I/O uses, so
+nothing re-resolves a name the model sent.
 
 Validation alone leaves a window: between the check and the ``open`` a
 directory on the path could be swapped for a symlink.  :meth:`Sandbox.open`
@@ -159,7 +159,7 @@ class Sandbox:
         self._denied = RegexSet(sources, ignore_case=True)
         self._denied_owner = owners
 
-    # --- validation (FR-VAL-04) ----------------------------------------------
+    # --- validation ---------------------------------------------------------
 
     def resolve(self, path: str, base: str | None = None, *, for_write: bool = False) -> SafePath:
         """Validate ``path`` (relative to ``base``, default the project root).
@@ -297,7 +297,7 @@ class Sandbox:
             return canonical[len(prefix) :].replace(os.sep, "/")
         return canonical
 
-    # --- symlink-safe I/O (FR-VAL-06) ------------------------------------------
+    # --- symlink-safe I/O ----------------------------------------------------
 
     def open(self, sp: SafePath, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
         """Open ``sp`` without following any symlink; return a raw descriptor.

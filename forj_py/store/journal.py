@@ -1,9 +1,9 @@
 """The journal: every batch's calls and every result, durable before it matters.
 
-Seed 000 FR-RES-04: the calls of a batch are written before planning, each
-result right after it completes and before the next call starts, so a crash
-loses nothing; and nothing ever re-executes by itself after a crash
-(FR-RES-04c): the journal only records, it never drives execution.
+The calls of a batch are written before planning, each result right after
+it completes and before the next call starts, so a crash loses nothing; and
+nothing ever re-executes by itself after a crash (its side effects may have
+happened already): the journal only records, it never drives execution.
 
 SQLite in WAL mode with ``synchronous=FULL`` (a commit is on disk when it
 returns), one file per user under the state directory (outside every
@@ -159,7 +159,7 @@ class Journal:
         )
 
     def record_result(self, batch_id: str, seq: int, call_id: str, ok: bool, text: str) -> None:
-        """One result, committed before the next call starts (FR-RES-04b).
+        """One result, committed before the next call starts, so a crash loses none.
 
         ``text`` is the result's JSON exactly as it goes back to the client,
         so the record is what the model reads.

@@ -1,6 +1,6 @@
 """Running one command: its own session, bounded streaming, time limits, a whole-group kill.
 
-Seed 000 sections 3.6.6, 3.6.7 and 3.7.1, for ``run_shell`` and ``run_tests``:
+For ``run_shell`` and ``run_tests``:
 
 - **Its own session.**  Every command starts with ``setsid`` (so its process
   group and session ids are its pid), stdin closed unless input is given,
@@ -673,7 +673,7 @@ def _signal_tree(
             os.killpg(leader, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
     except ProcessLookupError:
         pass
-    except PermissionError as exc:  # FR-EXE-05: log, never block completion
+    except PermissionError as exc:  # log it: a call must always complete
         log.warning("cannot signal process group %d: %s", leader, exc)
     if not _LINUX:
         return

@@ -1,11 +1,11 @@
 """What every writing tool shares: the stale-file rule, diffs, the ``.el`` check, commit.
 
-The stale-file rule (seed 000 FR-TOOL-PATCH-02, generalised to every
-writing tool): an existing file may only be changed if the model read it in
-this session and it has not changed since (SHA-256 of the whole content).
-New files are exempt.  After a successful write the worker records the new
-content's hash, so the model can edit the same file again without
-re-reading what it just wrote.
+The stale-file rule, for every writing tool (an edit made against text that
+has changed since would land in the wrong place): an existing file may only
+be changed if the model read it in this session and it has not changed since
+(SHA-256 of the whole content). New files are exempt. After a successful
+write the worker records the new content's hash, so the model can edit the
+same file again without re-reading what it just wrote.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def split_file_diffs(preview: str) -> list[str]:
 
 
 def validate(sp: SafePath, new_text: str, old_text: str | None = None) -> None:
-    """Refuse ``.el`` text that Emacs could not read (seed 001's paren check).
+    """Refuse ``.el`` text that Emacs could not read: it would break at its next load.
 
     A file that was already unreadable may still be edited as long as the
     edit does not make it worse (the same problem, or none).

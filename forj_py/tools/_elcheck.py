@@ -1,8 +1,9 @@
 """Is this Emacs Lisp text readable?  A structural check before any ``.el`` write.
 
-Seed 001 asks every write or edit of an ``.el`` file to pass a paren check
-(its ``forj-paren-check``): the result must not have unbalanced parentheses
-or brackets, an unterminated string, or a malformed character literal.
+Every write or edit of an ``.el`` file must pass this check, because a file
+Emacs cannot read breaks the user's configuration or package at its next
+load: the result must not have unbalanced parentheses or brackets, an
+unterminated string, or a malformed character literal.
 This is not a Lisp reader; it tracks exactly what decides whether a
 paren counts: strings (with backslash escapes), ``;`` comments, character
 literals (``?(``, ``?\\(``, ``?\\C-x``, ``?\\^I``, ``?\\M-\\C-a``), backslash

@@ -1,12 +1,12 @@
 """What ``run_shell`` and ``run_tests`` share: environment, working directory, limits, output.
 
-- **Environment** (seed 000 CFG-ENV-01): the worker's own, minus every
+- **Environment**: the worker's own, minus every
   variable whose name matches the denylist (the built-in patterns below plus
   ``[tools.environment] denylist``), matched without regard to case on every
   platform.  Values of removed variables (8 characters or more) are redacted
   wherever they show up in the output, streamed or final.
-- **Working directory**: through the sandbox, and inside the project root
-  (seed 001 section 3.4).
+- **Working directory**: through the sandbox, and inside the project root,
+  like every path the model names.
 - **Time limits**: the command's own limit stays inside the executor's, so a
   command that runs too long ends in a result that still carries its exit
   status and output; the executor's deadline remains the backstop.
@@ -38,9 +38,9 @@ from ..system import process
 from ..system.process import Capture, Channel, Outcome, redact_values
 from .registry import ToolContext
 
-# Seed 000 CFG-ENV-01, plus the Gemini / Google names forj's providers use,
-# plus common secret spellings the seed's patterns miss (PGPASSWORD,
-# GITHUB_PAT, AZURE_OPENAI_APIKEY, DOCKER_AUTH_CONFIG).
+# The usual names of secrets, the Gemini / Google names forj's providers use,
+# and spellings that suffix patterns alone miss (PGPASSWORD, GITHUB_PAT,
+# AZURE_OPENAI_APIKEY, DOCKER_AUTH_CONFIG).
 BUILTIN_ENV_DENYLIST = (
     "*_KEY",
     "*_TOKEN",

@@ -1,4 +1,4 @@
-"""``edit_region``: replace a range of lines (seed 001 section 4.6).
+"""``edit_region``: replace a range of lines.
 
 Line numbers are those of the file as the model last read it; see
 :mod:`._regions` for how they are mapped through earlier calls of the

@@ -1,4 +1,4 @@
-"""``list_files`` and ``glob``: what is in the project (seed 001 sections 4.2, 4.9).
+"""``list_files`` and ``glob``: what is in the project.
 
 Both walk with :class:`forj_py.system.walk.Walker` (ignore files, hidden files,
 denied patterns, no escape through symlinks), stop at the configured entry

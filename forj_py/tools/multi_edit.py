@@ -1,4 +1,4 @@
-"""``multi_edit``: several line-range edits over one or more files (seed 001 section 4.8).
+"""``multi_edit``: several line-range edits over one or more files.
 
 With ``stop_on_error`` (the default) it is all or nothing across every file
 it touches: every edit is staged and validated in memory first; then each

@@ -1,6 +1,6 @@
 """``read_file``: a file's text (or a line range of it), inside the sandbox.
 
-Semantics are seed 001's arguments with seed 000's rules (FR-TOOL-READ-01):
+The rules:
 1-based inclusive line ranges; ``start_line > end_line`` is a bad argument;
 a range past the end returns through the end; a range scan stops at the
 scan limit with an error that asks for a narrower range; a whole file over
@@ -173,7 +173,7 @@ def detect_encoding(head: bytes) -> str | None:
     """The text encoding of a file from its first bytes, or None if it is binary.
 
     A byte-order mark decides; otherwise a NUL byte in the first 8 KiB means
-    binary (seed 000 FR-TOOL-READ-01); valid UTF-8 is UTF-8; anything else is
+    binary (text formats do not hold NUL); valid UTF-8 is UTF-8; anything else is
     left to charset-normalizer, and what it cannot place is binary.
     """
     for bom, name in _BOMS:
@@ -209,7 +209,7 @@ def _count_lines(text: str) -> int:
 
 
 def _binary_result(display: str, fh: Any, head: bytes, size: int, ctx: ToolContext) -> Any:
-    # FR-TOOL-READ-01b: the framework must not cut base64; fit it ourselves.
+    # The framework must not cut base64 (it would not decode); fit it ourselves.
     ctx.allow_truncation = False
     skeleton = {
         "id": ctx.call_id,

@@ -34,7 +34,7 @@ A = TypeVar("A", bound=BaseModel)
 
 
 class DuplicateToolError(ValueError):
-    """Two tools registered under one name (seed 000 ``DuplicateTool``)."""
+    """Two tools registered under one name: the model could not tell which it calls."""
 
 
 @dataclass
@@ -77,7 +77,7 @@ class Staged:
 
 @dataclass
 class ToolContext:
-    """Built fresh for every call (seed 000 FR-REG-04a)."""
+    """Built fresh for every call, so no call sees another's state."""
 
     sandbox: Sandbox
     config: Config
@@ -85,7 +85,8 @@ class ToolContext:
     batch_id: str
     call_id: str
     working_dir: str
-    # min(configured max output, caller's remaining capacity): FR-OUT-04.
+    # min(configured max output, caller's remaining capacity): a result must
+    # fit what the model can still take in.
     output_limit: int
     cancel: threading.Event = field(default_factory=threading.Event)
     # A tool that limits its own output (binary reads) turns this off.
@@ -196,7 +197,7 @@ class Registry:
         return sorted(self._entries)
 
     def definitions(self) -> list[dict[str, Any]]:
-        """Every tool's definition, sorted by name (NFR-MAIN-03)."""
+        """Every tool's definition, sorted by name: the same tools give the same prompt."""
         return [self._entries[name].definition for name in self.names()]
 
 

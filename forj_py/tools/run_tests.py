@@ -1,4 +1,4 @@
-"""``run_tests``: run the project's tests and say what passed (seed 001 section 4.7).
+"""``run_tests``: run the project's tests and say what passed.
 
 Two ways to run:
 

@@ -1,4 +1,4 @@
-"""``search``: find text in the project (seed 001 section 4.3).
+"""``search``: find text in the project.
 
 Two engines, one answer.  ripgrep (``rg --json``) when it can be found:
 the one in the worker's own environment (the ``ripgrep`` wheel), else on

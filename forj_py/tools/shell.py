@@ -1,4 +1,4 @@
-"""``run_shell``: run a command in the project (seed 001 section 4.6, seed 000 3.6.6-3.7).
+"""``run_shell``: run a command in the project.
 
 ``cmd`` is an argv array run as it is (no shell), or a string run through
 ``/bin/sh -c``.  The command runs in its own session and process group,

@@ -1,4 +1,4 @@
-"""``write_file``: create, overwrite or append to a file (seed 001 section 4.4)."""
+"""``write_file``: create, overwrite or append to a file."""
 
 from __future__ import annotations
 
