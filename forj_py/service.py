@@ -560,8 +560,20 @@ class Worker:
             )
         return {"checkpoints": out}
 
+    def _idle(self) -> None:
+        """Undo only between batches: a running call may be writing the same files."""
+        with self._lock:
+            busy = [b.batch_id for b in self._batches.values() if b.state == "executing"]
+        if busy:
+            raise ProtocolError(
+                "bad-request",
+                f"batch {busy[0]} is running; undo and rewind wait until it ends",
+                ["Wait for the batch's results (or cancel it), then undo"],
+            )
+
     def undo(self, body: Any) -> dict[str, Any]:
         req = parse_request(UndoRequest, body)
+        self._idle()
         if (req.batch_id is None) == (req.turn is None):
             raise ProtocolError(
                 "bad-request",
@@ -577,6 +589,7 @@ class Worker:
 
     def rewind(self, body: Any) -> dict[str, Any]:
         req = parse_request(RewindRequest, body)
+        self._idle()
         every, live = self.undoer.select_rewind(req.turn)
         reply = self.undoer.run(every, live, req.force, req.dry_run)
         reply["turn"] = req.turn

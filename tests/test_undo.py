@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeWorker, call
+from conftest import MakeWorker, Sleep, call
 
 from forj_py.errors import ProtocolError
 from forj_py.safety.files import sha256
@@ -298,3 +299,24 @@ def test_the_model_must_read_a_file_again_after_undo(
     )
     reply = worker.execute({"batch_id": plan["batch_id"], "approved": ["e"]}, lambda e: None)
     assert reply["results"][0]["error"]["type"] == "stale-file"
+
+
+def test_undo_waits_for_a_running_batch(make_worker: MakeWorker) -> None:
+    worker = make_worker(extra_tools=[Sleep()])
+    batch = edit_and_create(worker)
+    plan = worker.plan({"calls": [call("s", "sleep", seconds=30)]})
+    runner = threading.Thread(
+        target=worker.execute, args=({"batch_id": plan["batch_id"]}, lambda e: None)
+    )
+    runner.start()
+    try:
+        for _ in range(200):
+            if worker._batch(plan["batch_id"]).state == "executing":
+                break
+            threading.Event().wait(0.01)
+        with pytest.raises(ProtocolError, match="is running"):
+            worker.undo({"batch_id": batch})
+    finally:
+        worker.cancel({"batch_id": plan["batch_id"]})
+        runner.join(10)
+    assert worker.undo({"batch_id": batch})["applied"] is True
