@@ -175,7 +175,9 @@ class Undo:
             plan.status, plan.reason = "refused", failure.error.message
             return plan
         if plan.status != "ok":
-            return plan  # no usable backup: nothing more to say
+            # No usable backup: say what undo would have had to do.
+            plan.action = "restore" if plan.current is not None else "recreate"
+            return plan
         if plan.current == plan.target:
             return plan  # already as it was: nothing to do, nothing to refuse
         plan.action = (
