@@ -137,6 +137,8 @@ class Worker:
         self.watcher = Watcher(self.root, self.session, on_change=self.commands.masks.changed)
         self._batches: OrderedDict[str, Batch] = OrderedDict()
         self._lock = threading.Lock()
+        # Journaled batches a plan has taken up: each is planned once.
+        self._claimed: set[str] = set()
         # Tells this worker's batches in the shared journal from those of
         # workers that died (recovery) or still run elsewhere.
         self.identity = worker_identity(uuid.uuid4().hex[:8])
@@ -199,12 +201,6 @@ class Worker:
                 f"no journaled batch {batch_id!r} in this worker",
                 ["Journal the calls with journal_calls first, or plan them with 'calls'"],
             )
-        if meta["state"] != "received":
-            raise ProtocolError(
-                "bad-request",
-                f"batch {batch_id} was already planned ({meta['state']}); a batch is planned once",
-                ["Journal the calls again to plan them again"],
-            )
         recorded = self.journal.batch(batch_id)
         assert recorded is not None
         journaled = [c["call"] for c in recorded["calls"]]
@@ -213,6 +209,15 @@ class Worker:
                 "bad-request",
                 f"the calls differ from those journaled as batch {batch_id}",
                 ["Send no 'calls' with 'batch_id': the journaled ones are planned"],
+            )
+        with self._lock:
+            claimed = batch_id in self._claimed
+            self._claimed.add(batch_id)
+        if claimed or meta["state"] != "received":
+            raise ProtocolError(
+                "bad-request",
+                f"batch {batch_id} was already planned; a batch is planned once",
+                ["Journal the calls again to plan them again"],
             )
         return journaled
 
@@ -252,6 +257,7 @@ class Worker:
         )
         batch = Batch(batch_id=batch_id, mode=mode.value, calls=calls)
         with self._lock:
+            self._claimed.discard(batch_id)  # the journal says "planned" from now on
             self._batches[batch_id] = batch
             while len(self._batches) > MAX_BATCHES:
                 self._batches.popitem(last=False)
