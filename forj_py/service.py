@@ -591,13 +591,13 @@ class Worker:
         else:
             assert req.turn is not None
             batches = self.undoer.select_turn(req.turn)
-        return self.undoer.run(batches, batches, req.force, req.dry_run)
+        return self.undoer.run(batches, req.force, req.dry_run)
 
     def rewind(self, body: Any) -> dict[str, Any]:
         req = parse_request(RewindRequest, body)
         self._idle()
-        every, live = self.undoer.select_rewind(req.turn)
-        reply = self.undoer.run(every, live, req.force, req.dry_run)
+        batches = self.undoer.select_rewind(req.turn)
+        reply = self.undoer.run(batches, req.force, req.dry_run)
         reply["turn"] = req.turn
         return reply
 

@@ -121,8 +121,8 @@ class Undo:
             )
         return batches
 
-    def select_rewind(self, turn: str) -> tuple[list[str], list[str]]:
-        """Every changing batch from the turn's first on; and those of them not yet undone."""
+    def select_rewind(self, turn: str) -> list[str]:
+        """Every changing batch from the turn's first on, undone or not."""
         since = self.journal.first_of_turn(self.root, turn)
         if since is None:
             raise ProtocolError(
@@ -137,9 +137,7 @@ class Undo:
                 f"nothing changed files from turn {turn!r} on; nothing to rewind",
                 ["Changes made by commands have no backups; undo them by hand or with git"],
             )
-        return [b["batch_id"] for b in batches], [
-            b["batch_id"] for b in batches if not b["undone_by"]
-        ]
+        return [b["batch_id"] for b in batches]
 
     # --- planning ------------------------------------------------------------------
 
@@ -219,10 +217,8 @@ class Undo:
 
     # --- applying ------------------------------------------------------------------
 
-    def run(
-        self, batch_ids: list[str], live: list[str], force: list[str], dry_run: bool
-    ) -> dict[str, Any]:
-        """Undo ``batch_ids``' changes; ``live`` are the ones to mark undone."""
+    def run(self, batch_ids: list[str], force: list[str], dry_run: bool) -> dict[str, Any]:
+        """Undo ``batch_ids``' changes, or with ``dry_run`` show what that would do."""
         with self.lock:
             plans = self.plan(batch_ids, force)
             blocked = [p for p in plans if p.status != "ok"]
@@ -244,7 +240,7 @@ class Undo:
                 undo_id, self.root, "enabled", [], worker=self.worker, kind="undo"
             )
             done = self._apply(undo_id, [p for p in plans if p.action != "none"])
-            self.journal.record_undo(undo_id, live, batch_ids)
+            self.journal.record_undo(undo_id, batch_ids)
             self.journal.record_state(undo_id, "done")
             self.journal.record_delivered(undo_id)
             reply.update(applied=True, undo_batch=undo_id, files=done)

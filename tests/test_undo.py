@@ -187,6 +187,8 @@ def test_undo_by_turn_and_rewind_to_before_a_turn(make_worker: MakeWorker, proje
     # Every batch from t2 on is marked undone; t1's is not.
     marks = {c["turn"]: c["undone_by"] for c in worker.checkpoints({})["checkpoints"]}
     assert marks["t1"] is None and marks["t2"] == rewound["undo_batch"]
+    # t3 was undone before, and that undo is now rewound too: t3 stays undone.
+    assert marks["t3"] == rewound["undo_batch"]
     # And rewinding further goes back to the start.
     worker.rewind({"turn": "t1"})
     assert (project / "README.md").read_text() == "# demo\n"

@@ -467,12 +467,18 @@ class Journal:
             ).fetchone()
         return None if row is None else row[0]
 
-    def record_undo(self, undo_id: str, undone: list[str], redone: list[str]) -> None:
-        """``undo_id`` reverted ``undone``; what the undos in ``redone`` undid is live again."""
+    def record_undo(self, undo_id: str, batch_ids: list[str]) -> None:
+        """``undo_id`` reverted ``batch_ids``.
+
+        What any of them undid is live again (they are reverted), then they
+        are marked undone by ``undo_id``.
+        """
         stmts: list[tuple[str, tuple[Any, ...]]] = [
-            ("UPDATE batches SET undone_by=? WHERE batch_id=?", (undo_id, b)) for b in undone
+            ("UPDATE batches SET undone_by=NULL WHERE undone_by=?", (b,)) for b in batch_ids
         ]
-        stmts += [("UPDATE batches SET undone_by=NULL WHERE undone_by=?", (b,)) for b in redone]
+        stmts += [
+            ("UPDATE batches SET undone_by=? WHERE batch_id=?", (undo_id, b)) for b in batch_ids
+        ]
         self._tx(stmts)
 
 
