@@ -8,7 +8,8 @@ Measures, on this machine, in one run:
 - sandbox validation per path;
 - the EPC codec against sexpdata on a megabyte of quotes and backslashes;
 - the file tools (bench/tools.py), run_shell (bench/shell.py), edits
-  (bench/edits.py) and the command sandbox's start-up cost (bench/sandbox.py).
+  (bench/edits.py), the command sandbox's start-up cost (bench/sandbox.py),
+  recovery and undo (bench/recovery.py).
 
 Prints a Markdown table (with machine and date) and writes it to
 bench/results/latest.md for docs/benchmarks.md.
@@ -281,6 +282,10 @@ def main() -> None:
     import edits  # the edit corpus table, and matching speed on a 1 MB file
 
     rows.extend(edits.main())
+
+    import recovery  # git notes in plan, undo, hello with batches to recover
+
+    rows.extend(recovery.main())
 
     lines = [
         f"Machine: {machine()}  ",

@@ -33,6 +33,7 @@ from .protocol import Disposition, Event, ToolResult
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
 from .store.backups import Backups
+from .store.checkpoints import ChangeLog
 from .store.journal import Journal
 from .tools._edit import apply_user_text
 from .tools.registry import Session, ToolContext
@@ -151,7 +152,10 @@ class Runner:
             assert planned.result is not None
             return planned.result, True
         if batch.cancel.is_set():
-            return error_result(cid, name, errors.cancelled()), True
+            # Recovery tells a call that never started from one stopped mid-way.
+            failure = errors.cancelled()
+            failure.error.details["started"] = False
+            return error_result(cid, name, failure), True
         # The service refuses to execute parse_only batches, so no MANUAL here.
         assert planned.disposition in (Disposition.CONFIRM, Disposition.EXECUTE)
         if planned.disposition is Disposition.CONFIRM:
@@ -222,6 +226,8 @@ class Runner:
             else None,
             time_limit=planned.timeout or tool.timeout(self.config),
             commands=self.commands,
+            # Checkpoints: every file the call writes is journaled as it lands.
+            changes=ChangeLog(self.journal, batch.batch_id, planned.seq, cid),
         )
         box: dict[str, Any] = {}
         done = threading.Event()
@@ -260,6 +266,8 @@ class Runner:
             batch.wake.clear()
         with batch.lock:
             batch.current = None
+        if ctx.changes is not None:
+            batch.warnings.extend(ctx.changes.warnings)
         if not done.is_set():
             ctx.cancel.set()  # tell the abandoned call to stop at its next check
             if batch.cancel.is_set():

@@ -157,7 +157,44 @@ class HelloRequest(_Strict):
 class PlanRequest(_Strict):
     mode: ToolsMode = ToolsMode.ENABLED
     # Raw objects: each is parsed on its own so one bad call cannot sink the batch.
+    # Optional only with ``batch_id``: then the journaled calls are planned.
+    calls: list[Any] | None = Field(default=None, max_length=10_000)
+    # A batch ``journal_calls`` recorded: plan those calls under that id.
+    batch_id: str | None = None
+    # The client's turn id: opaque text naming the user message the batch answers.
+    turn: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+class JournalCallsRequest(_Strict):
+    """The calls of a complete model message, journaled before anything else happens."""
+
     calls: list[Any] = Field(max_length=10_000)
+    turn: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+class ResolveBatchRequest(_Strict):
+    batch_id: str
+    action: Literal["resume", "discard"]
+
+
+class CheckpointsRequest(_Strict):
+    turn: str | None = Field(default=None, min_length=1, max_length=256)
+    limit: int = Field(default=100, ge=1, le=10_000)
+
+
+class UndoRequest(_Strict):
+    batch_id: str | None = None
+    turn: str | None = Field(default=None, min_length=1, max_length=256)
+    dry_run: bool = False
+    # Paths (as the dry run shows them) to overwrite although they changed
+    # since forj wrote them.
+    force: list[str] = Field(default_factory=list)
+
+
+class RewindRequest(_Strict):
+    turn: str = Field(min_length=1, max_length=256)
+    dry_run: bool = False
+    force: list[str] = Field(default_factory=list)
 
 
 class PlanItem(BaseModel):
@@ -172,6 +209,10 @@ class PlanItem(BaseModel):
     # links, invisible characters.
     warnings: list[str] | None = None
     result: dict[str, Any] | None = None
+    # Files the call writes that hold uncommitted changes not made by forj
+    # (git), and sentences saying so; information, not a reason to confirm.
+    uncommitted: list[str] | None = None
+    notes: list[str] | None = None
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
@@ -188,6 +229,7 @@ class ExecuteRequest(_Strict):
     # Edit before approve: call id -> {path: the text the user wants written
     # instead of the proposal}.  Only for approved calls that had a proposal.
     modified: dict[str, dict[str, str]] = Field(default_factory=dict)
+    turn: str | None = Field(default=None, min_length=1, max_length=256)
 
 
 class ProposalRequest(_Strict):

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,23 +23,36 @@ from pydantic import BaseModel, ValidationError
 
 from . import __version__
 from .config import LoadedConfig, describe
-from .errors import ProtocolError
+from .errors import ProtocolError, ToolFailure
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
 from .planner import PlanContext, PlannedCall, identify, plan_batch
 from .protocol import (
     PROTOCOL_VERSION,
     CancelRequest,
+    CheckpointsRequest,
     Disposition,
+    ErrorKind,
+    ErrorType,
     ExecuteRequest,
+    JournalCallsRequest,
+    PlanItem,
     PlanRequest,
     ProposalRequest,
+    ResolveBatchRequest,
+    RewindRequest,
+    ToolError,
+    ToolResult,
     ToolsMode,
+    UndoRequest,
 )
 from .safety.commands import CommandSandbox, probe
+from .safety.files import sha256
 from .safety.paths import Sandbox
 from .store.backups import Backups
-from .store.journal import Journal
+from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
+from .system import git
 from .tools.registry import Registry, Session
+from .undo import Undo
 from .watcher import Watcher
 
 log = logging.getLogger(__name__)
@@ -71,9 +86,14 @@ def parse_request(model: type[R], body: Any) -> R:
 
 
 class Encoded(dict[str, Any]):
-    """A reply that also carries its own JSON text, ready for the wire."""
+    """A reply that also carries its own JSON text, ready for the wire.
+
+    ``on_sent``, if set, runs once the transport has handed the reply to
+    the client's socket.
+    """
 
     text: str = ""
+    on_sent: Callable[[], None] | None = None
 
 
 class Worker:
@@ -117,6 +137,14 @@ class Worker:
         self.watcher = Watcher(self.root, self.session, on_change=self.commands.masks.changed)
         self._batches: OrderedDict[str, Batch] = OrderedDict()
         self._lock = threading.Lock()
+        # Journaled batches a plan has taken up: each is planned once.
+        self._claimed: set[str] = set()
+        # Tells this worker's batches in the shared journal from those of
+        # workers that died (recovery) or still run elsewhere.
+        self.identity = worker_identity(uuid.uuid4().hex[:8])
+        self.undoer = Undo(
+            self.sandbox, journal, self.backups, self.session, self.root, self.identity
+        )
 
     # --- methods ---------------------------------------------------------------
 
@@ -131,6 +159,7 @@ class Worker:
             "sandbox": self.commands.availability.wire(),
             "journal": str(self.journal.path),
             "tools": self.registry.definitions(),
+            "unfinished": self.unfinished(),
         }
 
     def warnings(self) -> list[str]:
@@ -143,19 +172,75 @@ class Worker:
     def tool_definitions(self) -> dict[str, Any]:
         return {"tools": self.registry.definitions()}
 
-    def plan(self, body: Any) -> dict[str, Any]:
-        req = parse_request(PlanRequest, body)
-        mode = min(req.mode, self.config.tools.mode, key=_MODE_ORDER.index)
+    def journal_calls(self, body: Any) -> dict[str, Any]:
+        """Journal a complete message's calls before any planning, so a crash loses none."""
+        req = parse_request(JournalCallsRequest, body)
         batch_id = uuid.uuid4().hex
-        idents = [identify(seq, raw) for seq, raw in enumerate(req.calls)]
+        self._record_calls(batch_id, ToolsMode.ENABLED, req.calls, req.turn)
+        return {"batch_id": batch_id}
+
+    def _record_calls(
+        self, batch_id: str, mode: ToolsMode, calls: list[Any], turn: str | None
+    ) -> None:
+        idents = [identify(seq, raw) for seq, raw in enumerate(calls)]
         # The calls are durable before anything is decided about them: a crash
         # during planning still leaves the record of what the model asked.
         self.journal.record_batch(
             batch_id,
             self.root,
             mode.value,
-            [(cid, name, raw) for (cid, name), raw in zip(idents, req.calls, strict=False)],
+            [(cid, name, raw) for (cid, name), raw in zip(idents, calls, strict=False)],
+            turn=turn,
+            worker=self.identity,
         )
+
+    def _journaled_calls(self, batch_id: str, calls: list[Any] | None) -> list[Any]:
+        """The calls ``journal_calls`` recorded under ``batch_id``, ready to plan once."""
+        meta = self.journal.batch_meta(batch_id)
+        if meta is None or meta["root"] != self.root or meta["worker"] != self.identity:
+            raise ProtocolError(
+                "unknown-batch",
+                f"no journaled batch {batch_id!r} in this worker",
+                ["Journal the calls with journal_calls first, or plan them with 'calls'"],
+            )
+        recorded = self.journal.batch(batch_id)
+        assert recorded is not None
+        journaled = [c["call"] for c in recorded["calls"]]
+        if calls is not None and calls != journaled:
+            raise ProtocolError(
+                "bad-request",
+                f"the calls differ from those journaled as batch {batch_id}",
+                ["Send no 'calls' with 'batch_id': the journaled ones are planned"],
+            )
+        with self._lock:
+            claimed = batch_id in self._claimed
+            self._claimed.add(batch_id)
+        if claimed or meta["state"] != "received":
+            raise ProtocolError(
+                "bad-request",
+                f"batch {batch_id} was already planned; a batch is planned once",
+                ["Journal the calls again to plan them again"],
+            )
+        return journaled
+
+    def plan(self, body: Any) -> dict[str, Any]:
+        req = parse_request(PlanRequest, body)
+        mode = min(req.mode, self.config.tools.mode, key=_MODE_ORDER.index)
+        if req.batch_id is not None:
+            batch_id = req.batch_id
+            raw_calls = self._journaled_calls(batch_id, req.calls)
+            if req.turn is not None:
+                self.journal.record_turn(batch_id, req.turn)
+        elif req.calls is None:
+            raise ProtocolError(
+                "bad-request",
+                "invalid request: calls: Field required",
+                ["Send the calls, or the batch_id journal_calls returned"],
+            )
+        else:
+            batch_id = uuid.uuid4().hex
+            raw_calls = req.calls
+            self._record_calls(batch_id, mode, raw_calls, req.turn)
         pc = PlanContext(
             registry=self.registry,
             config=self.config,
@@ -165,7 +250,7 @@ class Worker:
             output_limit=min(self.config.tools.output.max_bytes, DEFAULT_CAPACITY_BYTES),
             commands=self.commands,
         )
-        calls = plan_batch(pc, mode, req.calls)
+        calls = plan_batch(pc, mode, raw_calls)
         self.journal.record_plan(
             batch_id,
             [c.disposition.value for c in calls],
@@ -173,14 +258,66 @@ class Worker:
         )
         batch = Batch(batch_id=batch_id, mode=mode.value, calls=calls)
         with self._lock:
+            self._claimed.discard(batch_id)  # the journal says "planned" from now on
             self._batches[batch_id] = batch
             while len(self._batches) > MAX_BATCHES:
                 self._batches.popitem(last=False)
+        items = [c.item() for c in calls]
+        self._note_uncommitted(calls, items)
         return {
             "batch_id": batch_id,
             "mode": mode.value,
-            "items": [c.item().wire() for c in calls],
+            "items": [item.wire() for item in items],
         }
+
+    def _note_uncommitted(self, calls: list[PlannedCall], items: list[PlanItem]) -> None:
+        """Say which files a writing call targets hold uncommitted work not made by forj."""
+        targets: dict[int, list[tuple[str, str]]] = {}
+        for index, planned in enumerate(calls):
+            tool, args = planned.tool, planned.args
+            if tool is None or args is None or not tool.mutates(args):
+                continue
+            if planned.disposition not in (Disposition.EXECUTE, Disposition.CONFIRM):
+                continue
+            for path in tool.paths(args):
+                try:
+                    sp = self.sandbox.resolve(path, planned.working_dir, for_write=True)
+                except ToolFailure:
+                    continue
+                if sp.exists and os.path.isfile(sp.canonical):
+                    targets.setdefault(index, []).append((sp.canonical, sp.display))
+        if not targets:
+            return
+        status = git.uncommitted(self.root, [c for pairs in targets.values() for c, _ in pairs])
+        if not status:
+            return
+        for index, pairs in targets.items():
+            flagged = []
+            for canonical, display in pairs:
+                code = status.get(canonical)
+                if code is None or self._last_written_by_forj(canonical):
+                    continue
+                flagged.append(display)
+                what = (
+                    "is untracked" if code == "??" else f"has uncommitted changes ({code.strip()})"
+                )
+                items[index].notes = (items[index].notes or []) + [
+                    f"{display} {what} in git, not made by forj: commit or stash them first "
+                    "to keep that work apart from this change"
+                ]
+            if flagged:
+                items[index].uncommitted = flagged
+
+    def _last_written_by_forj(self, canonical: str) -> bool:
+        """The file holds exactly what forj last wrote there."""
+        last = self.journal.last_write(canonical)
+        if last is None or last.hash_after is None:
+            return False
+        try:
+            with open(canonical, "rb") as fh:
+                return sha256(fh.read()) == last.hash_after
+        except OSError:
+            return False
 
     def execute(self, body: Any, emit: EmitFn) -> dict[str, Any]:
         req = parse_request(ExecuteRequest, body)
@@ -209,6 +346,8 @@ class Worker:
         unknown = (set(req.approved) | set(req.denied)) - {c.call_id for c in batch.calls}
         if unknown:
             log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
+        if req.turn is not None:
+            self.journal.record_turn(batch.batch_id, req.turn)
         finished = self.runner.run(
             batch,
             approved=set(req.approved) & confirm,
@@ -230,7 +369,15 @@ class Worker:
             f'"warnings":{json.dumps(batch.warnings, ensure_ascii=False)},'
             f'"results":[{",".join(f.text for f in finished)}]}}'
         )
+        batch_id = batch.batch_id
+        reply.on_sent = lambda: self._delivered(batch_id)
         return reply
+
+    def _delivered(self, batch_id: str) -> None:
+        try:
+            self.journal.record_delivered(batch_id)
+        except Exception:
+            log.exception("journal: could not record the delivery of %s", batch_id)
 
     def proposal(self, body: Any) -> dict[str, Any]:
         """The full old and proposed text of each file a reviewed call would write."""
@@ -311,3 +458,229 @@ class Worker:
                 ["Plan the calls again; batches do not survive a worker restart"],
             )
         return batch
+
+    # --- recovery ---------------------------------------------------------------------
+
+    def unfinished(self) -> list[dict[str, Any]]:
+        """Batches a stopped worker or client left without an outcome the client saw."""
+        with self._lock:
+            live = set(self._batches)
+        reports = []
+        for batch_id, owner in self.journal.recoverable(self.root):
+            if batch_id in live or owner == self.identity or alive_elsewhere(owner):
+                continue
+            report = self._recovery_report(batch_id)
+            if report is not None:
+                reports.append(report)
+        return reports
+
+    def _recovery_report(self, batch_id: str) -> dict[str, Any] | None:
+        recorded = self.journal.batch(batch_id)
+        meta = self.journal.batch_meta(batch_id)
+        if recorded is None or meta is None:
+            return None
+        running = None
+        if recorded["state"] == "executing":
+            # Each result is journaled before the next call starts: the first
+            # call without one is the one that was running.
+            running = next((c["seq"] for c in recorded["calls"] if c["result"] is None), None)
+        changes: dict[int, list[FileChange]] = {}
+        for change in self.journal.file_changes([batch_id]):
+            changes.setdefault(change.seq, []).append(change)
+        calls = []
+        for c in recorded["calls"]:
+            entry: dict[str, Any] = {"seq": c["seq"], "id": c["id"], "name": c["name"]}
+            entry["call"] = c["call"]
+            result = c["result"]
+            if result is not None and not _cancelled_before_start(result):
+                entry["state"] = "completed"
+                entry["result"] = result
+            elif c["seq"] == running:
+                entry["state"] = "running"
+                entry["result"] = _interrupted(c["id"], c["name"], changes.get(c["seq"], []))
+            else:
+                entry["state"] = "never-started"
+            if c["seq"] in changes:
+                entry["files_changed"] = [ch.path for ch in changes[c["seq"]]]
+            calls.append(entry)
+        return {
+            "batch_id": batch_id,
+            "turn": meta["turn"],
+            "time": meta["created_at"],
+            "state": recorded["state"],
+            "reason": _REASONS.get(recorded["state"], _REASONS["done"]),
+            "calls": calls,
+        }
+
+    def resolve_batch(self, body: Any) -> dict[str, Any]:
+        """Close an unfinished batch: resume (its never-started calls come back to be
+        planned anew) or discard (they are answered as not run).  Nothing runs here."""
+        req = parse_request(ResolveBatchRequest, body)
+        report = next((r for r in self.unfinished() if r["batch_id"] == req.batch_id), None)
+        if report is None:
+            raise ProtocolError(
+                "unknown-batch",
+                f"batch {req.batch_id!r} is not an unfinished batch of this project",
+                ["Use a batch id from hello's 'unfinished'; it may be resolved already"],
+            )
+        results = []
+        remaining = []
+        for entry in report["calls"]:
+            if entry["state"] != "never-started":
+                results.append(entry["result"])
+            elif req.action == "resume":
+                remaining.append(entry["call"])
+            else:
+                results.append(_discarded(entry["id"], entry["name"]))
+        self.journal.record_resolution(
+            req.batch_id, "resumed" if req.action == "resume" else "discarded"
+        )
+        reply: dict[str, Any] = {
+            "batch_id": req.batch_id,
+            "action": req.action,
+            "turn": report["turn"],
+            "results": results,
+        }
+        if req.action == "resume":
+            reply["remaining"] = remaining
+        return reply
+
+    # --- checkpoints, undo, rewind -------------------------------------------------
+
+    def checkpoints(self, body: Any) -> dict[str, Any]:
+        req = parse_request(CheckpointsRequest, body)
+        batches = self.journal.changing_batches(self.root, turn=req.turn)[-req.limit :]
+        by_batch: dict[str, list[FileChange]] = {}
+        for change in self.journal.file_changes([b["batch_id"] for b in batches]):
+            by_batch.setdefault(change.batch_id, []).append(change)
+        out = []
+        for b in reversed(batches):
+            out.append(
+                {
+                    "batch_id": b["batch_id"],
+                    "turn": b["turn"],
+                    "kind": b["kind"],
+                    "time": b["created_at"],
+                    "undone_by": b["undone_by"],
+                    "files": _summarize(by_batch.get(b["batch_id"], [])),
+                }
+            )
+        return {"checkpoints": out}
+
+    def _idle(self) -> None:
+        """Undo only between batches: a running call may be writing the same files."""
+        with self._lock:
+            busy = [b.batch_id for b in self._batches.values() if b.state == "executing"]
+        if busy:
+            raise ProtocolError(
+                "bad-request",
+                f"batch {busy[0]} is running; undo and rewind wait until it ends",
+                ["Wait for the batch's results (or cancel it), then undo"],
+            )
+
+    def undo(self, body: Any) -> dict[str, Any]:
+        req = parse_request(UndoRequest, body)
+        self._idle()
+        if (req.batch_id is None) == (req.turn is None):
+            raise ProtocolError(
+                "bad-request",
+                "undo takes exactly one of batch_id and turn",
+                ["Name the batch (from checkpoints) or the turn to undo"],
+            )
+        if req.batch_id is not None:
+            batches = self.undoer.select_batch(req.batch_id)
+        else:
+            assert req.turn is not None
+            batches = self.undoer.select_turn(req.turn)
+        return self.undoer.run(batches, req.force, req.dry_run)
+
+    def rewind(self, body: Any) -> dict[str, Any]:
+        req = parse_request(RewindRequest, body)
+        self._idle()
+        batches = self.undoer.select_rewind(req.turn)
+        reply = self.undoer.run(batches, req.force, req.dry_run)
+        reply["turn"] = req.turn
+        return reply
+
+
+_REASONS = {
+    "received": "the calls were journaled, then forj stopped before planning them",
+    "planned": "the calls were planned, then forj stopped before they were executed",
+    "executing": "forj stopped while the batch was running",
+    "done": "the batch finished, but its results never reached the client",
+}
+
+
+def _cancelled_before_start(result: dict[str, Any]) -> bool:
+    error = result.get("error")
+    return (
+        not result.get("ok")
+        and isinstance(error, dict)
+        and error.get("type") == ErrorType.CANCELLED.value
+        and error.get("details", {}).get("started") is False
+    )
+
+
+def _interrupted(call_id: str, name: str, changes: list[FileChange]) -> dict[str, Any]:
+    files = [c.path for c in changes]
+    written = f"; it had written {', '.join(files)}" if files else ""
+    return ToolResult(
+        id=call_id,
+        name=name,
+        ok=False,
+        error=ToolError(
+            type=ErrorType.CANCELLED,
+            message=(
+                "Interrupted: forj stopped while this call was running" + written + ". "
+                "It may have done part of its work; it was not run again"
+            ),
+            details={"kind": ErrorKind.CANCELLED.value, "interrupted": True, "files": files},
+            recovery=[
+                "Check what it did (read the files it touches, list the output) before "
+                "repeating it",
+                "Ask the user before running it again",
+            ],
+        ),
+    ).wire()
+
+
+def _discarded(call_id: str, name: str) -> dict[str, Any]:
+    return ToolResult(
+        id=call_id,
+        name=name,
+        ok=False,
+        error=ToolError(
+            type=ErrorType.CANCELLED,
+            message=(
+                "Not run: forj stopped before this call started, and the user chose not to "
+                "run the rest of the batch"
+            ),
+            details={"kind": ErrorKind.CANCELLED.value, "discarded": True},
+            recovery=["Ask the user before making this call again"],
+        ),
+    ).wire()
+
+
+def _summarize(changes: list[FileChange]) -> list[dict[str, Any]]:
+    """Per file of one batch: created, modified or deleted, and whether it has a backup."""
+    first: dict[str, FileChange] = {}
+    last: dict[str, FileChange] = {}
+    for change in changes:
+        first.setdefault(change.canonical, change)
+        last[change.canonical] = change
+    out = []
+    for canonical, f in first.items():
+        gone = last[canonical].hash_after is None
+        kind = (
+            ("created" if not gone else "unchanged")
+            if not f.existed
+            else ("deleted" if gone else "modified")
+        )
+        out.append(
+            {
+                "path": f.path,
+                "change": kind,
+                "backup": f.backup is not None or not f.existed,
+            }
+        )
+    return out

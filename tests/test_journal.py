@@ -145,3 +145,43 @@ def test_lone_surrogates_are_journaled_losslessly(make_worker: MakeWorker) -> No
     stored = db.execute("SELECT raw FROM calls WHERE batch_id=?", (plan["batch_id"],)).fetchone()[0]
     db.close()
     assert json.loads(stored) == raw
+
+
+def test_a_schema_1_journal_is_upgraded_and_its_history_is_not_reported(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    path = _journal_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE batches (batch_id TEXT PRIMARY KEY, root TEXT NOT NULL, mode TEXT NOT NULL,
+            state TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL);
+        CREATE TABLE calls (batch_id TEXT NOT NULL, seq INTEGER NOT NULL, call_id TEXT NOT NULL,
+            name TEXT NOT NULL, raw TEXT NOT NULL, disposition TEXT,
+            PRIMARY KEY (batch_id, seq));
+        CREATE TABLE results (batch_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            call_id TEXT NOT NULL, ok INTEGER NOT NULL, result TEXT NOT NULL,
+            finished_at REAL NOT NULL, PRIMARY KEY (batch_id, seq));
+        PRAGMA user_version=1;
+        """
+    )
+    # A batch schema 1 left executing: history from before recovery existed.
+    db.execute(
+        "INSERT INTO batches VALUES ('old', ?, 'enabled', 'executing', "
+        "CAST(strftime('%s','now') AS REAL), 0)",
+        (os.path.realpath(project),),
+    )
+    db.commit()
+    db.close()
+    worker = make_worker()
+    assert worker.journal.unfinished(worker.root) == ["old"]  # still in the record
+    assert worker.hello_payload({})["unfinished"] == []  # but not a crash to report
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    columns = {row[1] for row in db.execute("PRAGMA table_info(batches)")}
+    assert {"turn", "kind", "worker", "delivered_at", "resolution", "undone_by"} <= columns
+    assert db.execute("SELECT count(*) FROM file_changes").fetchone()[0] == 0
+    db.close()
+    # Opening it again is a no-op.
+    make_worker()

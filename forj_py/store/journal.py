@@ -10,6 +10,12 @@ returns), one file per user under the state directory (outside every
 project, mode 0600: results hold file contents).  Several workers, one per
 project, share the file; SQLite's locking and a busy timeout keep them
 apart.
+
+Schema 2 adds what recovery and undo need: the turn a batch belongs to, the
+worker that owns it, whether its results reached the client, how a
+recovery was resolved, and, per call, every file forj's own tools wrote
+(``file_changes``): the backup of the old content, whether the file
+existed, and the content's hash before and after.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ import os
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -54,6 +61,39 @@ CREATE TABLE IF NOT EXISTS results (
 );
 CREATE INDEX IF NOT EXISTS batches_by_root ON batches(root, created_at);
 """
+
+# Columns schema 2 adds to ``batches``, each with its declaration.
+_BATCH_COLUMNS_2 = {
+    "turn": "TEXT",  # the client's opaque turn id, when it sent one
+    "kind": "TEXT NOT NULL DEFAULT 'tools'",  # tools | undo
+    "worker": "TEXT",  # "pid:start" of the worker that owns it
+    "delivered_at": "REAL",  # the execute reply reached the client's socket
+    "resolution": "TEXT",  # recovery: resumed | discarded | migrated
+    "undone_by": "TEXT",  # the undo batch that reverted its file changes
+}
+
+_SCHEMA_2 = (
+    """
+CREATE TABLE IF NOT EXISTS file_changes (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    batch_id    TEXT NOT NULL REFERENCES batches(batch_id),
+    seq         INTEGER NOT NULL,  -- the call's position; -1 for an undo's own writes
+    call_id     TEXT NOT NULL,
+    path        TEXT NOT NULL,     -- as results show it, relative to the project root
+    canonical   TEXT NOT NULL,
+    existed     INTEGER NOT NULL,  -- the file existed before this change
+    backup      TEXT,              -- the copy of the old content (NULL: none kept)
+    hash_before TEXT,              -- SHA-256 of the old content (NULL: did not exist)
+    hash_after  TEXT,              -- SHA-256 of the new content (NULL: deleted)
+    at          REAL NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS file_changes_by_batch ON file_changes(batch_id)",
+    "CREATE INDEX IF NOT EXISTS file_changes_by_file ON file_changes(canonical, id)",
+)
+
+# Batches are reported as unfinished only this long after they started:
+# a crash from last month is no longer a conversation anyone resumes.
+RECOVERY_WINDOW_SECONDS = 14 * 86400
 
 
 def default_state_dir() -> Path:
@@ -88,7 +128,7 @@ class Journal:
                     f"{path}: written by a newer forj (schema {version}); upgrade forj"
                 )
             self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._migrate(version)
         except (OSError, sqlite3.Error) as exc:
             raise JournalError(f"cannot open the journal {path}: {exc}") from None
         self._lock = threading.Lock()
@@ -108,17 +148,51 @@ class Journal:
                 raise
             self._db.execute("COMMIT")
 
+    def _migrate(self, version: int) -> None:
+        """Bring a schema-1 journal (or a new one) to schema 2, once, whoever gets there first."""
+        if version >= SCHEMA_VERSION:
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if self._db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                have = {row[1] for row in self._db.execute("PRAGMA table_info(batches)")}
+                for name, decl in _BATCH_COLUMNS_2.items():
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE batches ADD COLUMN {name} {decl}")
+                for statement in _SCHEMA_2:
+                    self._db.execute(statement)
+                # Batches from before recovery existed are history, not crashes
+                # to report: nobody could have resolved them.
+                self._db.execute(
+                    "UPDATE batches SET resolution='migrated', delivered_at=updated_at "
+                    "WHERE resolution IS NULL"
+                )
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
     # --- writes -----------------------------------------------------------
 
     def record_batch(
-        self, batch_id: str, root: str, mode: str, calls: list[tuple[str, str, Any]]
+        self,
+        batch_id: str,
+        root: str,
+        mode: str,
+        calls: list[tuple[str, str, Any]],
+        *,
+        turn: str | None = None,
+        worker: str | None = None,
+        kind: str = "tools",
     ) -> None:
         """The calls of a new batch, as received, before anything is planned."""
         now = time.time()
         stmts: list[tuple[str, tuple[Any, ...]]] = [
             (
-                "INSERT INTO batches VALUES (?, ?, ?, 'received', ?, ?)",
-                (batch_id, root, mode, now, now),
+                "INSERT INTO batches (batch_id, root, mode, state, created_at, updated_at, "
+                "turn, kind, worker) VALUES (?, ?, ?, 'received', ?, ?, ?, ?, ?)",
+                (batch_id, root, mode, now, now, turn, kind, worker),
             )
         ]
         for seq, (call_id, name, raw) in enumerate(calls):
@@ -237,3 +311,239 @@ class Journal:
                 (root,),
             ).fetchall()
         return [r[0] for r in rows]
+
+    # --- recovery ------------------------------------------------------------------
+
+    def record_turn(self, batch_id: str, turn: str) -> None:
+        """Name the batch's turn, unless planning already did."""
+        self._tx(
+            [("UPDATE batches SET turn=? WHERE batch_id=? AND turn IS NULL", (turn, batch_id))]
+        )
+
+    def record_delivered(self, batch_id: str) -> None:
+        """The execute reply reached the client: its results are the client's now."""
+        self._tx([("UPDATE batches SET delivered_at=? WHERE batch_id=?", (time.time(), batch_id))])
+
+    def record_resolution(self, batch_id: str, resolution: str) -> None:
+        self._tx(
+            [
+                (
+                    "UPDATE batches SET resolution=?, updated_at=? WHERE batch_id=?",
+                    (resolution, time.time(), batch_id),
+                )
+            ]
+        )
+
+    def recoverable(self, root: str, now: float | None = None) -> list[tuple[str, str | None]]:
+        """Batches of ``root`` whose outcome the client may never have seen, oldest first.
+
+        Unresolved, recent, and either not finished (received, planned,
+        executing: the worker stopped) or finished without the reply reaching
+        the client (it stopped first).  Returns (batch id, owning worker).
+        """
+        since = (now if now is not None else time.time()) - RECOVERY_WINDOW_SECONDS
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT batch_id, worker FROM batches WHERE root=? AND kind='tools' "
+                "AND resolution IS NULL AND created_at >= ? AND (state IN "
+                "('received', 'planned', 'executing') OR delivered_at IS NULL) "
+                "ORDER BY created_at",
+                (root, since),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def batch_meta(self, batch_id: str) -> dict[str, Any] | None:
+        """The columns recovery and undo look at, without the calls."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT batch_id, root, state, created_at, turn, kind, resolution, undone_by, "
+                "delivered_at, worker FROM batches WHERE batch_id=?",
+                (batch_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        keys = (
+            "batch_id",
+            "root",
+            "state",
+            "created_at",
+            "turn",
+            "kind",
+            "resolution",
+            "undone_by",
+            "delivered_at",
+            "worker",
+        )
+        return dict(zip(keys, row, strict=True))
+
+    # --- checkpoints -------------------------------------------------------------
+
+    def record_file_change(self, batch_id: str, seq: int, call_id: str, change: FileChange) -> int:
+        """One file forj wrote (or deleted), committed before the tool goes on.
+
+        Returns the row's id, for :meth:`forget_file_change`.
+        """
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._db.execute(
+                    "INSERT INTO file_changes (batch_id, seq, call_id, path, canonical, existed, "
+                    "backup, hash_before, hash_after, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        batch_id,
+                        seq,
+                        call_id,
+                        change.path,
+                        change.canonical,
+                        1 if change.existed else 0,
+                        change.backup,
+                        change.hash_before,
+                        change.hash_after,
+                        time.time(),
+                    ),
+                )
+                row_id = cur.lastrowid
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        assert row_id is not None
+        return row_id
+
+    def forget_file_change(self, row_id: int) -> None:
+        """A write that was put back at once (a multi-file change that failed)."""
+        self._tx([("DELETE FROM file_changes WHERE id=?", (row_id,))])
+
+    def file_changes(self, batch_ids: list[str]) -> list[FileChange]:
+        """Every recorded write of these batches, in the order it happened."""
+        if not batch_ids:
+            return []
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT batch_id, seq, call_id, path, canonical, existed, backup, hash_before, "
+                "hash_after, at FROM file_changes WHERE batch_id IN "
+                "(SELECT value FROM json_each(?)) ORDER BY id",
+                (json.dumps(batch_ids),),
+            ).fetchall()
+        return [_change(row) for row in rows]
+
+    def last_write(self, canonical: str) -> FileChange | None:
+        """forj's latest recorded write to this file, in any batch."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT batch_id, seq, call_id, path, canonical, existed, backup, hash_before, "
+                "hash_after, at FROM file_changes WHERE canonical=? ORDER BY id DESC LIMIT 1",
+                (canonical,),
+            ).fetchone()
+        return None if row is None else _change(row)
+
+    def changing_batches(
+        self, root: str, *, turn: str | None = None, since: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Batches of ``root`` that changed files, oldest first: all, one turn's, or from a time."""
+        sql = (
+            "SELECT b.batch_id, b.turn, b.kind, b.state, b.created_at, b.undone_by "
+            "FROM batches b WHERE b.root=? AND EXISTS "
+            "(SELECT 1 FROM file_changes f WHERE f.batch_id=b.batch_id)"
+        )
+        params: list[Any] = [root]
+        if turn is not None:
+            sql += " AND b.turn=?"
+            params.append(turn)
+        if since is not None:
+            sql += " AND b.created_at>=?"
+            params.append(since)
+        sql += " ORDER BY b.created_at, b.rowid"
+        with self._lock:
+            rows = self._db.execute(sql, tuple(params)).fetchall()
+        keys = ("batch_id", "turn", "kind", "state", "created_at", "undone_by")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def first_of_turn(self, root: str, turn: str) -> float | None:
+        """When the turn's first batch was received (any batch, changing files or not)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT MIN(created_at) FROM batches WHERE root=? AND turn=?", (root, turn)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def record_undo(self, undo_id: str, batch_ids: list[str]) -> None:
+        """``undo_id`` reverted ``batch_ids``.
+
+        What any of them undid is live again (they are reverted), then they
+        are marked undone by ``undo_id``.
+        """
+        stmts: list[tuple[str, tuple[Any, ...]]] = [
+            ("UPDATE batches SET undone_by=NULL WHERE undone_by=?", (b,)) for b in batch_ids
+        ]
+        stmts += [
+            ("UPDATE batches SET undone_by=? WHERE batch_id=?", (undo_id, b)) for b in batch_ids
+        ]
+        self._tx(stmts)
+
+
+def _change(row: tuple[Any, ...]) -> FileChange:
+    return FileChange(
+        path=row[3],
+        canonical=row[4],
+        existed=bool(row[5]),
+        backup=row[6],
+        hash_before=row[7],
+        hash_after=row[8],
+        batch_id=row[0],
+        seq=row[1],
+        call_id=row[2],
+        at=row[9],
+    )
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file forj's own tools changed: enough to put it back."""
+
+    path: str  # as results show it
+    canonical: str
+    existed: bool  # before the change
+    backup: str | None  # the copy of the old content; None when none was kept
+    hash_before: str | None  # None: the file did not exist
+    hash_after: str | None  # None: the change deleted the file
+    batch_id: str = ""
+    seq: int = -1
+    call_id: str = ""
+    at: float = 0.0
+
+
+def worker_identity(instance: str) -> str:
+    """``pid:start:instance``: tells a live worker from a dead one that had its pid."""
+    return f"{os.getpid()}:{_start_time(os.getpid())}:{instance}"
+
+
+def same_process(identity: str | None) -> bool:
+    if not identity:
+        return False
+    pid, start, _ = [*identity.split(":"), "", ""][:3]
+    return pid == str(os.getpid()) and start == _start_time(os.getpid())
+
+
+def alive_elsewhere(identity: str | None) -> bool:
+    """Whether the worker that wrote ``identity`` still runs, as another process."""
+    if not identity or same_process(identity):
+        return False
+    pid_text, start, _ = [*identity.split(":"), "", ""][:3]
+    try:
+        pid = int(pid_text)
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else: compare start times below
+    return _start_time(pid) == start
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks (Linux); "" where /proc has none."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat_line[stat_line.rfind(")") + 2 :].split()[19]

@@ -22,6 +22,7 @@ from ..output import redact_url_credentials, visible_controls
 from ..protocol import ErrorKind, ErrorType
 from ..safety.files import atomic_write, ensure_parents, read_bytes, sha256
 from ..safety.paths import SafePath
+from ..store.journal import FileChange
 from ._elcheck import check as check_elisp
 from .registry import Staged, ToolContext
 
@@ -277,7 +278,19 @@ def commit(ctx: ToolContext, loaded: Loaded, new_text: str, *, backup: bool = Tr
         ensure_parents(ctx.sandbox, loaded.sp)
     ctx.check_cancelled()
     atomic_write(ctx.sandbox, loaded.sp, data, cancel=ctx.cancel)
-    ctx.session.record_read(loaded.sp.canonical, sha256(data))
+    after = sha256(data)
+    ctx.session.record_read(loaded.sp.canonical, after)
+    if ctx.changes is not None:
+        ctx.changes.wrote(
+            FileChange(
+                path=loaded.sp.display,
+                canonical=loaded.sp.canonical,
+                existed=loaded.exists,
+                backup=backup_path,
+                hash_before=None if loaded.data is None else sha256(loaded.data),
+                hash_after=after,
+            )
+        )
     return backup_path
 
 
@@ -325,6 +338,8 @@ def _restore(ctx: ToolContext, written: list[Loaded]) -> tuple[list[str], list[s
             sp = dataclasses.replace(loaded.sp, ident=None)
             atomic_write(ctx.sandbox, sp, loaded.data)
             ctx.session.record_read(loaded.sp.canonical, sha256(loaded.data))
+            if ctx.changes is not None:
+                ctx.changes.put_back(loaded.sp.canonical)
             restored.append(loaded.sp.display)
         except ToolFailure:
             lost.append(loaded.sp.display)

@@ -29,6 +29,7 @@ from ..protocol import RiskLevel
 from ..safety.commands import CommandSandbox
 from ..safety.paths import Sandbox
 from ..store.backups import Backups
+from ..store.checkpoints import ChangeLog
 
 A = TypeVar("A", bound=BaseModel)
 
@@ -108,6 +109,8 @@ class ToolContext:
     time_limit: float | None = None
     # The OS sandbox commands run in (None: a context without commands).
     commands: CommandSandbox | None = None
+    # Where writing tools journal each file they change (checkpoints, undo).
+    changes: ChangeLog | None = None
 
     def check_cancelled(self) -> None:
         """Long-running tools call this between steps."""

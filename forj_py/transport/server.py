@@ -94,6 +94,26 @@ def _proposal(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.proposal(body)
 
 
+def _journal_calls(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.journal_calls(body)
+
+
+def _resolve_batch(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.resolve_batch(body)
+
+
+def _checkpoints(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.checkpoints(body)
+
+
+def _undo(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.undo(body)
+
+
+def _rewind(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.rewind(body)
+
+
 def _cancel(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.cancel(body)
 
@@ -112,6 +132,15 @@ METHODS: dict[str, Method] = {
     "proposal": Method(
         _proposal, False, "The old and proposed text of a reviewed call, for editing."
     ),
+    "journal_calls": Method(
+        _journal_calls, False, "Journal a complete message's calls before planning them."
+    ),
+    "resolve_batch": Method(
+        _resolve_batch, False, "Resume or discard a batch a crash left unfinished."
+    ),
+    "checkpoints": Method(_checkpoints, False, "The batches that changed files, newest first."),
+    "undo": Method(_undo, False, "Put back the files a batch or a turn changed (dry run first)."),
+    "rewind": Method(_rewind, False, "Put back every file forj changed from a turn on."),
     "cancel": Method(_cancel, True, "Cancel a batch: the running call and all later ones."),
     "shutdown": Method(_shutdown, True, "Stop the worker."),
 }
@@ -242,9 +271,12 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             )
         else:
             try:
-                self.send([Symbol("return"), uid, reply])
+                sent = self.send([Symbol("return"), uid, reply])
             except sexp.SexpError as exc:
                 self._reply_error(uid, ProtocolError("internal-error", f"{name}: {exc}"))
+            else:
+                if sent and isinstance(result, Encoded) and result.on_sent is not None:
+                    result.on_sent()  # the reply is the client's now (recovery)
         if self.reject_after_reply:
             self.close()
         if self.stop_after_reply:
@@ -255,8 +287,11 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
 
     # --- outgoing -----------------------------------------------------------------------
 
-    def send(self, message: list[Any]) -> None:
-        """Write one whole frame; frames from different threads never interleave."""
+    def send(self, message: list[Any]) -> bool:
+        """Write one whole frame; frames from different threads never interleave.
+
+        False when the connection was already gone.
+        """
         if message and isinstance(message[0], str) and not isinstance(message[0], Symbol):
             message = [Symbol(message[0]), *message[1:]]
         try:
@@ -268,6 +303,8 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
                 self.wfile.write(data)
             except (OSError, ValueError):
                 log.debug("dropping a message: the connection is closed")
+                return False
+        return True
 
     def emit_event(self, event: Event) -> None:
         """Tell Emacs about progress: ``(call UID event ("{json}"))``; no reply awaited."""
