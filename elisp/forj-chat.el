@@ -710,8 +710,12 @@ Line numbers in error messages count from the start of the transcript."
       (forj-chat--refuse-batch calls))
      (t (forj-chat--run-batch calls)))))
 
+(defvar-local forj-chat--results-view nil
+  "Marker: where the view of the tool results being drawn starts.")
+
 (defun forj-chat--results-heading ()
   "Start the \"## Tool results\" section in the view."
+  (setq forj-chat--results-view (copy-marker forj-chat--out))
   (forj-chat--insert-out "\n")
   (forj-chat--insert-out (forj-chat--heading "## Tool results"))
   (forj-chat--insert-out "\n\n"))
@@ -719,8 +723,11 @@ Line numbers in error messages count from the start of the transcript."
 (defun forj-chat--record-results (entries results)
   "Add the tool results section of ENTRIES and their RESULTS to the record.
 It holds, per call, its header line and a tool-result block with the
-result's JSON, which is what the model reads."
-  (forj-chat--record-add
+result's JSON, which is what the model reads.  The view of the section
+\(from its heading to the output marker) is tied to the new entry."
+  (forj-chat--tie-view
+   forj-chat--results-view
+   (forj-chat--record-add
    "tool"
    (concat "\n## Tool results\n\n"
            (cl-loop for entry in entries
@@ -730,6 +737,14 @@ result's JSON, which is what the model reads."
                                        (concat "```tool-result\n" (forj-tools-json-encode result) "\n```\n")
                                      "")))
            "\n")))
+  (setq forj-chat--results-view nil))
+
+(defun forj-chat--tie-view (start entry)
+  "Tie the view from START to the output marker to the record's ENTRY."
+  (when (markerp start)
+    (with-silent-modifications
+      (put-text-property start forj-chat--out 'forj-entry entry))
+    (set-marker start nil)))
 
 (defun forj-chat--run-batch (entries)
   "Run the tool-call ENTRIES of the reply as one batch, then resume the model."
@@ -1027,7 +1042,7 @@ Return (ENTRIES . DRAFT).  The last \"## User\" section is the prompt."
                                    'forj-render-fold-overlay fold 'forj-rendered t))))))
 
 (defun forj-chat--calls-before (entry)
-  "The calls of the assistant entry before the record's ENTRY, by id."
+  "Map each id to its tool call, for the reply before the record's ENTRY."
   (let* ((position (cl-position entry forj-chat--record))
          (reply (cl-find "assistant" (reverse (cl-subseq forj-chat--record 0 position))
                          :key (lambda (e) (plist-get e :role)) :test #'equal)))
@@ -1102,7 +1117,7 @@ mouse follow links; `TAB' shows or hides a folded result or call.")
   (message "forj: %s" forj-chat--history-why))
 
 (defun forj-chat-history-ret ()
-  "Follow the link at point; elsewhere in the history, say why nothing changes."
+  "Follow the link at point; elsewhere in the history, say why the text stays."
   (interactive)
   (if (button-at (point))
       (push-button (point))
@@ -1115,7 +1130,7 @@ mouse follow links; `TAB' shows or hides a folded result or call.")
     (message "forj: nothing folded here; %s" forj-chat--history-why)))
 
 (defun forj-chat-history-mouse (event)
-  "Follow the link clicked with EVENT; elsewhere, say why nothing changes."
+  "Follow the link clicked with EVENT; elsewhere, say why the text stays."
   (interactive "e")
   (let ((pos (posn-point (event-start event))))
     (if (and pos (button-at pos))
@@ -1158,13 +1173,27 @@ mouse follow links; `TAB' shows or hides a folded result or call.")
 (define-key forj-chat-mode-map (kbd "C-c C-p") #'forj-chat-previous-turn)
 
 (defun forj-chat--section-summary (heading)
-  "The first words of the section under the HEADING that starts at point."
-  (ignore heading)
-  (save-excursion
-    (forward-line 1)
-    (skip-chars-forward " \t\n")
-    (let ((line (buffer-substring-no-properties (point) (line-end-position))))
-      (truncate-string-to-width (string-trim line) 50 nil nil "…"))))
+  "Sum up in a few words the section under the HEADING at point.
+Tool results are summed up by the tools they answer."
+  (let* ((entry (get-text-property (point) 'forj-entry))
+         (summary
+          (if (and (equal heading "## Tool results") (equal (plist-get entry :role) "tool"))
+              (let ((text (plist-get entry :text)))
+                (with-temp-buffer
+                  (insert text)
+                  (string-join
+                   (delete-dups
+                    (delq nil (mapcar (lambda (block)
+                                        (let ((name (ignore-errors
+                                                      (plist-get (forj-tools-json-decode block) :name))))
+                                          (and (stringp name) (not (string-empty-p name)) name)))
+                                      (forj-chat--blocks (point-min) (point-max) "tool-result"))))
+                   ", ")))
+            (save-excursion
+              (forward-line 1)
+              (skip-chars-forward " \t\n")
+              (buffer-substring-no-properties (point) (line-end-position))))))
+    (truncate-string-to-width (string-trim summary) 50 nil nil "…")))
 
 (defun forj-chat--imenu-index ()
   "An imenu index of the chat: one entry per turn, its sections inside."
@@ -1178,6 +1207,8 @@ mouse follow links; `TAB' shows or hides a folded result or call.")
                (item (cons (format "%s: %s" role summary) pos)))
           (cond
            ((and (equal role "User") (>= pos forj-chat--out))
+            (when current (push (cons (car current) (nreverse (cdr current))) turns))
+            (setq current nil)
             (push (cons "Your next message" pos) turns))
            ((equal role "User")
             (when current (push (cons (car current) (nreverse (cdr current))) turns))
@@ -1189,7 +1220,7 @@ mouse follow links; `TAB' shows or hides a folded result or call.")
     (nreverse turns)))
 
 (defun forj-chat--outline-level ()
-  "A user heading starts a turn (level 1); replies and results are inside it."
+  "Return 1 for a user heading (a turn begins), 2 for replies and results."
   (if (looking-at "## User") 1 2))
 
 ;;; Forking
@@ -1211,7 +1242,7 @@ you had in the input goes to the kill ring."
     (unless (and index (equal (plist-get entry :role) "user"))
       (user-error "Put point on one of your earlier messages (under a \"## User\" heading)"))
     (when (and (called-interactively-p 'any)
-               (not (y-or-n-p (format "Fork from this message?  It and the %d entries after it leave the chat "
+               (not (y-or-n-p (format "Fork from this message (it and the %d entries after it leave the chat)? "
                                       (- (length forj-chat--record) index 1)))))
       (user-error "Not forked"))
     (let ((draft (forj-chat--input-text))

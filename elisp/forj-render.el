@@ -99,7 +99,7 @@
 ;;; Small helpers
 
 (defun forj-render--face (text face)
-  "TEXT with FACE, as a property that font-lock leaves alone."
+  "Return TEXT with FACE."
   (propertize text 'face face))
 
 (defun forj-render--one-line (text)
@@ -238,7 +238,8 @@ An edit shows its old and new text."
                                    (forj-render--excerpt (or (forj-render--string (plist-get args :old_string)) "") 40)
                                    (forj-render--excerpt (or (forj-render--string (plist-get args :new_string)) "") 40)))
                    ("edit_region" (format "→ %S" (forj-render--excerpt (or (forj-render--string (plist-get args :new_content)) "") 60)))
-                   ("write_file" (format "%d lines" (forj-render--lines (or (forj-render--string (plist-get args :content)) ""))))
+                   ("write_file" (let ((n (forj-render--lines (or (forj-render--string (plist-get args :content)) ""))))
+                                   (format "%d line%s" n (if (= n 1) "" "s"))))
                    ("multi_edit" (format "%d edits" (length (forj-render--list (plist-get args :edits)))))
                    (_ nil))))
     (concat (forj-render--face "→ " 'forj-render-meta)
@@ -255,7 +256,7 @@ An edit shows its old and new text."
     (and (listp fields) (keywordp (car-safe fields)) fields)))
 
 (defun forj-render--counts (name fields)
-  "A few words on what a NAME result with FIELDS holds, or nil."
+  "Return a few words on the content of a NAME result with FIELDS, or nil."
   (pcase name
     ("read_file" (let ((content (forj-render--string (plist-get fields :content))))
                    (and content (format "%d lines" (forj-render--lines content)))))
@@ -407,8 +408,20 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
     (when (eq (plist-get fields :truncated) t)
       (insert (forj-render--face "(more matches were left out)" 'forj-render-meta) "\n"))))
 
+(defun forj-render--body-glob (fields root)
+  "Draw glob result FIELDS: one link per matching path; ROOT for links."
+  (let ((entries (forj-render--list (plist-get fields :files))))
+    (if (null entries)
+        (insert (forj-render--face "no match" 'forj-render-meta) "\n")
+      (dolist (entry entries)
+        (let ((path (or (forj-render--string (plist-get entry :path)) "?")))
+          (forj-render--link (forj-render--one-line path) path nil root)
+          (insert "\n"))))
+    (when (eq (plist-get fields :truncated) t)
+      (insert (forj-render--face "(more paths matched; narrow the patterns)" 'forj-render-meta) "\n"))))
+
 (defun forj-render--body-listing (fields root)
-  "Draw list_files or glob result FIELDS as a tree of links; ROOT for links."
+  "Draw list_files result FIELDS as a tree of links; ROOT for links."
   (let ((entries (forj-render--list (plist-get fields :files)))
         (base (let ((dir (forj-render--string (plist-get fields :directory))))
                 (if (or (null dir) (member dir '("." "./" ""))) "" (file-name-as-directory dir)))))
@@ -434,7 +447,7 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
               "\n"))))
 
 (defun forj-render--body-command (fields _root)
-  "Draw run_shell or run_tests result FIELDS: output, exit code, duration."
+  "Draw a command's result FIELDS: its output, exit code and duration."
   (let ((report (forj-render--string (plist-get fields :report)))
         (stdout (forj-render--string (plist-get fields :stdout)))
         (stderr (forj-render--string (plist-get fields :stderr)))
@@ -477,7 +490,7 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
      (t (forj-render--scalar pad value indent)))))
 
 (defun forj-render--scalar (label value indent)
-  "Insert LABEL and the scalar VALUE; a multi-line string goes below, INDENT deep."
+  "Insert LABEL and the scalar VALUE (a multi-line one below it, INDENT deep)."
   (let ((text (pcase value ('t "true") (:false "false") (:null "null")
                      ((pred stringp) value) (_ (format "%s" value)))))
     (if (string-match-p "\n" text)
@@ -492,7 +505,7 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
     (insert (forj-render--face "(no result)" 'forj-render-meta) "\n")))
 
 (defun forj-render--body-error (err)
-  "Draw the error ERR: its message, then its recovery steps."
+  "Draw the error ERR: its message, then each recovery step."
   (let ((message (or (forj-render--string (plist-get err :message)) "(no message)"))
         (recovery (forj-render--list (plist-get err :recovery))))
     ;; Indented: a message may hold anything, a line like a heading too.
@@ -511,7 +524,8 @@ Paths under ROOT that name files become links."
                  ("read_file" #'forj-render--body-read)
                  ((or "edit" "edit_region" "multi_edit" "write_file") #'forj-render--body-edit)
                  ("search" #'forj-render--body-search)
-                 ((or "list_files" "glob") #'forj-render--body-listing)
+                 ("list_files" #'forj-render--body-listing)
+                 ("glob" #'forj-render--body-glob)
                  ((or "run_shell" "run_tests") #'forj-render--body-command)
                  (_ #'forj-render--body-generic))
                (if fields fields (let ((value (plist-get result :result)))

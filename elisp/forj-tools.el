@@ -236,7 +236,7 @@ Everything waits asynchronously; Emacs stays usable."
       (forj-tools-run-entries entries end callback root))))
 
 (defun forj-tools-run-entries (entries where &optional callback root)
-  "Run ENTRIES, as `forj-tools-parse-region' returns them, as one batch.
+  "Run ENTRIES (parsed by `forj-tools-parse-region') as one batch.
 Results are drawn at WHERE in the current buffer; CALLBACK and ROOT
 are as for `forj-tools-run-region'.  Return the batch."
   (let ((batch (forj-tools--new-batch entries where callback)))
@@ -1010,7 +1010,9 @@ hidden up to the closing fence."
   (let ((fold (cl-some (lambda (o) (overlay-get o 'forj-tools-fold-body))
                        (overlays-in (line-beginning-position) (min (point-max) (1+ (line-end-position)))))))
     (if (not fold)
-        (message "forj: no folded result here")
+        ;; A result drawn for people folds its own way.
+        (unless (forj-render-toggle-fold)
+          (message "forj: no folded result here"))
       (let ((hidden (overlay-get fold 'invisible)))
         (overlay-put fold 'invisible (not hidden))
         (overlay-put fold 'before-string
