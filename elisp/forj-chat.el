@@ -321,12 +321,13 @@ This is what `make run' calls."
 (defun forj-chat--notice (text)
   "Show TEXT as a notice line in the chat, just before the prompt.
 A notice is kept in the record (and saved) but never sent to the model.
-While a reply streams, it waits until the reply is complete."
+While a reply streams or tools run, it waits until they are done: the
+record keeps the order in which the view shows things."
   (let ((line (concat forj-chat--notice-prefix
                       (substring-no-properties
                        (forj-review-mark-invisible (replace-regexp-in-string "\n" " " text)))
                       "\n")))
-    (if forj-chat--reply-view
+    (if (or forj-chat--reply-view (eq forj-chat--state 'tools))
         (push line forj-chat--held-notices)
       (forj-chat--add-notice line))))
 
@@ -782,6 +783,8 @@ result's JSON, which is what the model reads.  The view of the section
       (setq forj-chat--batch nil))
     (forj-chat--record-results entries results)
     (forj-chat--insert-out "\n")
+    (setq forj-chat--state 'streaming)
+    (forj-chat--flush-notices)
     (if (or forj-chat--cancelled
             (/= turn forj-chat--turn)
             (and batch (forj-tools-batch-cancelled batch)))
@@ -817,6 +820,7 @@ Resume the model once more at most."
         forj-chat--reply-start nil
         forj-chat--stream nil
         forj-chat--batch nil)
+  (forj-chat--flush-notices)
   (force-mode-line-update)
   (when (and (get-buffer-window (current-buffer)) (not noninteractive))
     (message "forj: your turn")))
