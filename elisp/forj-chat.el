@@ -733,7 +733,7 @@ result's JSON, which is what the model reads.  The view of the section
    (concat "\n## Tool results\n\n"
            (cl-loop for entry in entries
                     for result in results
-                    concat (concat (substring-no-properties (forj-tools--header entry 'done result)) "\n"
+                    concat (concat (forj-tools-header-text entry result) "\n"
                                    (if result
                                        (concat "```tool-result\n" (forj-tools-json-encode result) "\n```\n")
                                      "")))
@@ -1035,7 +1035,7 @@ Return (ENTRIES . DRAFT).  The last \"## User\" section is the prompt."
                              'face 'forj-render-failed))))
     (save-excursion
       (goto-char beg)
-      (insert (forj-render--one-line line) "\n")
+      (insert (forj-render-one-line line) "\n")
       (let* ((block-start (point))
              (fold (make-overlay block-start (+ block-start (- end beg)) nil t nil)))
         (overlay-put fold 'invisible t)

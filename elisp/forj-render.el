@@ -102,8 +102,8 @@
   "Return TEXT with FACE."
   (propertize text 'face face))
 
-(defun forj-render--one-line (text)
-  "TEXT on one line: a newline in a path or a command could forge a heading."
+(defun forj-render-one-line (text)
+  "Return TEXT on one line: a newline in a path or a command could forge a heading."
   (replace-regexp-in-string "[\n\r]+" "⏎" (or text "")))
 
 (defun forj-render--string (value)
@@ -179,7 +179,7 @@
 
 (defun forj-render--argv (cmd)
   "The command CMD (an argv vector or a shell string) as one line."
-  (forj-render--one-line
+  (forj-render-one-line
    (if (stringp cmd) cmd (combine-and-quote-strings (mapcar (lambda (a) (format "%s" a))
                                                             (forj-render--list cmd))))))
 
@@ -195,7 +195,7 @@
 (defun forj-render-essential (name args)
   "What a call to NAME with ARGS is about, in a few words."
   (let ((args (and (listp args) (keywordp (car-safe args)) args)))
-    (forj-render--one-line
+    (forj-render-one-line
      (pcase name
        ((or "read_file" "edit_region")
         (concat (or (forj-render--string (plist-get args :path)) "")
@@ -224,7 +224,7 @@
 
 (defun forj-render--excerpt (text width)
   "TEXT on one line, cut to WIDTH characters."
-  (truncate-string-to-width (forj-render--one-line text) width nil nil "…"))
+  (truncate-string-to-width (forj-render-one-line text) width nil nil "…"))
 
 (defun forj-render-call-line (call)
   "One readable line for CALL (a plist with :name and :args), no newline.
@@ -300,7 +300,7 @@ how long the call took when the result does not say.  No newline."
                                (and (integerp ms) (forj-render--duration ms)))))
          (tags (concat (and (eq (plist-get fields :network) t) " [network on]")
                        (and (equal (plist-get fields :sandbox) "none") " [unsandboxed]"))))
-    (concat mark " " (forj-render--face (forj-render--one-line name) 'forj-render-tool)
+    (concat mark " " (forj-render--face (forj-render-one-line name) 'forj-render-tool)
             (if (string-empty-p essential) "" (concat " " essential))
             (if meta (forj-render--face (concat "  · " (string-join meta " · ")) 'forj-render-meta) "")
             (if (string-empty-p tags) "" (forj-render--face tags 'warning)))))
@@ -399,11 +399,11 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
           (forj-render--link (format "%s:%s" path (if (integerp line) line "?"))
                              path (and (integerp line) line) root)
           (insert ": "
-                  (forj-render--one-line (or (forj-render--string (plist-get match :before)) ""))
-                  (forj-render--face (forj-render--one-line
+                  (forj-render-one-line (or (forj-render--string (plist-get match :before)) ""))
+                  (forj-render--face (forj-render-one-line
                                       (or (forj-render--string (plist-get match :match_text)) ""))
                                      'forj-render-match)
-                  (forj-render--one-line (or (forj-render--string (plist-get match :after)) ""))
+                  (forj-render-one-line (or (forj-render--string (plist-get match :after)) ""))
                   "\n"))))
     (when (eq (plist-get fields :truncated) t)
       (insert (forj-render--face "(more matches were left out)" 'forj-render-meta) "\n"))))
@@ -415,7 +415,7 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
         (insert (forj-render--face "no match" 'forj-render-meta) "\n")
       (dolist (entry entries)
         (let ((path (or (forj-render--string (plist-get entry :path)) "?")))
-          (forj-render--link (forj-render--one-line path) path nil root)
+          (forj-render--link (forj-render-one-line path) path nil root)
           (insert "\n"))))
     (when (eq (plist-get fields :truncated) t)
       (insert (forj-render--face "(more paths matched; narrow the patterns)" 'forj-render-meta) "\n"))))
@@ -435,8 +435,8 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
                (name (concat (file-name-nondirectory (directory-file-name shown)) (if dir "/" ""))))
           (insert (make-string (* 2 depth) ?\s))
           (if dir
-              (insert (forj-render--face (forj-render--one-line name) 'font-lock-keyword-face))
-            (forj-render--link (forj-render--one-line name) path nil root))
+              (insert (forj-render--face (forj-render-one-line name) 'font-lock-keyword-face))
+            (forj-render--link (forj-render-one-line name) path nil root))
           (when (and (not dir) (integerp (plist-get entry :size)))
             (insert (forj-render--face (concat "  " (forj-render--size (plist-get entry :size)))
                                        'forj-render-meta)))

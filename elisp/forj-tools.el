@@ -777,6 +777,11 @@ The worker stops when the last such buffer of its project is killed."
      (replace-regexp-in-string "[\n\r]+" " " (concat (format "%s %s %s" mark name main)
                                                      (forj-tools--command-tags result))))))
 
+(defun forj-tools-header-text (entry result)
+  "The header line of the parsed ENTRY once it has RESULT, as plain text.
+It is what a tool-result block follows in a transcript."
+  (substring-no-properties (forj-tools--header entry 'done result)))
+
 (defun forj-tools--command-tags (result)
   "Tags for a command RESULT that ran with network or without the sandbox.
 The worker reports `sandbox' (\"bwrap\", \"read-only\" or \"none\") and

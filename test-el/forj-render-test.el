@@ -104,6 +104,11 @@ Each result the worker journaled is sent exactly as journaled."
       (should-not (string-match-p "{\"id\"" visible))
       (should-not (string-match-p "```tool-result" visible))
       (should (string-match-p "→ edit greet.py" visible)))
+    (should (invisible-p (forj-render-test--at "{\"id\": \"e1\"")))
+    ;; TAB on a call's line shows its JSON, and hides it again.
+    (forj-render-toggle-fold (forj-render-test--at "→ edit greet.py"))
+    (should-not (invisible-p (forj-render-test--at "{\"id\": \"e1\"")))
+    (forj-render-toggle-fold (forj-render-test--at "→ edit greet.py"))
     (should (invisible-p (forj-render-test--at "{\"id\": \"e1\"")))))
 
 (ert-deftest forj-test-render-raw-result-is-what-was-journaled ()
@@ -135,6 +140,7 @@ Each result the worker journaled is sent exactly as journaled."
                        "Done: greet"))
         (goto-char (forj-render-test--at place))
         (should (eq (key-binding (kbd "x")) #'forj-chat-history-refuse))
+        (should (eq (key-binding (kbd "?")) #'forj-menu))
         (dolist (keys '("x" "RET" "TAB" "C-y" "DEL" "C-d" "C-k" "SPC"))
           (forj-render-test--keys keys)
           (should (equal (buffer-substring-no-properties (point-min) (point-max)) before))))
@@ -189,6 +195,16 @@ Each result the worker journaled is sent exactly as journaled."
       (goto-char first)
       (forj-render-test--keys "TAB")
       (should (invisible-p hidden)))))
+
+(ert-deftest forj-test-render-font-lock-leaves-drawn-faces ()
+  "Fontifying and unfontifying the chat leaves the faces forj drew alone."
+  (forj-render-test-with-fenced-session
+    (font-lock-set-defaults)
+    (funcall font-lock-unfontify-region-function (point-min) (point-max))
+    (funcall font-lock-fontify-region-function (point-min) (point-max) nil)
+    (should (memq 'font-lock-keyword-face (forj-render-test--face-at "def greet")))
+    (should (memq 'diff-added (forj-render-test--face-at "+    return f\"Hello, {name}!\"")))
+    (should (memq 'forj-chat-heading (forj-render-test--face-at "## Tool results")))))
 
 ;;; Saving, forking, moving around
 
