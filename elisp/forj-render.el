@@ -318,29 +318,43 @@ how long the call took when the result does not say.  No newline."
   "The info string of a code block in MODE."
   (if mode (string-remove-suffix "-mode" (symbol-name mode)) ""))
 
+(defvar forj-render--fontified (make-hash-table :test #'eq :weakness 'key)
+  "Fontified copies of file contents, by the content string itself.
+A batch is drawn again at every step of every call; a result's
+content string stays the same object, so it is fontified once.")
+
 (defun forj-render-fontify (text mode)
   "TEXT with the faces MODE's font-lock gives it.
 Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
   (if (or (null mode) (> (length text) forj-render-fontify-max-chars))
       text
-    (condition-case nil
-        (with-temp-buffer
-          (insert text)
-          (let ((inhibit-message t)
-                (enable-local-variables nil))
-            (delay-mode-hooks (funcall mode))
-            (font-lock-ensure))
-          (let ((out (copy-sequence text))
-                (pos (point-min)))
-            (set-text-properties 0 (length out) nil out)
-            (while (< pos (point-max))
-              (let ((next (next-single-property-change pos 'face nil (point-max)))
-                    (face (get-text-property pos 'face)))
-                (when face
-                  (put-text-property (1- pos) (1- next) 'face face out))
-                (setq pos next)))
-            out))
-      (error text))))
+    (let ((known (gethash text forj-render--fontified)))
+      (if (eq (car known) mode)
+          (cdr known)
+        (let ((done (forj-render--fontify-now text mode)))
+          (puthash text (cons mode done) forj-render--fontified)
+          done)))))
+
+(defun forj-render--fontify-now (text mode)
+  "TEXT fontified by MODE in a temporary buffer; plain TEXT if MODE fails."
+  (condition-case nil
+      (with-temp-buffer
+        (insert text)
+        (let ((inhibit-message t)
+              (enable-local-variables nil))
+          (delay-mode-hooks (funcall mode))
+          (font-lock-ensure))
+        (let ((out (copy-sequence text))
+              (pos (point-min)))
+          (set-text-properties 0 (length out) nil out)
+          (while (< pos (point-max))
+            (let ((next (next-single-property-change pos 'face nil (point-max)))
+                  (face (get-text-property pos 'face)))
+              (when face
+                (put-text-property (1- pos) (1- next) 'face face out))
+              (setq pos next)))
+          out))
+    (error text)))
 
 (defun forj-render--body-read (fields root)
   "Draw a read_file result FIELDS: a fenced, fontified code block; ROOT for links."
