@@ -18,21 +18,31 @@
 ;;; Commentary:
 
 ;; `M-x forj' opens (or returns to) `*forj: PROJECT*', a conversation
-;; with a language model about the current project.  The buffer is the
-;; record: what the model reads on every turn is what the buffer holds,
-;; parsed into messages by its role headings:
+;; with a language model about the current project.
+;;
+;; The record is the chat's list of entries (`forj-chat--record'): each
+;; holds its part of the conversation as a Markdown transcript, divided
+;; by role headings:
 ;;
 ;;   ## User           what the user wrote
 ;;   ## Assistant      what the model wrote, tool-call blocks included
-;;   ## Tool results   a header line per call and its tool-result block
+;;   ## Tool results   a header line per call and its tool-result block,
+;;                     the worker's JSON exactly as it was journaled
 ;;
-;; The last `## User' section is the prompt: type there, `C-c C-c' sends.
-;; `C-c C-m' (or `C-c ?') opens `forj-menu', a menu of everything else.
-;; Replies stream in above the prompt, so the user can draft the next
-;; message meanwhile.  A heading line inside a reply or a message is
-;; escaped with a backslash, so only forj's own headings divide the
-;; record.  Lines starting with "⚠ forj:" are notices for
-;; the user (errors, stops) and are not sent to the model.
+;; What the model reads on every turn is parsed from that transcript;
+;; the buffer is a view of it.  The view draws results for people
+;; (forj-render.el) and the model's tool calls as one readable line
+;; each, their JSON folded away; `forj-show-raw-result' shows the JSON.
+;; Everything above the input (a marker after the last `## User'
+;; heading) is read-only; links and folds work there, and
+;; `forj-edit-message' forks the conversation from an earlier message.
+;; `C-c C-c' sends the input; `C-c C-m' (or `C-c ?') opens `forj-menu',
+;; a menu of everything else.  Replies stream in above the prompt, so
+;; the user can draft the next message meanwhile.  A heading line
+;; inside a reply or a message is escaped with a backslash, so only
+;; forj's own headings divide the record.  Lines starting with
+;; "⚠ forj:" are notices for the user (errors, stops) and are not sent
+;; to the model.
 ;;
 ;; The tool loop: when a reply ends with tool-call blocks, they run as
 ;; one batch through forj-tools.el (plan,
@@ -45,8 +55,9 @@
 ;; may also be parse-only (calls wait for `M-x forj-tool-result') or
 ;; disabled (no tools advertised; calls answered as invalid).
 ;;
-;; `M-x forj-save' writes the chat to a file; visiting that file again
-;; (its first line names the project) reopens it as a chat.
+;; `M-x forj-save' writes the transcript to a file; visiting that file
+;; again (its first line names the project) reopens it as a chat, record
+;; and view.
 
 ;;; Code:
 
@@ -55,6 +66,8 @@
 (require 'forj)
 (require 'forj-worker)
 (require 'forj-tools)
+(require 'forj-render)
+(require 'imenu)
 (require 'forj-provider)
 (require 'forj-provider-openai)
 (require 'forj-provider-anthropic)
@@ -145,6 +158,19 @@ A callback of an older turn finds it changed and does nothing.")
   "Non-nil once the project root of this chat is known to be the user's choice.")
 (defvar-local forj-chat--greeted nil
   "The worker whose hello warnings this chat has shown.")
+(defvar-local forj-chat--record nil
+  "The conversation: a list of entries, each a plist (:role ROLE :text TEXT).
+ROLE is \"meta\" (the first line), \"notice\", \"user\", \"assistant\"
+or \"tool\"; TEXT is the entry's part of the transcript, exactly.  What
+the model reads is parsed from the concatenated texts.")
+(defvar-local forj-chat--input nil
+  "Marker: the start of the user's input.  Everything before it is history.")
+(defvar-local forj-chat--reply nil
+  "The text of the reply being streamed, as the model wrote it so far.")
+(defvar-local forj-chat--reply-view nil
+  "Marker: where the view of the reply being streamed starts.")
+(defvar-local forj-chat--held-notices nil
+  "Notices that arrived while a reply streamed, shown after it (newest first).")
 
 (defconst forj-chat--heading-re "^## \\(User\\|Assistant\\|Tool results\\)$"
   "A role heading line.")
@@ -189,7 +215,7 @@ Type below the last \"## User\" heading and send with \\[forj-chat-send].
                                 (,(concat "^" forj-chat--notice-prefix ".*$") 0 'forj-chat-notice t)))
   (unless (derived-mode-p 'markdown-mode) (forj-markdown-setup))
   (setq-local header-line-format '(:eval (forj-chat--header-line)))
-  (setq-local forj-chat--out (or forj-chat--out (copy-marker (point-max) t)))
+  (forj-chat--setup-view)
   (forj-chat--read-metadata))
 
 ;;;###autoload
@@ -309,9 +335,6 @@ An existing chat of the project is shown again."
                    forj-chat--root-confirmed t
                    forj-tools--root root)
              (forj-tools-keep-worker t)
-             (let ((here (point-max)))
-               (insert "\n## User\n\n")
-               (set-marker forj-chat--out here))
              (setq forj-chat--provider (forj-chat--choose-provider)))
            buffer)))
     (goto-char (point-max))
@@ -384,13 +407,33 @@ This is what `make run' calls."
 ;;; Notices
 
 (defun forj-chat--notice (text)
-  "Show TEXT as a notice line in the chat, just before the prompt."
-  (save-excursion
-    (goto-char forj-chat--out)
-    (unless (bolp) (insert "\n"))
-    (insert forj-chat--notice-prefix
-            (forj-review-mark-invisible (replace-regexp-in-string "\n" " " text))
-            "\n")))
+  "Show TEXT as a notice line in the chat, just before the prompt.
+A notice is kept in the record (and saved) but never sent to the model.
+While a reply streams or tools run, it waits until they are done: the
+record keeps the order in which the view shows things."
+  (let ((line (concat forj-chat--notice-prefix
+                      (substring-no-properties
+                       (forj-review-mark-invisible (replace-regexp-in-string "\n" " " text)))
+                      "\n")))
+    (if (or forj-chat--reply-view (eq forj-chat--state 'tools))
+        (push line forj-chat--held-notices)
+      (forj-chat--add-notice line))))
+
+(defun forj-chat--add-notice (line)
+  "Add the notice LINE to the record and the view."
+  (let ((transcript (forj-chat--transcript)))
+    (forj-chat--view-entry
+     (forj-chat--record-add "notice" (concat (if (or (string-empty-p transcript)
+                                                     (string-suffix-p "\n" transcript))
+                                                 ""
+                                               "\n")
+                                             line)))))
+
+(defun forj-chat--flush-notices ()
+  "Show the notices held while a reply streamed."
+  (let ((held (reverse forj-chat--held-notices)))
+    (setq forj-chat--held-notices nil)
+    (mapc #'forj-chat--add-notice held)))
 
 ;;; Reading the record
 
@@ -419,6 +462,10 @@ the user write are escaped instead (`forj-chat--escape-headings')."
                            (min end (1+ (nth 2 heading)))
                            (if rest (nth 1 (car rest)) end)))))
 
+(defun forj-chat--text-of (text)
+  "TEXT without notice lines, trimmed."
+  (string-trim (replace-regexp-in-string (concat "^" forj-chat--notice-prefix ".*\n?") "" text)))
+
 (defun forj-chat--text (beg end)
   "The text between BEG and END without notices, trimmed."
   (string-trim
@@ -441,12 +488,30 @@ the user write are escaped instead (`forj-chat--escape-headings')."
   "Return non-nil when this chat talks to the model through native functions."
   (and (plist-get forj-chat--provider :native-tools) (not (eq forj-chat-tools-mode 'disabled))))
 
-(defun forj-chat-messages (&optional end)
-  "The conversation up to END as provider-neutral messages."
+(defun forj-chat--transcript (&optional record)
+  "The transcript of RECORD (default: this chat's record)."
+  (mapconcat (lambda (entry) (plist-get entry :text)) (or record forj-chat--record) ""))
+
+(defun forj-chat--record-add (role text)
+  "Add an entry of ROLE with TEXT at the end of the record; return it."
+  (let ((entry (list :role role :text text)))
+    (setq forj-chat--record (append forj-chat--record (list entry)))
+    entry))
+
+(defun forj-chat-messages ()
+  "The conversation as provider-neutral messages, read from the record."
   (let ((native (forj-chat--native-p))
-        (messages nil)
+        (transcript (forj-chat--transcript)))
+    (with-temp-buffer
+      (insert transcript)
+      (forj-chat--parse-messages native))))
+
+(defun forj-chat--parse-messages (native)
+  "The messages of the transcript in the current buffer.
+NATIVE non-nil reads tool-call blocks as native calls."
+  (let ((messages nil)
         (last-calls nil))
-    (dolist (section (forj-chat--sections end))
+    (dolist (section (forj-chat--sections))
       (pcase-let ((`(,role ,beg ,send) section))
         (pcase role
           ("user"
@@ -564,6 +629,10 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
 
 ;;; Sending and the loop
 
+(defun forj-chat--input-text ()
+  "The text the user typed after the input marker."
+  (buffer-substring-no-properties forj-chat--input (point-max)))
+
 (defun forj-chat-send ()
   "Send the text after the last \"## User\" heading to the model."
   (interactive)
@@ -571,13 +640,10 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
   (unless (eq forj-chat--state 'idle)
     (user-error (substitute-command-keys
                  "A reply is still under way; \\<forj-chat-mode-map>\\[forj-chat-stop] stops it (your text is kept)")))
-  (let* ((last (car (last (forj-chat--heading-lines (point-min) (point-max)))))
-         (beg (and last (equal (car last) "user") (1+ (nth 2 last))))
-         (text (and beg (forj-chat--text (min beg (point-max)) (point-max)))))
+  (let ((typed (forj-chat--input-text)))
     (cond
-     ((null beg) (goto-char (point-max)) (insert "\n\n## User\n\n")
+     ((string-empty-p (forj-chat--text-of typed))
       (user-error "Type your message below the last \"## User\" heading"))
-     ((string-empty-p text) (user-error "Type your message below the last \"## User\" heading"))
      ((null forj-chat--provider)
       (setq forj-chat--provider (forj-chat--choose-provider))
       (unless forj-chat--provider (user-error "No provider; see the notice in the chat"))))
@@ -586,16 +652,16 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
                                      forj-chat--root)))
       (user-error "Not sent; open a chat on your project with M-x forj"))
     (setq forj-chat--root-confirmed t)
-    (forj-chat--escape-headings beg (point-max))
     (cl-incf forj-chat--turn)
     (setq forj-chat--iterations 0 forj-chat--capped nil forj-chat--cancelled nil)
-    (goto-char (point-max))
-    (skip-chars-backward " \t\n")
-    (delete-region (point) (point-max))
-    (insert "\n\n")
-    (let ((here (point)))
-      (insert "\n## User\n\n")
-      (set-marker forj-chat--out here))
+    (let ((entry (forj-chat--record-add
+                  "user" (concat "\n## User\n\n"
+                                 (replace-regexp-in-string "[ \t\n]+\\'" "" (forj-chat--escape typed))
+                                 "\n\n"))))
+      (let ((inhibit-read-only t))
+        (delete-region forj-chat--out (point-max)))
+      (forj-chat--view-entry entry)
+      (forj-chat--insert-prompt ""))
     (goto-char (point-max))
     (forj-chat--with-worker #'forj-chat--request)))
 
@@ -621,17 +687,24 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
            (forj-chat--end-turn)))))))
 
 (defun forj-chat--insert-out (text)
-  "Insert TEXT at the output marker, keeping the user's point where it is."
-  (save-excursion
-    (goto-char forj-chat--out)
-    (insert text)))
+  "Insert TEXT in the view at the output marker, as history.
+The user's point stays where it is."
+  (let ((inhibit-read-only t))
+    (save-excursion
+      (goto-char forj-chat--out)
+      (let ((from (point)))
+        (insert text)
+        (forj-chat--seal from (point))))))
 
 (defun forj-chat--request ()
   "Start the model's next reply under a new \"## Assistant\" heading."
   (let ((buffer (current-buffer))
-        (messages (forj-chat-messages forj-chat--out)))
-    (forj-chat--insert-out "## Assistant\n\n")
+        (messages (forj-chat-messages)))
+    (setq forj-chat--reply-view (copy-marker forj-chat--out))
+    (forj-chat--insert-out (forj-chat--heading "## Assistant"))
+    (forj-chat--insert-out "\n\n")
     (setq forj-chat--reply-start (copy-marker forj-chat--out)
+          forj-chat--reply ""
           forj-chat--state 'streaming)
     (force-mode-line-update)
     (setq forj-chat--stream
@@ -640,7 +713,7 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
            (and (not (eq forj-chat-tools-mode 'disabled)) (append forj-chat--tools nil))
            (list :on-text (lambda (text)
                             (when (buffer-live-p buffer)
-                              (with-current-buffer buffer (forj-chat--insert-out text))))
+                              (with-current-buffer buffer (forj-chat--reply-text text))))
                  :on-call (lambda (call)
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-chat--insert-call call))))
@@ -652,91 +725,154 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
                                (with-current-buffer buffer
                                  (forj-chat--reply-failed message)))))))))
 
+(defun forj-chat--reply-text (text)
+  "Add TEXT, streamed by the model, to the reply and show it."
+  (when forj-chat--reply-start
+    (setq forj-chat--reply (concat forj-chat--reply text))
+    (forj-chat--insert-out text)))
+
 (defun forj-chat--insert-call (call)
   "Write a native CALL as a tool-call block, to keep it in the record."
-  (save-excursion
-    (goto-char forj-chat--out)
-    (unless (bolp) (insert "\n"))
-    (insert "\n```tool-call\n"
-            (forj-tools-json-encode (list :id (or (plist-get call :id) "")
-                                          :name (or (plist-get call :name) "")
-                                          :args (plist-get call :args)))
-            "\n```\n")))
+  (when forj-chat--reply-start
+    (forj-chat--reply-text
+     (concat (if (or (string-empty-p forj-chat--reply) (string-suffix-p "\n" forj-chat--reply)) "" "\n")
+             "\n```tool-call\n"
+             (forj-tools-json-encode (list :id (or (plist-get call :id) "")
+                                           :name (or (plist-get call :name) "")
+                                           :args (plist-get call :args)))
+             "\n```\n"))))
 
-(defun forj-chat--escape-headings (beg end)
-  "Escape role heading and notice lines between BEG and END, so they stay text.
+(defconst forj-chat--escaped-line-re
+  (concat "^\\(" (substring forj-chat--heading-re 1) "\\|" forj-chat--notice-prefix "\\)")
+  "A line that forj escapes in what the model or the user writes.")
+
+(defun forj-chat--escape (text)
+  "TEXT with its role heading and notice lines escaped by a backslash.
 Only forj writes headings that divide the record, and notices."
-  (save-excursion
-    (let ((end (copy-marker end)))
-      (dolist (heading (reverse (forj-chat--heading-lines beg end)))
-        (goto-char (nth 1 heading))
-        (insert "\\"))
-      (goto-char beg)
-      (while (re-search-forward (concat "^" forj-chat--notice-prefix) end t)
-        (goto-char (match-beginning 0))
-        (insert "\\")
-        (forward-line 1))
-      (set-marker end nil))))
+  (replace-regexp-in-string forj-chat--escaped-line-re "\\\\\\&" text))
+
+(defun forj-chat--unescape (text)
+  "TEXT with the escapes of `forj-chat--escape' taken out."
+  (replace-regexp-in-string (concat "^\\\\" (substring forj-chat--escaped-line-re 1)) "\\1" text))
 
 (defun forj-chat--finish-reply ()
-  "Tidy the reply just streamed: escape headings, end it with a newline."
-  (forj-chat--escape-headings forj-chat--reply-start forj-chat--out)
-  (save-excursion
-    (goto-char forj-chat--out)
-    (unless (bolp) (insert "\n")))
-  (setq forj-chat--stream nil))
+  "Record the reply just streamed and draw it for reading.
+Headings in it are escaped; it ends with a newline."
+  (let* ((reply (forj-chat--escape forj-chat--reply))
+         (reply (if (or (string-empty-p reply) (string-suffix-p "\n" reply)) reply (concat reply "\n")))
+         (entry (forj-chat--record-add "assistant" (concat "## Assistant\n\n" reply))))
+    (let ((inhibit-read-only t))
+      (delete-region forj-chat--reply-view forj-chat--out))
+    (forj-chat--view-entry entry)
+    (set-marker forj-chat--reply-view nil)
+    (set-marker forj-chat--reply-start nil)
+    (setq forj-chat--reply-view nil
+          forj-chat--reply-start nil
+          forj-chat--reply nil
+          forj-chat--stream nil)
+    (forj-chat--flush-notices)
+    entry))
 
 (defun forj-chat--reply-failed (message)
   "The reply ended in MESSAGE: keep the text, say what happened, end the turn."
-  (forj-chat--finish-reply)
+  (when forj-chat--reply-start (forj-chat--finish-reply))
   (forj-chat--notice (concat message "  (the text so far is kept; send \"continue\" to try again)"))
   (forj-chat--end-turn))
 
+(defun forj-chat--entry-calls (entry)
+  "The tool-call blocks of the record's ENTRY, parsed in the transcript.
+Line numbers in error messages count from the start of the transcript."
+  (let* ((before (forj-chat--transcript (cl-subseq forj-chat--record 0
+                                                   (cl-position entry forj-chat--record))))
+         (text (plist-get entry :text)))
+    (with-temp-buffer
+      (insert before text)
+      (forj-tools-parse-region (+ 1 (length before) (length "## Assistant\n\n")) (point-max)))))
+
 (defun forj-chat--reply-done ()
   "Finish a complete reply: run the tool-call blocks in it, or end the turn."
-  (forj-chat--finish-reply)
-  (let ((calls (forj-tools-parse-region forj-chat--reply-start forj-chat--out)))
+  (let* ((entry (forj-chat--finish-reply))
+         (calls (forj-chat--entry-calls entry)))
     (cond
      ((null calls) (forj-chat--end-turn))
      ((>= forj-chat--iterations forj-chat-max-tool-iterations)
-      (forj-chat--refuse-batch))
-     (t (forj-chat--run-batch)))))
+      (forj-chat--refuse-batch calls))
+     (t (forj-chat--run-batch calls)))))
+
+(defvar-local forj-chat--results-view nil
+  "Marker: where the view of the tool results being drawn starts.")
 
 (defun forj-chat--results-heading ()
-  "Start the \"## Tool results\" section at the output marker."
-  (forj-chat--insert-out "\n## Tool results\n\n"))
+  "Start the \"## Tool results\" section in the view."
+  (setq forj-chat--results-view (copy-marker forj-chat--out))
+  (forj-chat--insert-out "\n")
+  (forj-chat--insert-out (forj-chat--heading "## Tool results"))
+  (forj-chat--insert-out "\n\n"))
 
-(defun forj-chat--run-batch ()
-  "Run the tool-call blocks of the reply as one batch, then resume the model."
+(defun forj-chat--record-results (entries results)
+  "Add the tool results section of ENTRIES and their RESULTS to the record.
+It holds, per call, its header line and a tool-result block with the
+result's JSON, which is what the model reads.  The view of the section
+\(from its heading to the output marker) is tied to the new entry."
+  (forj-chat--tie-view
+   forj-chat--results-view
+   (forj-chat--record-add
+   "tool"
+   (concat "\n## Tool results\n\n"
+           (cl-loop for entry in entries
+                    for result in results
+                    concat (concat (forj-tools-header-text entry result) "\n"
+                                   (if result
+                                       (concat "```tool-result\n" (forj-tools-json-encode result) "\n```\n")
+                                     "")))
+           "\n")))
+  (setq forj-chat--results-view nil))
+
+(defun forj-chat--tie-view (start entry)
+  "Tie the view from START to the output marker to the record's ENTRY."
+  (when (markerp start)
+    (with-silent-modifications
+      (put-text-property start forj-chat--out 'forj-entry entry))
+    (set-marker start nil)))
+
+(defun forj-chat--run-batch (entries)
+  "Run the tool-call ENTRIES of the reply as one batch, then resume the model."
   (cl-incf forj-chat--iterations)
   (let ((buffer (current-buffer))
-        (turn forj-chat--turn)
-        (beg (marker-position forj-chat--reply-start)))
-    (setq forj-chat--reply-start nil)
+        (turn forj-chat--turn))
     (forj-chat--results-heading)
     (setq forj-chat--state 'tools)
     (force-mode-line-update)
+    ;; What the model has read so far, heading of these results and prompt
+    ;; included, as the transcript would hold it.
     (setq-local forj-tools-capacity-bytes
-                (max 4096 (- forj-chat-context-bytes (buffer-size))))
+                (max 4096 (- forj-chat-context-bytes
+                             (+ (length (forj-chat--transcript))
+                                (length "\n## Tool results\n\n")
+                                (length "\n## User\n\n")
+                                (length (forj-chat--input-text))))))
     (let ((forj-tools-plan-mode (pcase forj-chat-tools-mode
                                   ('parse-only "parse_only")
                                   ('disabled "disabled")
                                   (_ "enabled"))))
       (setq forj-chat--batch
-            (forj-tools-run-region
-             beg forj-chat--out
-             (lambda (_results)
+            (forj-tools-run-entries
+             entries forj-chat--out
+             (lambda (results)
                (when (buffer-live-p buffer)
-                 (with-current-buffer buffer (forj-chat--batch-done turn))))
+                 (with-current-buffer buffer (forj-chat--batch-done turn entries results))))
              forj-chat--root)))))
 
-(defun forj-chat--batch-done (turn)
-  "The batch of TURN has its results: resume the model, unless the user stopped."
+(defun forj-chat--batch-done (turn entries results)
+  "The batch of TURN has RESULTS for ENTRIES: resume the model unless stopped."
   (let ((batch forj-chat--batch))
     (when batch
       (set-marker forj-chat--out (forj-tools-batch-end batch))
       (setq forj-chat--batch nil))
+    (forj-chat--record-results entries results)
     (forj-chat--insert-out "\n")
+    (setq forj-chat--state 'streaming)
+    (forj-chat--flush-notices)
     (if (or forj-chat--cancelled
             (/= turn forj-chat--turn)
             (and batch (forj-tools-batch-cancelled batch)))
@@ -746,19 +882,19 @@ Only forj writes headings that divide the record, and notices."
           (forj-chat--end-turn))
       (forj-chat--request))))
 
-(defun forj-chat--refuse-batch ()
-  "Refuse the tool-call blocks of the reply: the iteration limit is reached.
+(defun forj-chat--refuse-batch (entries)
+  "Refuse the tool-call ENTRIES of the reply: the iteration limit is reached.
 Resume the model once more at most."
   (let ((buffer (current-buffer))
-        (beg (marker-position forj-chat--reply-start))
         (again forj-chat--capped))
     (setq forj-chat--capped t)
     (forj-chat--results-heading)
-    (let ((batch (forj-tools-refuse-region
-                  beg forj-chat--out
+    (let ((batch (forj-tools-refuse-entries
+                  entries forj-chat--out
                   (format "Max tool iterations reached (%d per user message); no call was run"
                           forj-chat-max-tool-iterations))))
       (set-marker forj-chat--out (forj-tools-batch-end batch))
+      (forj-chat--record-results entries (append (forj-tools-batch-results batch) nil))
       (forj-chat--insert-out "\n")
       (if again
           (progn
@@ -772,6 +908,7 @@ Resume the model once more at most."
         forj-chat--reply-start nil
         forj-chat--stream nil
         forj-chat--batch nil)
+  (forj-chat--flush-notices)
   (force-mode-line-update)
   (when (and (get-buffer-window (current-buffer)) (not noninteractive))
     (message "forj: your turn")))
@@ -805,6 +942,411 @@ Resume the model once more at most."
          (message "forj: stopping the tools…")))))
     (_ (message "forj: nothing to stop"))))
 
+;;; The view
+
+(defun forj-chat--heading (text)
+  "TEXT as a role heading of the view."
+  (propertize text 'face 'forj-chat-heading 'font-lock-face 'forj-chat-heading
+              'forj-heading t 'forj-rendered t))
+
+(defun forj-chat--setup-view ()
+  "Make the buffer a view of its record: read the text as a transcript, draw it."
+  (setq-local forj-tools-result-style 'rendered)
+  (setq-local forj-tools-after-render-function #'forj-chat--seal)
+  (unless (eq font-lock-fontify-region-function #'forj-chat--fontify-region)
+    (setq-local forj-chat--fontify-original font-lock-fontify-region-function)
+    (setq-local font-lock-fontify-region-function #'forj-chat--fontify-region))
+  (unless (eq font-lock-unfontify-region-function #'forj-chat--unfontify-region)
+    (setq-local forj-chat--unfontify-original font-lock-unfontify-region-function)
+    (setq-local font-lock-unfontify-region-function #'forj-chat--unfontify-region))
+  (setq-local imenu-create-index-function #'forj-chat--imenu-index)
+  (setq-local outline-regexp (substring forj-chat--heading-re 1))
+  (setq-local outline-level #'forj-chat--outline-level)
+  (setq-local revert-buffer-function #'forj-chat--revert)
+  (add-hook 'write-contents-functions #'forj-chat--write nil t)
+  ;; An auto-save file would hold the view, not the transcript.
+  (when buffer-file-name (auto-save-mode -1))
+  (forj-chat--load))
+
+(defvar-local forj-chat--fontify-original nil
+  "The font-lock function that fontifies what forj did not draw itself.")
+(defvar-local forj-chat--unfontify-original nil
+  "The font-lock function that unfontifies what forj did not draw itself.")
+
+(defun forj-chat--each-unrendered (beg end function)
+  "Call FUNCTION with the bounds of each piece of BEG..END forj did not draw."
+  (let ((pos beg))
+    (while (< pos end)
+      (let ((next (next-single-property-change pos 'forj-rendered nil end)))
+        (unless (get-text-property pos 'forj-rendered) (funcall function pos next))
+        (setq pos next)))))
+
+(defun forj-chat--fontify-region (beg end &optional loudly)
+  "Fontify BEG..END except what forj drew (its faces are its own); LOUDLY as usual."
+  (forj-chat--each-unrendered
+   beg end (lambda (from to) (funcall (or forj-chat--fontify-original #'font-lock-default-fontify-region)
+                                      from to loudly)))
+  `(jit-lock-bounds ,beg . ,end))
+
+(defun forj-chat--unfontify-region (beg end)
+  "Unfontify BEG..END except what forj drew."
+  (forj-chat--each-unrendered
+   beg end (lambda (from to) (funcall (or forj-chat--unfontify-original #'font-lock-default-unfontify-region)
+                                      from to))))
+
+(defun forj-chat--load ()
+  "Take the buffer's text as a transcript: make it the record and draw the view.
+A chat drawn already (the mode started again) is drawn again from its record."
+  (let ((modified (buffer-modified-p)))
+    (if (and forj-chat--record (markerp forj-chat--input) (eq (marker-buffer forj-chat--input) (current-buffer)))
+        (forj-chat--redraw (forj-chat--input-text))
+      (let ((parsed (forj-chat--split (buffer-substring-no-properties (point-min) (point-max)))))
+        (setq forj-chat--record (car parsed))
+        (forj-chat--redraw (cdr parsed))))
+    (set-buffer-modified-p modified)
+    (buffer-disable-undo)
+    (buffer-enable-undo)))
+
+(put 'forj-chat--record 'permanent-local t)
+(put 'forj-chat--input 'permanent-local t)
+
+(defun forj-chat--split (text)
+  "Split the transcript TEXT into record entries and the draft after its prompt.
+Return (ENTRIES . DRAFT).  The last \"## User\" section is the prompt."
+  (with-temp-buffer
+    (insert text)
+    (let* ((headings (forj-chat--heading-lines (point-min) (point-max)))
+           (prompt (let ((last (car (last headings)))) (and (equal (car last) "user") last)))
+           (sections (if prompt (butlast headings) headings))
+           ;; A user or results heading owns the newline before it.
+           (cut (lambda (heading) (if (member (car heading) '("user" "tool"))
+                                      (max (point-min) (1- (nth 1 heading)))
+                                    (nth 1 heading))))
+           (end (if prompt (funcall cut prompt) (point-max)))
+           (entries nil)
+           (from (point-min))
+           (role "meta"))
+      (dolist (heading sections)
+        (let ((bound (funcall cut heading)))
+          (when (> bound from)
+            (push (list :role role :text (buffer-substring-no-properties from bound)) entries))
+          (setq from bound role (car heading))))
+      (when (> end from)
+        (push (list :role role :text (buffer-substring-no-properties from end)) entries))
+      (cons (nreverse entries)
+            (if prompt
+                (let ((draft (buffer-substring-no-properties (min (point-max) (1+ (nth 2 prompt))) (point-max))))
+                  (if (string-prefix-p "\n" draft) (substring draft 1) draft))
+              "")))))
+
+(defun forj-chat--redraw (draft)
+  "Draw the whole view from the record, with DRAFT in the input."
+  (let ((inhibit-read-only t))
+    (remove-overlays)
+    (erase-buffer)
+    (if (markerp forj-chat--out)
+        (set-marker forj-chat--out (point-min))
+      (setq forj-chat--out (copy-marker (point-min) t)))
+    (dolist (entry forj-chat--record) (forj-chat--view-entry entry))
+    (forj-chat--insert-prompt draft)))
+
+(defun forj-chat--insert-prompt (draft)
+  "Draw the prompt heading after the history, then DRAFT as the input."
+  (let ((inhibit-read-only t)
+        (at (marker-position forj-chat--out)))
+    (save-excursion
+      (goto-char at)
+      (insert "\n" (forj-chat--heading "## User") "\n\n")
+      (forj-chat--seal at (point))
+      (set-marker forj-chat--out at)
+      (if (markerp forj-chat--input)
+          (set-marker forj-chat--input (point))
+        (setq forj-chat--input (copy-marker (point))))
+      (insert draft))))
+
+(defun forj-chat--view-entry (entry)
+  "Draw the record's ENTRY at the output marker, as history."
+  (let ((inhibit-read-only t))
+    (save-excursion
+      (goto-char forj-chat--out)
+      (let ((from (point)))
+        (pcase (plist-get entry :role)
+          ("assistant" (forj-chat--draw-reply (plist-get entry :text)))
+          ("tool" (forj-chat--draw-results entry))
+          (_ (insert (plist-get entry :text))
+             (forj-chat--mark-lines from (point))))
+        (put-text-property from (point) 'forj-entry entry)
+        (forj-chat--seal from (point))))))
+
+(defun forj-chat--mark-lines (from to)
+  "Give the headings and notices between FROM and TO their faces."
+  (save-excursion
+    (goto-char from)
+    (while (re-search-forward (concat forj-chat--heading-re "\\|^" forj-chat--notice-prefix ".*$") to t)
+      (add-text-properties (match-beginning 0) (match-end 0)
+                           (if (eq (char-after (match-beginning 0)) ?#)
+                               (list 'face 'forj-chat-heading 'forj-heading t 'forj-rendered t)
+                             (list 'face 'forj-chat-notice 'forj-rendered t))))))
+
+(defun forj-chat--split-heading (text)
+  "TEXT of an entry as (HEADING-LINE . REST), REST after the heading's newline."
+  (if (string-match (concat "\\`\n?\\(" (substring forj-chat--heading-re 1) "\\)\n?") text)
+      (cons (match-string 1 text) (substring text (match-end 0)))
+    (cons nil text)))
+
+(defun forj-chat--draw-reply (text)
+  "Draw the assistant entry TEXT: its prose, each tool call as one line."
+  (pcase-let ((`(,heading . ,reply) (forj-chat--split-heading text)))
+    (when heading (insert (forj-chat--heading heading) "\n"))
+    (let ((start (point)))
+      (insert reply)
+      (let ((calls (save-restriction
+                     (narrow-to-region start (point))
+                     (forj-tools-parse-region (point-min) (point-max)))))
+        ;; From the last, so positions before stay valid.
+        (dolist (call (reverse calls))
+          (forj-chat--fold-call call)))
+      (forj-chat--mark-lines start (point)))))
+
+(defun forj-chat--fold-call (entry)
+  "Show the tool-call block of the parsed ENTRY as one line, its JSON folded away."
+  (let* ((beg (plist-get entry :beg))
+         (end (min (plist-get entry :end) (point-max)))
+         (call (plist-get entry :call))
+         (raw (save-excursion
+                (goto-char beg)
+                (string-trim-right (buffer-substring-no-properties (line-beginning-position 2) end)
+                                   "[`~ \t\n]*")))
+         (line (if call
+                   (forj-render-call-line call)
+                 (propertize (format "→ a tool call forj cannot read (%s)" (plist-get entry :error))
+                             'face 'forj-render-failed))))
+    (save-excursion
+      (goto-char beg)
+      (insert (forj-render-one-line line) "\n")
+      (let* ((block-start (point))
+             (fold (make-overlay block-start (+ block-start (- end beg)) nil t nil)))
+        (overlay-put fold 'invisible t)
+        (overlay-put fold 'evaporate t)
+        (overlay-put fold 'forj-render-fold t)
+        (add-text-properties beg (+ block-start (- end beg))
+                             (list 'forj-raw raw 'forj-raw-kind "call"
+                                   'forj-render-fold-overlay fold 'forj-rendered t))))))
+
+(defun forj-chat--calls-before (entry)
+  "Map each id to its tool call, for the reply before the record's ENTRY."
+  (let* ((position (cl-position entry forj-chat--record))
+         (reply (cl-find "assistant" (reverse (cl-subseq forj-chat--record 0 position))
+                         :key (lambda (e) (plist-get e :role)) :test #'equal)))
+    (when reply
+      (with-temp-buffer
+        (insert (plist-get reply :text))
+        (delq nil (mapcar (lambda (e) (let ((call (plist-get e :call)))
+                                        (and call (cons (plist-get call :id) call))))
+                          (forj-tools-parse-region (point-min) (point-max))))))))
+
+(defun forj-chat--draw-results (entry)
+  "Draw the tool results ENTRY: each result's header and body, for reading."
+  (pcase-let ((`(,heading . ,rest) (forj-chat--split-heading (plist-get entry :text))))
+    (insert "\n")
+    (when heading (insert (forj-chat--heading heading) "\n\n"))
+    (let ((calls (forj-chat--calls-before entry))
+          (root forj-chat--root))
+      (with-temp-buffer
+        (insert rest)
+        (setq rest (forj-chat--blocks (point-min) (point-max) "tool-result")))
+      (dolist (block rest)
+        (let* ((result (ignore-errors (forj-tools-json-decode block)))
+               (result (and (listp result) (keywordp (car-safe result)) result)))
+          (if result
+              (forj-tools-insert-result (cdr (assoc (plist-get result :id) calls)) result
+                                        'done nil nil root)
+            (insert (string-trim block) "\n"))))
+      (insert "\n"))))
+
+;;; History
+
+(defconst forj-chat--history-why
+  "This is the chat's history, kept as the model read it; type below the last \"## User\" heading, or fork from an earlier message with M-x forj-edit-message"
+  "Why the history does not change.")
+
+(autoload 'forj-menu "forj-menu" nil t)
+
+(defvar forj-chat-history-map
+  (let ((map (make-sparse-keymap)))
+    (dolist (command '(self-insert-command yank yank-pop newline open-line newline-and-indent
+                       electric-newline-and-maybe-indent delete-char delete-forward-char
+                       delete-backward-char backward-delete-char-untabify kill-line kill-word
+                       backward-kill-word kill-region transpose-chars transpose-words
+                       quoted-insert upcase-word downcase-word capitalize-word just-one-space
+                       delete-horizontal-space fill-paragraph indent-for-tab-command
+                       mouse-yank-primary mouse-yank-at-click))
+      (define-key map (vector 'remap command) #'forj-chat-history-refuse))
+    (define-key map (kbd "RET") #'forj-chat-history-ret)
+    (define-key map (kbd "TAB") #'forj-chat-history-tab)
+    (define-key map [mouse-2] #'forj-chat-history-mouse)
+    (define-key map [follow-link] 'mouse-face)
+    (define-key map (kbd "n") #'forj-chat-next-turn)
+    (define-key map (kbd "p") #'forj-chat-previous-turn)
+    (define-key map (kbd "?") #'forj-menu)
+    map)
+  "Keymap of the chat's read-only history (a text property there).
+Typing, yanking and deleting say why nothing changes; `RET' and the
+mouse follow links; `TAB' shows or hides a folded result or call.")
+
+(defun forj-chat--seal (beg end)
+  "Make BEG..END read-only history, with its keymap."
+  (when (< beg end)
+    (with-silent-modifications
+      (add-text-properties beg end (list 'read-only forj-chat--history-why
+                                         'front-sticky '(read-only keymap)
+                                         'rear-nonsticky t
+                                         'keymap forj-chat-history-map)))))
+
+(defun forj-chat-history-refuse ()
+  "Say why the history does not change."
+  (interactive)
+  (message "forj: %s" forj-chat--history-why))
+
+(defun forj-chat-history-ret ()
+  "Follow the link at point; elsewhere in the history, say why the text stays."
+  (interactive)
+  (if (button-at (point))
+      (push-button (point))
+    (forj-chat-history-refuse)))
+
+(defun forj-chat-history-tab ()
+  "Show or hide the folded result or call at point."
+  (interactive)
+  (unless (forj-render-toggle-fold)
+    (message "forj: nothing folded here; %s" forj-chat--history-why)))
+
+(defun forj-chat-history-mouse (event)
+  "Follow the link clicked with EVENT; elsewhere, say why the text stays."
+  (interactive "e")
+  (let ((pos (posn-point (event-start event))))
+    (if (and pos (button-at pos))
+        (push-button event)
+      (forj-chat-history-refuse))))
+
+;;; Turns
+
+(defun forj-chat--headings ()
+  "The start of every role heading of the view, in order."
+  (let ((pos (point-min)) (found nil))
+    (while (setq pos (text-property-not-all pos (point-max) 'forj-heading nil))
+      (push pos found)
+      (setq pos (or (next-single-property-change pos 'forj-heading) (point-max))))
+    (nreverse found)))
+
+(defun forj-chat-next-turn (&optional n)
+  "Move to the start of the Nth next section of the chat (a role heading)."
+  (interactive "p")
+  (let* ((n (or n 1))
+         (here (line-end-position))
+         (later (cl-remove-if-not (lambda (p) (> p here)) (forj-chat--headings))))
+    (if (< n 0)
+        (forj-chat-previous-turn (- n))
+      (if (null later)
+          (message "forj: no later turn")
+        (goto-char (nth (min (1- (max n 1)) (1- (length later))) later))))))
+
+(defun forj-chat-previous-turn (&optional n)
+  "Move to the start of the Nth previous section of the chat (a role heading)."
+  (interactive "p")
+  (let* ((n (or n 1))
+         (here (line-beginning-position))
+         (earlier (reverse (cl-remove-if-not (lambda (p) (< p here)) (forj-chat--headings)))))
+    (if (null earlier)
+        (message "forj: no earlier turn")
+      (goto-char (nth (min (1- (max n 1)) (1- (length earlier))) earlier)))))
+
+(define-key forj-chat-mode-map (kbd "C-c C-n") #'forj-chat-next-turn)
+(define-key forj-chat-mode-map (kbd "C-c C-p") #'forj-chat-previous-turn)
+
+(defun forj-chat--section-summary (heading)
+  "Sum up in a few words the section under the HEADING at point.
+Tool results are summed up by the tools they answer."
+  (let* ((entry (get-text-property (point) 'forj-entry))
+         (summary
+          (if (and (equal heading "## Tool results") (equal (plist-get entry :role) "tool"))
+              (let ((text (plist-get entry :text)))
+                (with-temp-buffer
+                  (insert text)
+                  (string-join
+                   (delete-dups
+                    (delq nil (mapcar (lambda (block)
+                                        (let ((name (ignore-errors
+                                                      (plist-get (forj-tools-json-decode block) :name))))
+                                          (and (stringp name) (not (string-empty-p name)) name)))
+                                      (forj-chat--blocks (point-min) (point-max) "tool-result"))))
+                   ", ")))
+            (save-excursion
+              (forward-line 1)
+              (skip-chars-forward " \t\n")
+              (buffer-substring-no-properties (point) (line-end-position))))))
+    (truncate-string-to-width (string-trim summary) 50 nil nil "…")))
+
+(defun forj-chat--imenu-index ()
+  "An imenu index of the chat: one entry per turn, its sections inside."
+  (let ((turns nil) (current nil) (count 0))
+    (save-excursion
+      (dolist (pos (forj-chat--headings))
+        (goto-char pos)
+        (let* ((heading (buffer-substring-no-properties pos (line-end-position)))
+               (role (string-remove-prefix "## " heading))
+               (summary (forj-chat--section-summary heading))
+               (item (cons (format "%s: %s" role summary) pos)))
+          (cond
+           ((and (equal role "User") (>= pos forj-chat--out))
+            (when current (push (cons (car current) (nreverse (cdr current))) turns))
+            (setq current nil)
+            (push (cons "Your next message" pos) turns))
+           ((equal role "User")
+            (when current (push (cons (car current) (nreverse (cdr current))) turns))
+            (cl-incf count)
+            (setq current (list (format "%d. %s" count summary) item)))
+           (current (push item (cdr current)))
+           (t (push item turns))))))
+    (when current (push (cons (car current) (nreverse (cdr current))) turns))
+    (nreverse turns)))
+
+(defun forj-chat--outline-level ()
+  "Return 1 for a user heading (a turn begins), 2 for replies and results."
+  (if (looking-at "## User") 1 2))
+
+;;; Forking
+
+(defun forj-edit-message (&optional pos)
+  "Fork the conversation from your earlier message at POS (default: point).
+The record is cut just before that message: it and everything after it
+\(the model's replies, tool results, your later messages) leave the
+chat, and its text comes back in the input, to edit and send again
+with \\[forj-chat-send].  Files that tools changed meanwhile stay as
+they are: forking changes the conversation, not the project.  A draft
+you had in the input goes to the kill ring."
+  (interactive)
+  (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
+  (unless (eq forj-chat--state 'idle)
+    (user-error "A reply is still under way; stop it first"))
+  (let* ((entry (get-text-property (or pos (point)) 'forj-entry))
+         (index (and entry (cl-position entry forj-chat--record))))
+    (unless (and index (equal (plist-get entry :role) "user"))
+      (user-error "Put point on one of your earlier messages (under a \"## User\" heading)"))
+    (when (and (called-interactively-p 'any)
+               (not (y-or-n-p (format "Fork from this message (it and the %d entries after it leave the chat)? "
+                                      (- (length forj-chat--record) index 1)))))
+      (user-error "Not forked"))
+    (let ((draft (forj-chat--input-text))
+          (text (string-trim (forj-chat--unescape (cdr (forj-chat--split-heading (plist-get entry :text)))))))
+      (unless (string-blank-p draft)
+        (kill-new draft)
+        (message "forj: your draft is in the kill ring"))
+      (setq forj-chat--record (cl-subseq forj-chat--record 0 index))
+      (cl-incf forj-chat--turn)
+      (forj-chat--redraw text)
+      (goto-char (point-max)))))
+
 ;;; Saving
 
 (defun forj-save (&optional file)
@@ -813,6 +1355,12 @@ FILE defaults to the chat's file, or a new one in `forj-chat-directory'.
 Visiting the file later opens it as a chat again."
   (interactive)
   (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
+  (let ((change-major-mode-with-file-name nil))
+    (forj-chat--save-to file))
+  (message "forj: chat saved to %s" (abbreviate-file-name buffer-file-name)))
+
+(defun forj-chat--save-to (file)
+  "Save the chat to FILE, its own file, or a new file in `forj-chat-directory'."
   (cond
    (file (write-file file))
    (buffer-file-name (save-buffer))
@@ -821,8 +1369,26 @@ Visiting the file later opens it as a chat again."
                    (format "%s-%s.md"
                            (file-name-nondirectory (directory-file-name forj-chat--root))
                            (format-time-string "%Y%m%d-%H%M%S"))
-                   forj-chat-directory))))
-  (message "forj: chat saved to %s" (abbreviate-file-name buffer-file-name)))
+                   forj-chat-directory)))))
+
+(defun forj-chat--write ()
+  "Write the chat's transcript and input to its file.
+For `write-contents-functions': the file holds the record, not the view."
+  (let ((text (concat (forj-chat--transcript) "\n## User\n\n" (forj-chat--input-text)))
+        (coding-system-for-write 'utf-8-unix))
+    (write-region text nil buffer-file-name nil t)
+    t))
+
+(defun forj-chat--revert (&rest _)
+  "Read the chat's file again: record and view."
+  (unless buffer-file-name (user-error "This chat has no file"))
+  (let ((inhibit-read-only t))
+    (setq forj-chat--record nil)
+    (set-marker forj-chat--input nil)
+    (erase-buffer)
+    (insert-file-contents buffer-file-name t nil nil t)
+    (forj-chat-mode)
+    (set-buffer-modified-p nil)))
 
 (provide 'forj-chat)
 ;;; forj-chat.el ends here

@@ -33,8 +33,15 @@
 ;; entry with the position of the fault, never an Emacs error: the batch
 ;; flow answers it with an error result the model can act on.
 ;;
-;; Planning, review and rendering build on this (forj-review.el and the
-;; batch flow come next).
+;; The batch flow follows: every call of a batch is planned by the
+;; worker, the ones that need consent go to the review buffer
+;; (forj-review.el), then the batch executes and each call's result is
+;; drawn under it.  In any buffer (`forj-tools-mode') a result is drawn
+;; as a header line and a tool-result block holding the worker's JSON
+;; unchanged, since that buffer's text is what its model reads back.  A
+;; buffer that keeps the record elsewhere (the chat) sets
+;; `forj-tools-result-style' to `rendered' and gets results drawn for
+;; people by forj-render.el, the exact JSON kept in a text property.
 
 ;;; Code:
 
@@ -162,6 +169,18 @@ Objects become plists, arrays vectors, null `:null' and false `:false'."
 (require 'forj-worker)
 (require 'forj-review)
 (require 'forj-shell)
+(require 'forj-render)
+
+(defvar-local forj-tools-result-style 'raw
+  "How this buffer's results are drawn.
+`raw': a header line and a tool-result block with the worker's JSON,
+for buffers whose text is what the model reads back.  `rendered': a
+header and a body drawn for people (forj-render.el), the exact JSON
+in the `forj-raw' text property, for buffers that keep the record
+elsewhere.")
+
+(defvar-local forj-tools-after-render-function nil
+  "Called with the start and end of a batch's results after each drawing, or nil.")
 
 (defcustom forj-tools-fold-chars 1200
   "Results longer than this many characters are folded.
@@ -188,6 +207,7 @@ it, as does \\<forj-tools-mode-map>\\[forj-tools-toggle-fold] on its line."
   (batch-id nil :documentation "The worker's id for the batch.")
   (mode "enabled" :documentation "The tool loop mode it is planned in.")
   (shells nil :documentation "Vector: per entry, its output buffer (or nil).")
+  (times nil :documentation "Vector: per entry, when it started, then how many ms it took.")
   (review nil :documentation "The batch's review buffer, while it is open.")
   (cancelled nil :documentation "Non-nil if the user cancelled the batch in review.")
   (callback nil :documentation "Called with the results when the batch is done."))
@@ -213,14 +233,20 @@ Everything waits asynchronously; Emacs stays usable."
   (let ((entries (forj-tools-parse-region beg end)))
     (if (null entries)
         (progn (message "forj: no tool-call blocks here") nil)
-      (let ((batch (forj-tools--new-batch entries end callback)))
-        (setq forj-tools--current-batch batch)
-        (forj-tools--render batch)
-        (setq forj-tools--root (or root (forj-worker-project-root)))
-        (forj-worker-ensure forj-tools--root
-                            (lambda (worker) (forj-tools--plan batch worker))
-                            (lambda (err) (forj-tools--fail-all batch err)))
-        batch))))
+      (forj-tools-run-entries entries end callback root))))
+
+(defun forj-tools-run-entries (entries where &optional callback root)
+  "Run ENTRIES (parsed by `forj-tools-parse-region') as one batch.
+Results are drawn at WHERE in the current buffer; CALLBACK and ROOT
+are as for `forj-tools-run-region'.  Return the batch."
+  (let ((batch (forj-tools--new-batch entries where callback)))
+    (setq forj-tools--current-batch batch)
+    (forj-tools--render batch)
+    (setq forj-tools--root (or root (forj-worker-project-root)))
+    (forj-worker-ensure forj-tools--root
+                        (lambda (worker) (forj-tools--plan batch worker))
+                        (lambda (err) (forj-tools--fail-all batch err)))
+    batch))
 
 (defun forj-tools--new-batch (entries end callback)
   "A batch of the parsed ENTRIES, its results drawn after END; CALLBACK gets them."
@@ -236,6 +262,7 @@ Everything waits asynchronously; Emacs stays usable."
      :states (make-vector (length entries) 'pending)
      :results (make-vector (length entries) nil)
      :shells (make-vector (length entries) nil)
+     :times (make-vector (length entries) nil)
      :callback callback)))
 
 (defun forj-tools--plan (batch worker)
@@ -360,10 +387,15 @@ Nothing is sent to the worker.  The results are drawn after END as for
 `forj-tools-run-region'; CALLBACK gets them.  Return the batch."
   (let ((entries (forj-tools-parse-region beg end)))
     (when entries
-      (let ((batch (forj-tools--new-batch entries end callback)))
-        (forj-tools--fail-all batch (list :type "validation-error" :message message
-                                          :recovery ["Answer the user with what you have found so far"]))
-        batch))))
+      (forj-tools-refuse-entries entries end message callback))))
+
+(defun forj-tools-refuse-entries (entries where message &optional callback)
+  "Answer ENTRIES with the error MESSAGE, drawn at WHERE; CALLBACK gets them.
+As `forj-tools-refuse-region' for entries already parsed.  Return the batch."
+  (let ((batch (forj-tools--new-batch entries where callback)))
+    (forj-tools--fail-all batch (list :type "validation-error" :message message
+                                      :recovery ["Answer the user with what you have found so far"]))
+    batch))
 
 (defun forj-tools--proposal (batch id ok fail)
   "Fetch the proposal of call ID in BATCH; call OK with its files or FAIL."
@@ -505,8 +537,13 @@ of the proposal."
                           (aset shells index (forj-tools--start-shell batch index)))))
            (forj-shell-append shell kind (plist-get event :data))))
         ((or "started" "finished")
-         (let ((started (equal kind "started")))
+         (let ((started (equal kind "started"))
+               (times (forj-tools-batch-times batch)))
            (aset (forj-tools-batch-states batch) index (if started 'running 'pending))
+           (if started
+               (aset times index (float-time))
+             (when (floatp (aref times index))
+               (aset times index (round (* 1000 (- (float-time) (aref times index)))))))
            (when (and started
                       (member (plist-get (plist-get (nth index (forj-tools-batch-entries batch)) :call) :name)
                               forj-tools--streaming-tools))
@@ -568,8 +605,11 @@ The shared timer runs while any spinner turns."
                     (setq pos (text-property-any pos end 'forj-tools-spinner t))
                     (when pos
                       (goto-char pos)
-                      (delete-char 1)
-                      (insert (propertize frame 'forj-tools-spinner t))
+                      ;; The new frame keeps the old one's properties
+                      ;; (faces, read-only history, links).
+                      (let ((props (text-properties-at pos)))
+                        (delete-char 1)
+                        (insert (apply #'propertize frame props)))
                       (setq pos (1+ pos)))))))))))))
 
 (defun forj-tools--index-of (batch id)
@@ -743,6 +783,11 @@ The worker stops when the last such buffer of its project is killed."
      (replace-regexp-in-string "[\n\r]+" " " (concat (format "%s %s %s" mark name main)
                                                      (forj-tools--command-tags result))))))
 
+(defun forj-tools-header-text (entry result)
+  "The header line of the parsed ENTRY once it has RESULT, as plain text.
+It is what a tool-result block follows in a transcript."
+  (substring-no-properties (forj-tools--header entry 'done result)))
+
 (defun forj-tools--command-tags (result)
   "Tags for a command RESULT that ran with network or without the sandbox.
 The worker reports `sandbox' (\"bwrap\", \"read-only\" or \"none\") and
@@ -828,7 +873,78 @@ are as for `forj-tools--buttonize'.  Only the first
                                        (string-to-number (match-string 2))))))))))
 
 (defun forj-tools--render (batch)
-  "Redraw BATCH's headers and tool-result blocks."
+  "Redraw BATCH's headers and results, in the buffer's `forj-tools-result-style'."
+  (let ((buffer (forj-tools-batch-buffer batch)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (if (eq forj-tools-result-style 'rendered)
+            (forj-tools--render-for-people batch)
+          (forj-tools--render-raw batch))
+        (when forj-tools-after-render-function
+          (funcall forj-tools-after-render-function
+                   (marker-position (forj-tools-batch-start batch))
+                   (marker-position (forj-tools-batch-end batch))))))))
+
+(defun forj-tools--batch-root (batch)
+  "The project root of BATCH's worker, once it is known."
+  (and (forj-tools-batch-worker batch)
+       (plist-get (forj-worker-hello (forj-tools-batch-worker batch)) :root)))
+
+(defun forj-tools--shell-button (shell)
+  "Insert the [output] button of the output buffer SHELL, if it lives."
+  (when (buffer-live-p shell)
+    (insert " ")
+    (insert-text-button "[output]" 'action (lambda (_) (pop-to-buffer shell))
+                        'help-echo (format "Show %s" (buffer-name shell))
+                        'follow-link t)))
+
+(defun forj-tools-insert-result (call result &optional state took shell root)
+  "Insert at point the header and body of CALL's RESULT, drawn for people.
+CALL is the parsed call (nil for a block that was not one).  STATE is
+`pending', `manual', `running' or `done' (the default).  TOOK is how
+many milliseconds the call took, if known; SHELL its live output
+buffer, if any; ROOT the project root, for links.  The text carries
+`forj-raw', the exact JSON the model receives, and folds when long."
+  (let* ((name (or (plist-get call :name) (plist-get result :name) ""))
+         (name (if (string-empty-p name) "(invalid call)" name))
+         (args (plist-get call :args))
+         (raw (and result (forj-tools-json-encode result)))
+         (from (point))
+         (fold nil))
+    (insert (forj-render-header name args (or state 'done) result raw (and (integerp took) took)))
+    (when (and (listp args) (keywordp (car-safe args)))
+      (forj-render-header-links from (point) (plist-get args :path)
+                                (plist-get args :start_line) root))
+    (forj-tools--shell-button shell)
+    (insert "\n")
+    (when result
+      (let ((body (point)))
+        (forj-render-body name result root)
+        (setq fold (forj-render-fold body (point) (format "this %s result" name)))))
+    (add-text-properties from (point)
+                         (list 'forj-raw raw 'forj-raw-kind "result"
+                               'forj-render-fold-overlay fold
+                               'forj-rendered t))))
+
+(defun forj-tools--render-for-people (batch)
+  "Redraw BATCH's results as headers and bodies drawn for their kind."
+  (let ((inhibit-read-only t)
+        (root (forj-tools--batch-root batch)))
+    (save-excursion
+      (delete-region (forj-tools-batch-start batch) (forj-tools-batch-end batch))
+      (goto-char (forj-tools-batch-start batch))
+      (cl-loop for entry in (forj-tools-batch-entries batch)
+               for index from 0
+               do (forj-tools-insert-result (plist-get entry :call)
+                                            (aref (forj-tools-batch-results batch) index)
+                                            (aref (forj-tools-batch-states batch) index)
+                                            (aref (forj-tools-batch-times batch) index)
+                                            (aref (forj-tools-batch-shells batch) index)
+                                            root))
+      (set-marker (forj-tools-batch-end batch) (point)))))
+
+(defun forj-tools--render-raw (batch)
+  "Redraw BATCH's headers and tool-result blocks with the worker's JSON."
   (let ((buffer (forj-tools-batch-buffer batch)))
     (when (buffer-live-p buffer)
       (with-current-buffer buffer
@@ -905,7 +1021,9 @@ hidden up to the closing fence."
   (let ((fold (cl-some (lambda (o) (overlay-get o 'forj-tools-fold-body))
                        (overlays-in (line-beginning-position) (min (point-max) (1+ (line-end-position)))))))
     (if (not fold)
-        (message "forj: no folded result here")
+        ;; A result drawn for people folds its own way.
+        (unless (forj-render-toggle-fold)
+          (message "forj: no folded result here"))
       (let ((hidden (overlay-get fold 'invisible)))
         (overlay-put fold 'invisible (not hidden))
         (overlay-put fold 'before-string

@@ -68,7 +68,10 @@
     (should (forj-chat-test--wait-idle))
     (let ((text (buffer-string)))
       (should (string-match-p "## User\n\nWhat does notes.txt say\\?\n\n## Assistant\n\nLet me read it." text))
-      (should (string-match-p "## Tool results\n\n✓ read_file notes.txt\n```tool-result\n{\"id\":\"r1\"" text))
+      ;; The view draws the result; the record keeps the worker's JSON.
+      (should (string-match-p "## Tool results\n\n✓ read_file notes.txt" text))
+      (should (string-match-p "## Tool results\n\n✓ read_file notes.txt.*\n```tool-result\n{\"id\":\"r1\""
+                              (forj-chat--transcript)))
       (should (string-match-p "## Assistant\n\nThe note says: remember the milk.\n\n## User\n\n\\'" text)))
     ;; The record reads back as the conversation the model saw, results included.
     (let ((messages (forj-chat-messages)))
@@ -152,7 +155,7 @@
       (should-not (string-match-p "from disk" (buffer-string)))
       (forj-tool-result "r" "{\"content\": \"typed by the user\"}")
       (should (forj-chat-test--wait-idle))
-      (should (string-match-p "\"result\":{\"content\":\"typed by the user\"}" (buffer-string)))
+      (should (string-match-p "\"result\":{\"content\":\"typed by the user\"}" (forj-chat--transcript)))
       (should (string-match-p "Thanks for the result." (buffer-string)))
       (should-not (string-match-p "from disk" (buffer-string))))))
 
@@ -168,7 +171,12 @@
       (should (forj-chat-test--wait-idle))
       (let ((text (buffer-string)))
         (should (= (how-many "^✓ list_files" (point-min) (point-max)) 2))
-        (should (= (how-many "Max tool iterations reached" (point-min) (point-max)) 4))
+        ;; Shown once per refused call; the record has it in header and JSON.
+        (should (= (how-many "Max tool iterations reached" (point-min) (point-max)) 2))
+        (let ((transcript (forj-chat--transcript)))
+          (should (= (with-temp-buffer (insert transcript)
+                                       (how-many "Max tool iterations reached" (point-min) (point-max)))
+                     4)))
         (should (string-match-p "kept calling tools past the iteration limit" text))
         (should-not (string-match-p "never reached" text))))))
 
