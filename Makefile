@@ -36,11 +36,13 @@ lint-el:
 	rm -f elisp/*.elc
 	$(EMACS) -Q --batch -L elisp -l test-el/lint.el $(ELISP)
 
-# ERT against the real worker, run by the .venv's Python.
+# ERT against the real worker, run by the .venv's Python, with a state
+# directory of its own (the tests must not read or upgrade the user's journal).
 ert: $(STAMP)
-	FORJ_PYTHON=$(abspath $(PY)) $(EMACS) -Q --batch -L elisp -L test-el \
+	state=$$(mktemp -d) && \
+	FORJ_STATE_DIR=$$state FORJ_PYTHON=$(abspath $(PY)) $(EMACS) -Q --batch -L elisp -L test-el \
 	  $(foreach f,$(wildcard test-el/*-test.el),-l $(f)) \
-	  -f ert-run-tests-batch-and-exit
+	  -f ert-run-tests-batch-and-exit; rc=$$?; rm -rf "$$state"; exit $$rc
 
 test: lint lint-el pytest ert
 
