@@ -17,7 +17,7 @@
 
 ;;; Commentary:
 
-;; A model asks for tools by writing fenced blocks (seed 001 section 3):
+;; A model asks for tools by writing fenced blocks:
 ;;
 ;;   ```tool-call
 ;;   {"id": "1", "name": "read_file", "args": {"path": "src/a.el"}}
