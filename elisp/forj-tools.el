@@ -668,9 +668,33 @@ The shared timer runs while any spinner turns."
     (with-current-buffer (forj-tools-batch-buffer batch)
       (when (eq forj-tools--current-batch batch) (setq forj-tools--current-batch nil))))
   (forj-tools--revert-changed-buffers batch)
+  (forj-tools--run-after-batch batch)
   (when (forj-tools-batch-callback batch)
     (funcall (forj-tools-batch-callback batch)
              (append (forj-tools-batch-results batch) nil))))
+
+(defvar forj-tools-after-batch-functions nil
+  "Hook run after a batch's results are drawn: each function gets its calls.
+Each is called with two arguments: a list with one (CALL . RESULT)
+pair per entry of the batch, in order (CALL is nil for a block that
+could not be parsed; RESULT is the worker's result plist), and the
+project root (a directory name), or nil when the batch had no worker.
+A function that signals an error is reported in a message; the batch
+and the other functions go on.")
+
+(defun forj-tools--run-after-batch (batch)
+  "Give each of `forj-tools-after-batch-functions' the results of BATCH."
+  (when forj-tools-after-batch-functions
+    (let ((pairs (cl-loop for entry in (forj-tools-batch-entries batch)
+                          for result across (forj-tools-batch-results batch)
+                          collect (cons (plist-get entry :call) result)))
+          (root (and (forj-tools-batch-worker batch)
+                     (plist-get (forj-worker-hello (forj-tools-batch-worker batch)) :root))))
+      (dolist (fn forj-tools-after-batch-functions)
+        (condition-case err
+            (funcall fn pairs root)
+          (error (message "forj: %s failed after a batch: %s"
+                          fn (error-message-string err))))))))
 
 (defun forj-tools--revert-changed-buffers (batch)
   "Revert unmodified buffers visiting the files BATCH wrote, keeping point."
