@@ -228,18 +228,13 @@ def under(path: str, wanted: str) -> bool:
 
 # --- export ------------------------------------------------------------------------
 
-_HASH_NOTE = "note: reviewed against {display} with SHA-256 {digest}"
+_HASH_NOTE = "reviewed against {display} with SHA-256 {digest}"
 _HASH_NOTE_RE = re.compile(r"^note: reviewed against .* with SHA-256 ([0-9a-f]{16})$", re.M)
 
 
 def _export_plan(ctx: ToolContext, path: str, text: str) -> tuple[_edit.Loaded, str, str]:
+    # A directory or a special file is refused by the read (a file-error).
     loaded = _edit.load(ctx, path, must_exist=False, enforce_read=False)
-    if loaded.exists and not os.path.isfile(loaded.sp.canonical):
-        raise errors.file_error(
-            f"{loaded.sp.display} is not a regular file; export writes a Markdown file",
-            loaded.sp.display,
-            recovery=["Give export_path a file name, e.g. docs/TODO.md"],
-        )
     new_text = _edit.with_newlines(redact(text), loaded.newline)
     _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
     notes = []
