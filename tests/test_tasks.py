@@ -126,12 +126,14 @@ def test_todo_write_every_action_and_the_result_shapes(
                 "location": {"path": "README.md", "line": 1},
                 "labels": ["docs"],
             },
-        ]
+        ],
+        "revision": 7,
     }
 
     assert _ok(worker, "todo_write", action="delete", id="todo-2") == {
         "deleted": True,
         "id": "todo-2",
+        "revision": 8,
     }
     assert [t["id"] for t in _ok(worker, "todo_write", action="list")["tasks"]] == ["todo-1"]
     # Ids are never reused: a model remembering todo-2 must not hit a new item.
@@ -257,7 +259,7 @@ def test_todo_write_locations_must_exist_inside_the_project(
         error = refused(outside)
         assert error["type"] == "validation-error"
         assert error["details"]["kind"] == "SandboxViolation", error
-    assert _ok(worker, "todo_write", action="list") == {"tasks": []}
+    assert _ok(worker, "todo_write", action="list") == {"tasks": [], "revision": 0}
     # The last line exists; a range ending past it does not.
     _ok(
         worker,
@@ -359,7 +361,11 @@ def test_task_every_action_and_the_result_shapes(make_worker: MakeWorker, projec
     assert "history" not in listed[0]
     assert listed[0]["subtasks"] == t["subtasks"]
 
-    assert _ok(worker, "task", action="delete", id="task-2") == {"deleted": True, "id": "task-2"}
+    assert _ok(worker, "task", action="delete", id="task-2") == {
+        "deleted": True,
+        "id": "task-2",
+        "revision": 11,
+    }
     assert [x["id"] for x in _ok(worker, "task", action="list")["tasks"]] == ["task-1"]
     assert _tree(project) == before
 
@@ -506,7 +512,7 @@ def test_task_links_must_exist_inside_the_project(make_worker: MakeWorker, tmp_p
         worker, "task", action="create", title="x", links=[{"path": "README.md", "line": 2}]
     )
     assert "README.md has 1 line(s)" in error["message"]
-    assert _ok(worker, "task", action="list") == {"tasks": []}
+    assert _ok(worker, "task", action="list") == {"tasks": [], "revision": 0}
 
 
 # --- export ---------------------------------------------------------------------------
@@ -738,12 +744,30 @@ def test_the_plan_survives_a_worker_restart(project: Path) -> None:
     assert project not in db.parents
 
 
+def test_every_result_carries_the_plans_revision(make_worker: MakeWorker) -> None:
+    """A client that gets a list and a change out of order can tell which is newer."""
+    worker = make_worker()
+    assert _ok(worker, "todo_write", action="list")["revision"] == 0
+    assert _ok(worker, "todo_write", action="create", title="a")["revision"] == 1
+    assert _ok(worker, "todo_write", action="create", title="b")["revision"] == 2
+    # A refused change changes nothing, not even the revision.
+    _error(worker, "todo_write", action="reopen", id="todo-1")
+    assert _ok(worker, "todo_write", action="list")["revision"] == 2
+    assert _ok(worker, "todo_write", action="delete", id="todo-2")["revision"] == 3
+    filtered = _ok(worker, "todo_write", action="list", filter={"status": "completed"})
+    assert filtered == {"tasks": [], "filter": {"status": "completed"}, "total": 1, "revision": 3}
+    # Each store counts its own changes.
+    assert _ok(worker, "task", action="list")["revision"] == 0
+    assert _ok(worker, "task", action="create", title="t")["revision"] == 1
+    assert _ok(worker, "todo_write", action="list")["revision"] == 3
+
+
 def test_plans_of_two_projects_are_apart(make_worker: MakeWorker, tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()
     a, b = make_worker(), make_worker(other)
     _ok(a, "todo_write", action="create", title="in a")
-    assert _ok(b, "todo_write", action="list") == {"tasks": []}
+    assert _ok(b, "todo_write", action="list") == {"tasks": [], "revision": 0}
     assert _ok(b, "todo_write", action="create", title="in b")["task"]["id"] == "todo-1"
 
 

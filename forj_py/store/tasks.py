@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (root, kind, id)
 );
 -- Ids are never reused, even after a delete: a model that remembers an old
--- id gets "unknown id", never somebody else's item.
+-- id gets "unknown id", never somebody else's item.  Kind "todo:revision"
+-- (and "task:revision") counts the changes of each store instead.
 CREATE TABLE IF NOT EXISTS counters (
     root  TEXT NOT NULL,
     kind  TEXT NOT NULL,
@@ -64,6 +65,7 @@ class Items:
     _db: sqlite3.Connection
     root: str
     kind: str
+    _bumped: bool = False  # the revision counts transactions, not rows
 
     def all(self) -> list[dict[str, Any]]:
         rows = self._db.execute(
@@ -90,18 +92,39 @@ class Items:
         ).fetchone()
         return None if row is None else dict(json.loads(row[0]))
 
-    def new_id(self, prefix: str) -> str:
+    def _counter(self, name: str) -> int:
         row = self._db.execute(
-            "SELECT next FROM counters WHERE root=? AND kind=?", (self.root, self.kind)
+            "SELECT next FROM counters WHERE root=? AND kind=?", (self.root, name)
         ).fetchone()
-        number = 1 if row is None else int(row[0])
+        return 1 if row is None else int(row[0])
+
+    def _advance(self, name: str) -> int:
+        number = self._counter(name)
         self._db.execute(
-            "INSERT OR REPLACE INTO counters VALUES (?, ?, ?)", (self.root, self.kind, number + 1)
+            "INSERT OR REPLACE INTO counters VALUES (?, ?, ?)", (self.root, name, number + 1)
         )
-        return f"{prefix}{number}"
+        return number
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}{self._advance(self.kind)}"
+
+    def revision(self) -> int:
+        """How many changes this store of the project has seen.
+
+        Every result carries it, so a client that receives results out of
+        order (a list computed before a change, delivered after it) can
+        tell which is newer.
+        """
+        return self._counter(f"{self.kind}:revision") - 1
+
+    def _changed(self) -> None:
+        if not self._bumped:
+            self._advance(f"{self.kind}:revision")
+            self._bumped = True
 
     def put(self, item: dict[str, Any]) -> None:
         """Insert a new item (at the end) or replace an existing one in place."""
+        self._changed()
         text = json.dumps(item, ensure_ascii=True)
         updated = self._db.execute(
             "UPDATE items SET item=? WHERE root=? AND kind=? AND id=?",
@@ -118,6 +141,7 @@ class Items:
             )
 
     def delete(self, item_id: str) -> bool:
+        self._changed()
         gone = self._db.execute(
             "DELETE FROM items WHERE root=? AND kind=? AND id=?", (self.root, self.kind, item_id)
         ).rowcount

@@ -238,8 +238,10 @@ class Task(Tool[TaskArgs]):
         root = ctx.sandbox.project_root
         a = args.action
         if a == "list":
-            tasks = _plans.read("task", root, lambda items: items.all())
-            return _list_result(tasks, args.filter)
+            tasks, revision = _plans.read(
+                "task", root, lambda items: (items.all(), items.revision())
+            )
+            return {**_list_result(tasks, args.filter), "revision": revision}
         if a == "export":
             tasks = _plans.read("task", root, lambda items: items.all())
             path = args.export_path or DEFAULT_EXPORT
@@ -250,7 +252,12 @@ class Task(Tool[TaskArgs]):
             links = [_plans.place(ctx, k.path, k.line, k.end_line) for k in args.links]
         if a == "delete":
             return _plans.change("task", root, lambda items: _delete(items, args))
-        return {"task": _plans.change("task", root, lambda items: _apply(items, args, links))}
+        return _plans.change(
+            "task",
+            root,
+            # The revision is read after the change: the dict is built in order.
+            lambda items: {"task": _apply(items, args, links), "revision": items.revision()},
+        )
 
 
 def _lookup(items: Items, item_id: str) -> dict[str, Any]:
@@ -403,7 +410,7 @@ def _delete(items: Items, args: TaskArgs) -> dict[str, Any]:
     assert args.id is not None
     task = _lookup(items, args.id)
     items.delete(task["id"])
-    return {"deleted": True, "id": task["id"]}
+    return {"deleted": True, "id": task["id"], "revision": items.revision()}
 
 
 def _list_result(tasks: list[dict[str, Any]], flt: TaskFilter | None) -> dict[str, Any]:

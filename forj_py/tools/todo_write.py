@@ -154,8 +154,10 @@ class TodoWrite(Tool[TodoWriteArgs]):
         root = ctx.sandbox.project_root
         a = args.action
         if a == "list":
-            todos = _plans.read("todo", root, lambda items: items.all())
-            return _list_result(todos, args.filter)
+            todos, revision = _plans.read(
+                "todo", root, lambda items: (items.all(), items.revision())
+            )
+            return {**_list_result(todos, args.filter), "revision": revision}
         if a == "export":
             todos = _plans.read("todo", root, lambda items: items.all())
             path = args.export_path or DEFAULT_EXPORT
@@ -167,7 +169,12 @@ class TodoWrite(Tool[TodoWriteArgs]):
             location = _plans.place(ctx, loc.path, loc.line, loc.end_line)
         if a == "delete":
             return _plans.change("todo", root, lambda items: _delete(items, args))
-        return {"task": _plans.change("todo", root, lambda items: _apply(items, args, location))}
+        return _plans.change(
+            "todo",
+            root,
+            # The revision is read after the change: the dict is built in order.
+            lambda items: {"task": _apply(items, args, location), "revision": items.revision()},
+        )
 
 
 def _lookup(items: Items, item_id: str) -> dict[str, Any]:
@@ -236,7 +243,7 @@ def _delete(items: Items, args: TodoWriteArgs) -> dict[str, Any]:
     assert args.id is not None
     todo = _lookup(items, args.id)
     items.delete(todo["id"])
-    return {"deleted": True, "id": todo["id"]}
+    return {"deleted": True, "id": todo["id"], "revision": items.revision()}
 
 
 def _list_result(todos: list[dict[str, Any]], flt: TodoFilter | None) -> dict[str, Any]:
