@@ -45,6 +45,7 @@
 (require 'forj)
 (require 'forj-worker)
 (require 'forj-tools)
+(require 'forj-review)
 
 (defgroup forj-tasks nil
   "The Tasks panel: the model's todos and tasks."
@@ -315,7 +316,9 @@ or a task, \\[forj-tasks-export] exports either to Markdown (reviewed as a diff)
   "The mark in front of an item of each status.")
 
 (defun forj-tasks--item-line (item kind)
-  "The panel line of ITEM (of KIND)."
+  "The panel line of ITEM (of KIND).
+What the model wrote has its invisible and format characters shown as
+markers, as in the review: a title cannot hide text or reorder it."
   (let* ((done (equal (plist-get item :status) "completed"))
          (priority (plist-get item :priority))
          (progress (forj-tasks--progress item))
@@ -323,17 +326,19 @@ or a task, \\[forj-tasks-export] exports either to Markdown (reviewed as a diff)
          (places (forj-tasks--places item kind)))
     (concat
      "  " (cdr (assoc (plist-get item :status) forj-tasks--marks)) " "
-     (propertize (replace-regexp-in-string "[\n\r\t]+" " " (or (plist-get item :title) ""))
+     (propertize (forj-review-mark-invisible
+                  (replace-regexp-in-string "[\n\r\t]+" " " (or (plist-get item :title) "")))
                  'face (and done 'forj-tasks-done))
      (and priority (propertize (format " !%s" priority)
                                'face (if (member priority '("high" "critical"))
                                          'forj-tasks-priority
                                        'forj-tasks-meta)))
      (and progress (format " %s" progress))
-     (propertize (concat (format " %s" (plist-get item :id))
-                         (and places (format " %s" (forj-tasks--place-text (car places))))
-                         (and (cdr places) (format " +%d" (length (cdr places))))
-                         (mapconcat (lambda (l) (format " #%s" l)) labels ""))
+     (propertize (forj-review-mark-invisible
+                  (concat (format " %s" (plist-get item :id))
+                          (and places (format " %s" (forj-tasks--place-text (car places))))
+                          (and (cdr places) (format " +%d" (length (cdr places))))
+                          (mapconcat (lambda (l) (format " #%s" l)) labels "")))
                  'face 'forj-tasks-meta))))
 
 (defun forj-tasks--render ()

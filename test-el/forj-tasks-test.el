@@ -203,6 +203,15 @@ the call is added here at the same place."
             (should (forj-tasks-test--wait-panel panel "Plain todo todo-1"))
             (forj-tasks-add-task "Big task" "critical")
             (should (forj-tasks-test--wait-panel panel "Big task !critical task-1"))
+            ;; A title cannot hide text from the user.
+            (forj-tasks-add-todo "Fine\u200b txt.exe")
+            (should (forj-tasks-test--wait-panel panel "Fine⟨U\\+200B⟩ txt.exe todo-2"))
+            (forj-tasks-test--goto panel "txt.exe")
+            (cl-letf (((symbol-function 'yes-or-no-p) (lambda (_) t)))
+              (forj-tasks-delete))
+            (should (forj-test--wait-for
+                     (lambda () (not (string-match-p "txt.exe" (forj-tasks-test--panel-text panel))))
+                     30))
             (forj-tasks-add-task "Small task" nil)
             (should (forj-tasks-test--wait-panel panel "Small task task-2"))
             (forj-tasks-test--goto panel "Big task")

@@ -142,6 +142,33 @@ def test_todo_write_every_action_and_the_result_shapes(
     assert _tree(project) == before
 
 
+def test_plan_text_loses_terminal_controls_and_bidi_overrides(make_worker: MakeWorker) -> None:
+    """What the store keeps is what every result, the panel and an export show."""
+    worker = make_worker()
+    todo = _ok(
+        worker,
+        "todo_write",
+        action="create",
+        title="Fine\u202e txt.exe\x1b[31m",
+        note="a\x07b\nc",
+        labels=["x\u2066y"],
+    )["task"]
+    assert (todo["title"], todo["note"], todo["labels"]) == ("Fine txt.exe", "ab\nc", ["xy"])
+    task = _ok(
+        worker,
+        "task",
+        action="create",
+        title="\x1b]0;owned\x07T",
+        description="d\u202d",
+        acceptance=["\u202ea"],
+    )["task"]
+    assert (task["title"], task["description"], task["acceptance"]) == ("T", "d", ["a"])
+    task = _ok(worker, "task", action="add_subtask", id="task-1", subtask={"title": "s\u202e"})
+    assert task["task"]["subtasks"][0]["title"] == "s"
+    error = _error(worker, "todo_write", action="create", title="\u202e\u202d")
+    assert error["message"].endswith("title is blank")
+
+
 def test_todo_write_list_filters_by_status_label_and_path(make_worker: MakeWorker) -> None:
     worker = make_worker()
     _ok(worker, "todo_write", action="create", title="A", labels=["x"])

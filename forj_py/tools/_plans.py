@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import errors
 from ..errors import ToolFailure
-from ..output import redact, visible_controls
+from ..output import redact, sanitize, visible_controls
 from ..protocol import ErrorKind, ErrorType
 from ..safety.files import read_bytes, sha256
 from ..store.journal import default_state_dir
@@ -118,6 +118,19 @@ def read(kind: Kind, root: str, fn: Any) -> Any:
 
 
 # --- arguments ---------------------------------------------------------------------
+
+
+def clean(value: Any) -> Any:
+    """Text as the plan keeps it: without terminal controls or bidi overrides.
+
+    Results lose them anyway (every result is sanitized); removing them on
+    the way in keeps the store, the results, the panel and an export alike.
+    """
+    if isinstance(value, str):
+        return sanitize(value)
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    return value
 
 
 def refuse_extra(action: str, given: dict[str, Any], allowed: set[str]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import errors
 from ..protocol import RiskLevel
@@ -100,6 +100,8 @@ class SubtaskArg(BaseModel):
     title: str | None = Field(default=None, min_length=1, max_length=_plans.MAX_TITLE)
     done: bool | None = Field(default=None, description="Whether the subtask is done")
 
+    _clean = field_validator("title")(_plans.clean)
+
 
 class TaskFilter(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -153,6 +155,8 @@ class TaskArgs(BaseModel):
         min_length=1,
         description=f"For export: the Markdown file to write (default {DEFAULT_EXPORT})",
     )
+
+    _clean = field_validator("title", "description", "acceptance", "labels", "note")(_plans.clean)
 
     @model_validator(mode="after")
     def _per_action(self) -> TaskArgs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import errors
 from ..protocol import RiskLevel
@@ -82,6 +82,8 @@ class TodoWriteArgs(BaseModel):
         min_length=1,
         description=f"For export: the Markdown file to write (default {DEFAULT_EXPORT})",
     )
+
+    _clean = field_validator("title", "note", "labels")(_plans.clean)
 
     @model_validator(mode="after")
     def _per_action(self) -> TodoWriteArgs:
