@@ -13,6 +13,8 @@ from .registry import Tool
 from .run_tests import RunTests
 from .search import Search
 from .shell import RunShell
+from .task import Task
+from .todo_write import TodoWrite
 from .write_file import WriteFile
 
 
@@ -29,4 +31,6 @@ def builtin_tools() -> list[Tool[Any]]:
         Edit(),
         RunShell(),
         RunTests(),
+        TodoWrite(),
+        Task(),
     ]
