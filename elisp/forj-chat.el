@@ -76,6 +76,7 @@
 (require 'forj-markdown)
 
 (autoload 'forj-menu "forj-menu" "Open the menu of everything forj can do from here." t)
+(autoload 'forj-tasks "forj-tasks" "Show the project's todos and tasks in a side window." t)
 
 ;;; Options
 
@@ -193,6 +194,7 @@ the model reads is parsed from the concatenated texts.")
     ;; In a terminal C-c C-m is C-c RET: both open the menu.
     (define-key map (kbd "C-c C-m") #'forj-menu)
     (define-key map (kbd "C-c ?") #'forj-menu)
+    (define-key map (kbd "C-c C-j") #'forj-tasks)
     map)
   "Keymap of `forj-chat-mode'.")
 

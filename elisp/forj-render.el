@@ -528,23 +528,31 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
       (when (stringp step)
         (forj-render--insert-lines step "  ↳ " 'forj-render-recovery)))))
 
-(defun forj-render-body (name result root)
+(declare-function forj-tasks-result-summary "forj-tasks" (name args result))
+
+(defun forj-render-body (name result root &optional args)
   "Insert the body of RESULT, the result of a call to NAME, at point.
-Paths under ROOT that name files become links."
+Paths under ROOT that name files become links.  ARGS, the call's
+arguments, let a plan change (`todo_write', `task') show as one line."
   (if (not (eq (plist-get result :ok) t))
       (forj-render--body-error (plist-get result :error))
-    (let ((fields (forj-render--fields result)))
-      (funcall (pcase name
-                 ("read_file" #'forj-render--body-read)
-                 ((or "edit" "edit_region" "multi_edit" "write_file") #'forj-render--body-edit)
-                 ("search" #'forj-render--body-search)
-                 ("list_files" #'forj-render--body-listing)
-                 ("glob" #'forj-render--body-glob)
-                 ((or "run_shell" "run_tests") #'forj-render--body-command)
-                 (_ #'forj-render--body-generic))
-               (if fields fields (let ((value (plist-get result :result)))
-                                   (and value (list :value value))))
-               root))))
+    (let ((fields (forj-render--fields result))
+          (plan (and (member name '("todo_write" "task"))
+                     (require 'forj-tasks nil t)
+                     (forj-tasks-result-summary name args result))))
+      (if plan
+          (insert (forj-render--face plan 'forj-render-meta) "\n")
+        (funcall (pcase name
+                   ("read_file" #'forj-render--body-read)
+                   ((or "edit" "edit_region" "multi_edit" "write_file") #'forj-render--body-edit)
+                   ("search" #'forj-render--body-search)
+                   ("list_files" #'forj-render--body-listing)
+                   ("glob" #'forj-render--body-glob)
+                   ((or "run_shell" "run_tests") #'forj-render--body-command)
+                   (_ #'forj-render--body-generic))
+		 (if fields fields (let ((value (plist-get result :result)))
+                                     (and value (list :value value))))
+		 root)))))
 
 (defun forj-render-header-links (from to path line root)
   "Make PATH between FROM and TO (a header) a link to it at LINE under ROOT."

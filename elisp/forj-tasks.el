@@ -136,6 +136,12 @@ older than what the plan already shows is left out."
                 shown (or revision shown))))))
     (plist-put (plist-put (copy-sequence plan) key items) (cadr store) shown)))
 
+(defun forj-tasks--after-batch (pairs root)
+  "Give the Tasks panel of ROOT the results in PAIRS, a batch's (CALL . RESULT)."
+  (forj-tasks-note-results root (mapcar #'cdr pairs)))
+
+(add-hook 'forj-tools-after-batch-functions #'forj-tasks--after-batch)
+
 (defun forj-tasks-note-results (root results)
   "Apply the plan tools' RESULTS to the Tasks panel of project ROOT.
 RESULTS is a sequence of tool-result plists (any tools, in call

@@ -943,7 +943,7 @@ buffer, if any; ROOT the project root, for links.  The text carries
     (insert "\n")
     (when result
       (let ((body (point)))
-        (forj-render-body name result root)
+        (forj-render-body name result root args)
         (setq fold (forj-render-fold body (point) (format "this %s result" name)))))
     (add-text-properties from (point)
                          (list 'forj-raw raw 'forj-raw-kind "result"

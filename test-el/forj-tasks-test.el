@@ -14,28 +14,12 @@
 (require 'forj-tasks)
 (require 'forj-chat-test)
 
-(defun forj-tasks-test--tools-deliver-results-p ()
-  "Whether forj-tools.el itself hands each batch's results to the panel."
-  (with-temp-buffer
-    (insert-file-contents (locate-library "forj-tools.el"))
-    (search-forward "forj-tasks-note-results" nil t)))
-
-(defun forj-tasks-test--deliver (batch)
-  "Hand BATCH's results to the Tasks panel, as forj-tools.el does when a batch ends."
-  (let ((worker (forj-tools-batch-worker batch)))
-    (when worker
-      (forj-tasks-note-results (plist-get (forj-worker-hello worker) :root)
-                               (forj-tools-batch-results batch)))))
-
 (defmacro forj-tasks-test-with-delivery (&rest body)
-  "Run BODY with every batch's results reaching the Tasks panel.
-Until forj-tools.el makes that call itself at the end of each batch,
-the call is added here at the same place."
+  "Run BODY, checking that batches reach the Tasks panel by forj's own hook."
   (declare (indent 0) (debug t))
-  `(let ((shim (not (forj-tasks-test--tools-deliver-results-p))))
-     (when shim (advice-add 'forj-tools--finish :before #'forj-tasks-test--deliver))
-     (unwind-protect (progn ,@body)
-       (when shim (advice-remove 'forj-tools--finish #'forj-tasks-test--deliver)))))
+  `(progn
+     (should (memq #'forj-tasks--after-batch forj-tools-after-batch-functions))
+     ,@body))
 
 (defun forj-tasks-test--call (name &rest args)
   "A tool-call block calling NAME with ARGS (a plist), id made from both."
@@ -149,7 +133,8 @@ the call is added here at the same place."
                 (should (forj-chat-test--wait-idle 60))
                 (should (string-match-p
                          "\"result\":{\"tasks\":\\[{\"id\":\"todo-1\",\"title\":\"Check the build\",\"status\":\"completed\"}\\],\"revision\":[0-9]+}"
-                         (buffer-string)))
+                         ;; What the model read: the record, not the view.
+                         (forj-chat--transcript)))
                 (should (string-match-p "Nothing is left\\." (buffer-string)))))
           (forj-tasks-test--close panel))))))
 
