@@ -13,7 +13,7 @@ bodies come from our own Emacs client and are parsed strictly.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +52,9 @@ class ErrorKind(str, Enum):
     STALE_FILE = "StaleFile"
     # forj's own additions: a human said no, or the batch mode forbids running.
     USER_DENIED = "UserDenied"
+    # Seed 002: a [[rules]] rule refused the call, or an identical call ran recently.
+    RULE_VIOLATION = "RuleViolation"
+    DEDUPLICATED = "Deduplicated"
 
 
 class DenialReason(str, Enum):
@@ -63,6 +66,8 @@ class DenialReason(str, Enum):
     DENIED_PATTERN_MATCHED = "DeniedPatternMatched"
     LIMITS_EXCEEDED = "LimitsExceeded"
     NOT_ALLOWLISTED = "NotAllowlisted"
+    DENIED_BY_RULE = "DeniedByRule"  # a [permissions] deny rule
+    NOT_IN_MODE = "NotInMode"  # the permission mode does not offer the tool
 
 
 class RiskLevel(str, Enum):
@@ -153,10 +158,42 @@ class HelloRequest(_Strict):
     client: ClientInfo = Field(default_factory=ClientInfo)
 
 
+PermissionMode = Literal["read-only", "ask", "accept-edits", "auto"]
+# A chat session or turn id: plain text, short.
+SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
+
+
 class PlanRequest(_Strict):
     mode: ToolsMode = ToolsMode.ENABLED
     # Raw objects: each is parsed on its own so one bad call cannot sink the batch.
     calls: list[Any] = Field(max_length=10_000)
+    # The chat's permission mode; absent: the configured default.
+    permission_mode: PermissionMode | None = None
+    # The chat (session grants, deduplication) and its current turn (turn-scoped
+    # rules); absent: one shared chat, and each batch a turn of its own.
+    session: SessionId | None = None
+    turn: SessionId | None = None
+
+
+class ToolDefinitionsRequest(_Strict):
+    permission_mode: PermissionMode | None = None
+
+
+class GrantRequest(_Strict):
+    """A standing grant given with an approval."""
+
+    scope: Literal["once", "session", "minutes", "project"]
+    minutes: float | None = Field(default=None, gt=0, le=7 * 24 * 60)
+    # A permission rule; absent: the pattern the plan item proposed.
+    pattern: str | None = Field(default=None, min_length=1, max_length=2000)
+
+
+class GrantsRequest(_Strict):
+    session: SessionId | None = None
+
+
+class RevokeGrantRequest(_Strict):
+    id: str = Field(min_length=1, max_length=100)
 
 
 class PlanItem(BaseModel):
@@ -171,6 +208,10 @@ class PlanItem(BaseModel):
     # links, invisible characters.
     warnings: list[str] | None = None
     result: dict[str, Any] | None = None
+    # Why the call runs, is reviewed or is refused: the consent stage's reason.
+    reason: str | None = None
+    # For a reviewed call: the narrowest rule a standing grant could use.
+    grant_pattern: str | None = None
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
@@ -186,6 +227,8 @@ class ExecuteRequest(_Strict):
     # Edit before approve: call id -> {path: the text the user wants written
     # instead of the proposal}.  Only for approved calls that had a proposal.
     modified: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # Standing grants given with approvals: call id -> grant.
+    grants: dict[str, GrantRequest] = Field(default_factory=dict)
 
 
 class ProposalRequest(_Strict):
