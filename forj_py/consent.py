@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors
-from .config import PERMISSION_MODES, Config, ConfigError
+from .config import Config, ConfigError
 from .errors import ToolFailure
 from .protocol import DenialReason, ErrorKind, ErrorType
 from .rules import Probe, RulesEngine
@@ -513,7 +513,3 @@ def _scope(grant: Grant) -> str:
     if grant.scope == "minutes" and grant.expires_at is not None:
         return "until a set time"
     return {"session": "this chat", "project": "this project"}.get(grant.scope, grant.scope)
-
-
-def mode_order() -> list[str]:
-    return list(PERMISSION_MODES)

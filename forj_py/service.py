@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from . import __version__
-from .config import LoadedConfig, describe
+from .config import PERMISSION_MODES, LoadedConfig, describe
 from .consent import Consent, build_policy
 from .errors import ProtocolError
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
@@ -157,7 +157,7 @@ class Worker:
         policy = self.consent.policy
         return {
             "mode": policy.mode,
-            "modes": ["read-only", "ask", "accept-edits", "auto"],
+            "modes": list(PERMISSION_MODES),
             "auto_allowed": policy.auto_allowed,
             "permission_timeout_seconds": policy.timeout,
             "instructions": self.consent.engine.instructions(

@@ -165,8 +165,11 @@ def test_fr_cns_03_links_are_matched_where_they_lead() -> None:
 # --- properties -------------------------------------------------------------------
 
 _word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-._/=:", min_size=1, max_size=8)
-# A program name holds no "=": a first word with one is an assignment to the shell.
-_program = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-._/", min_size=1, max_size=8)
+# A program name holds no "=" (a first word with one is an assignment to the
+# shell) and is no keyword ("if", "done"): a plain command on its own.
+_program = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyz0123456789-._/", min_size=1, max_size=8
+).filter(lambda word: split_command(word) is not None)
 _argv = st.builds(lambda p, rest: [p, *rest], _program, st.lists(_word, max_size=3))
 
 
