@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     # here (Linux); from the main thread, before any command starts.
     if process.become_subreaper():
         process.start_reaper()
-    worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+    try:
+        worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+    except ConfigError as exc:  # a permission pattern the tools cannot use
+        return _fail(f"configuration error:\n{exc}")
     server = ForjServer(worker, token)
     stop = server.stop
     _watch_parent(stop)

@@ -20,16 +20,17 @@ allowed; the worker refuses to start on them rather than guess.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .patterns import PatternTooComplex, gitignore_regexes
-from .protocol import ToolsMode
+from .protocol import PermissionMode, ToolsMode
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -152,6 +153,14 @@ class ReadFileConfig(_Section):
     max_scan_bytes: int = Field(default=2_097_152, ge=1024, le=1 << 34)
 
 
+class DedupeConfig(_Section):
+    # An identical call (name and sorted arguments) of a listed tool inside
+    # the window is answered with a Deduplicated error instead of running.
+    # Nothing is listed by default, so re-reading after an edit always works.
+    window_seconds: float = Field(default=300, gt=0, le=86_400)
+    tools: list[str] = Field(default_factory=list)
+
+
 class ToolsConfig(_Section):
     mode: ToolsMode = Field(default=ToolsMode.ENABLED, strict=False)
     allow_parallel: bool = Field(
@@ -171,6 +180,129 @@ class ToolsConfig(_Section):
     listing: ListingConfig = Field(default_factory=ListingConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     shell: ShellConfig = Field(default_factory=ShellConfig)
+    dedupe: DedupeConfig = Field(default_factory=DedupeConfig)
+
+
+# --- consent: [permissions] and [[rules]] -------------------------------------
+
+# Strictest first: a project file may only move a mode towards the front.
+PERMISSION_MODES: list[str] = ["read-only", "ask", "accept-edits", "auto"]
+
+_RULE_SHAPE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}(\((?s:.+)\))?\Z")
+
+
+def _rule_texts(rules: list[str]) -> list[str]:
+    """The shape of ``TOOL`` / ``TOOL(PATTERN)``; the pattern is checked with the tools."""
+    for text in rules:
+        if not _RULE_SHAPE.match(text):
+            raise ValueError(
+                f"{text!r} is not a permission rule; write TOOL or TOOL(PATTERN), e.g. "
+                "'read_file', 'run_shell(git status*)', 'edit(src/**)', 'files(docs/**)'"
+            )
+        if "\0" in text or len(text) > 2000:
+            raise ValueError(f"{text[:60]!r}: a rule holds no NUL and at most 2000 characters")
+    return rules
+
+
+class PermissionsConfig(_Section):
+    mode: PermissionMode = "ask"
+    allow: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+    # Commands that may have network without a forced review (your own file only).
+    network: list[str] = Field(default_factory=list)
+    # "auto": run_shell calls the read-only classifier accepts run unasked.
+    read_only_commands: Literal["prompt", "auto"] = "prompt"
+    # A review left unanswered this long is a denial; 0 waits for ever.
+    permission_timeout_seconds: float = Field(default=0, ge=0, le=86_400)
+
+    _shapes = field_validator("allow", "ask", "deny", "network")(_rule_texts)
+
+
+class _Rule(_Section):
+    pass
+
+
+class MaxCallsRule(_Rule):
+    type: Literal["max_calls"]
+    tool: str
+    max: int = Field(ge=1, le=100_000)
+
+
+class CooldownRule(_Rule):
+    type: Literal["cooldown"]
+    tool: str
+    seconds: float = Field(gt=0, le=86_400)
+
+
+class ExclusiveGroupRule(_Rule):
+    type: Literal["exclusive_group"]
+    tools: list[str] = Field(min_length=2)
+
+
+class RequiresPrecedingRule(_Rule):
+    type: Literal["requires_preceding"]
+    tool: str
+    after: list[str] = Field(min_length=1)
+
+
+class RequiresFollowingRule(_Rule):
+    type: Literal["requires_following"]
+    tool: str
+    before: list[str] = Field(min_length=1)
+
+
+class RequiredBeforeExitRule(_Rule):
+    type: Literal["required_before_exit"]
+    tools: list[str] = Field(min_length=1)
+
+
+class StartConstraintRule(_Rule):
+    type: Literal["start_constraint"]
+    tools: list[str] = Field(min_length=1)
+
+
+class RequiresConsentRule(_Rule):
+    type: Literal["requires_consent"]
+    tool: str
+
+
+class ExitLoopRule(_Rule):
+    type: Literal["exit_loop"]
+    tool: str
+
+
+class ContinueLoopRule(_Rule):
+    type: Literal["continue_loop"]
+    tool: str
+
+
+RuleConfig = Annotated[
+    MaxCallsRule
+    | CooldownRule
+    | ExclusiveGroupRule
+    | RequiresPrecedingRule
+    | RequiresFollowingRule
+    | RequiredBeforeExitRule
+    | StartConstraintRule
+    | RequiresConsentRule
+    | ExitLoopRule
+    | ContinueLoopRule,
+    Field(discriminator="type"),
+]
+# What a project file may add without trust: rules that only ever refuse or
+# ask more.  The others make the chat ask the model for calls, or let the
+# loop go on.
+RESTRICTIVE_RULES = frozenset(
+    {
+        "max_calls",
+        "cooldown",
+        "exclusive_group",
+        "requires_preceding",
+        "requires_consent",
+        "exit_loop",
+    }
+)
 
 
 class TrustConfig(_Section):
@@ -182,6 +314,8 @@ class TrustConfig(_Section):
 class Config(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     trust: TrustConfig = Field(default_factory=TrustConfig)
+    permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)
+    rules: list[RuleConfig] = Field(default_factory=list, max_length=1000)
 
 
 @dataclass
@@ -420,6 +554,11 @@ def merge(
         if path[0] == "trust":
             continue
         user_value = _get(user, path)
+        if path in _CONSENT_RULES:
+            new, problems = _CONSENT_RULES[path](user_value, value, trusted)
+            _set(merged, path, new)
+            warnings.extend(f"{source}: {problem}" for problem in problems)
+            continue
         if path in _USER_ONLY:
             new, accepted = _USER_ONLY[path](user_value, value)
             hint = "Only your own config file can set this, even for a trusted project."
@@ -439,6 +578,88 @@ def merge(
                 f"{_show(user_value)}; ignored. {hint}"
             )
     return merged
+
+
+# --- merging the consent keys: each rule knows whether the project is trusted
+
+_ConsentRule = Callable[[Any, Any, bool], tuple[Any, list[str]]]
+_USER_ONLY_HINT = "Only your own config file can set this, even for a trusted project."
+
+
+def _permission_mode(user: str, project: str, trusted: bool) -> tuple[Any, list[str]]:
+    order = PERMISSION_MODES
+    if project == "auto" and user != "auto":
+        return user, [f"permissions.mode = 'auto' ignored. {_USER_ONLY_HINT}"]
+    if trusted or order.index(project) <= order.index(user):
+        return project, []
+    return user, [
+        f"permissions.mode = {project!r} would loosen your mode {user!r}; ignored. {_TRUST_HINT}"
+    ]
+
+
+def _legacy_approval_mode(user: str, project: str, trusted: bool) -> tuple[Any, list[str]]:
+    # The old key's "auto" now means the auto permission mode: your own file only.
+    order = ["deny", "prompt", "auto"]
+    if project == "auto" and user != "auto" and trusted:
+        return user, [f"tools.approval.mode = 'auto' ignored. {_USER_ONLY_HINT}"]
+    if trusted or order.index(project) <= order.index(user):
+        return project, []
+    return user, [
+        f"tools.approval.mode = {project!r} would loosen your setting {user!r}; ignored. "
+        + _TRUST_HINT
+    ]
+
+
+def _allow_rules(user: list[str], project: list[str], trusted: bool) -> tuple[Any, list[str]]:
+    if trusted:
+        return list(dict.fromkeys([*user, *project])), []
+    extra = [rule for rule in project if rule not in user]
+    problems = [f"permissions.allow {rule!r} ignored. {_TRUST_HINT}" for rule in extra]
+    return list(user), problems
+
+
+def _added_rules(user: list[str], project: list[str], trusted: bool) -> tuple[Any, list[str]]:
+    return list(dict.fromkeys([*user, *project])), []
+
+
+def _network_rules(user: list[str], project: list[str], trusted: bool) -> tuple[Any, list[str]]:
+    kept = [rule for rule in project if rule in user]
+    problems = [
+        f"permissions.network {rule!r} ignored. {_USER_ONLY_HINT}"
+        for rule in project
+        if rule not in user
+    ]
+    return kept, problems
+
+
+def _read_only_commands(user: str, project: str, trusted: bool) -> tuple[Any, list[str]]:
+    if project == "auto" and user != "auto":
+        return user, [f"permissions.read_only_commands = 'auto' ignored. {_USER_ONLY_HINT}"]
+    return project, []
+
+
+def _rule_list(user: list[Any], project: list[Any], trusted: bool) -> tuple[Any, list[str]]:
+    """The project's rules are added to yours; without trust, only restrictive ones."""
+    kept = [rule for rule in project if trusted or rule.type in RESTRICTIVE_RULES]
+    problems = [
+        f"[[rules]] type = {rule.type!r} ignored: without trust a project may add only "
+        f"{', '.join(sorted(RESTRICTIVE_RULES))} rules. {_TRUST_HINT}"
+        for rule in project
+        if rule not in kept
+    ]
+    return [*user, *kept], problems
+
+
+_CONSENT_RULES: dict[tuple[str, ...], _ConsentRule] = {
+    ("permissions", "mode"): _permission_mode,
+    ("permissions", "allow"): _allow_rules,
+    ("permissions", "ask"): _added_rules,
+    ("permissions", "deny"): _added_rules,
+    ("permissions", "network"): _network_rules,
+    ("permissions", "read_only_commands"): _read_only_commands,
+    ("tools", "approval", "mode"): _legacy_approval_mode,
+    ("rules",): _rule_list,
+}
 
 
 def _narrow_roots(user_roots: list[str], project_roots: list[str], root: Path) -> tuple[Any, bool]:

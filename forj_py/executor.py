@@ -29,7 +29,8 @@ from . import errors
 from .errors import ToolFailure
 from .output import dumps, fit_json_text, json_has_controls, sanitize_value
 from .planner import PlannedCall, error_result
-from .protocol import Disposition, Event, ToolResult
+from .protocol import Disposition, ErrorKind, ErrorType, Event, ToolResult
+from .rules import Gate
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
 from .store.backups import Backups
@@ -64,6 +65,13 @@ class Batch:
     lock: threading.Lock = field(default_factory=threading.Lock)
     results: list[Finished] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Consent: the chat's mode, its turn's rules, and when the review was due.
+    permission_mode: str = "ask"
+    session: str = ""
+    gate: Gate | None = None
+    planned_at: float = 0.0
+    review_timeout: float = 0.0
+    review_expired: bool = False
 
     def request_cancel(self) -> None:
         with self.lock:
@@ -170,12 +178,23 @@ class Runner:
                         recovery=["Make the call again on its own, after any reads it needs"],
                     ),
                 ), True
+            if batch.review_expired:
+                return error_result(cid, name, review_timed_out(batch.review_timeout)), True
             if cid in denied:
                 return error_result(cid, name, errors.user_denied(denied[cid] or None)), True
             if cid not in approved:
                 return error_result(cid, name, errors.user_denied(None)), True
+        gate = batch.gate
+        if gate is not None:
+            # The rules again, against what really ran: an earlier call of the
+            # batch may have been denied or failed since planning.
+            violation = gate.before(name, planned.raw_args or {})
+            if violation is not None:
+                return error_result(cid, name, violation), True
         emit(Event(batch_id=batch.batch_id, call_id=cid, seq=planned.seq, kind="started"))
         result, truncatable = self._run_tool(batch, planned, limit, emit, user_texts)
+        if gate is not None:
+            gate.after(name, planned.raw_args or {}, cid, bool(result.get("ok")))
         emit(
             Event(
                 batch_id=batch.batch_id,
@@ -228,6 +247,8 @@ class Runner:
             commands=self.commands,
             # Checkpoints: every file the call writes is journaled as it lands.
             changes=ChangeLog(self.journal, batch.batch_id, planned.seq, cid),
+            standing_consent=planned.standing and planned.disposition is Disposition.EXECUTE,
+            read_only_mode=batch.permission_mode == "read-only",
         )
         box: dict[str, Any] = {}
         done = threading.Event()
@@ -286,6 +307,21 @@ class Runner:
             value = sanitize_value(value)
         wire = ToolResult(id=cid, name=tool.name, ok=True, result=value).wire()
         return wire, ctx.allow_truncation
+
+
+def review_timed_out(seconds: float) -> ToolFailure:
+    return ToolFailure(
+        ErrorType.PERMISSION,
+        f"Nobody answered the review within {seconds:g} s, so this call was not run; "
+        "an unanswered review counts as a denial",
+        kind=ErrorKind.USER_DENIED,
+        recovery=[
+            "Do not repeat the call on your own: the user may be away",
+            "Say what you wanted to do and wait for the user",
+        ],
+        timed_out=True,
+        timeout_seconds=seconds,
+    )
 
 
 @dataclass(frozen=True)

@@ -5,20 +5,21 @@ need nothing first, so a bad call is never shown to the user):
 
  1. tools mode ``disabled``, or policy ``enabled = false``  → resolved
  2. a call object that is not ``{id, name, args?, meta?}`` → resolved
- 3. the tool is denylisted                                  → resolved
+ 3. a ``deny`` rule naming the whole tool                   → resolved
  4. the tool is unknown                                     → resolved
  5. the call id repeats an earlier one in the batch         → resolved
  6. limits: calls per batch, argument bytes                 → resolved
  7. JSON Schema validation of ``args``                      → resolved
  8. typed parse into the tool's ``Args`` model              → resolved
  9. sandbox preflight of ``meta.cwd`` and every path arg    → resolved
-10. policy: mode, allowlist, ``prompt_side_effects``        → execute / confirm / resolved
-11. the tool's own ``requires_approval``                    → confirm
+10. consent (:mod:`forj_py.consent`): mode, permission rules,
+    ``[[rules]]``, forced review, grants                    → execute / confirm / resolved
 
 Failures become ready error results and never prompt.  A confirm item
-carries its summary, risk and (where the tool can make one) a preview.
-In ``parse_only`` mode a valid call gets ``manual`` instead: nothing runs
-it and the user supplies its result.
+carries its summary, risk, the reason consent gave, a proposed grant
+pattern and (where the tool can make one) a preview.  In ``parse_only``
+mode a valid call gets ``manual`` instead: nothing runs it and the user
+supplies its result.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from . import errors, policy
+from . import errors
 from .config import Config
+from .consent import Consent, Facts, subject_of
 from .errors import ToolFailure
 from .output import count_marks, sanitize, sanitize_value, short_summary, visible_controls
 from .protocol import (
@@ -46,8 +48,10 @@ from .protocol import (
     ToolResult,
     ToolsMode,
 )
+from .rules import Probe
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
+from .safety.permissions import Subject
 from .tools.registry import Registry, Session, Staged, Tool, ToolContext, format_schema_errors
 
 log = logging.getLogger(__name__)
@@ -72,6 +76,13 @@ class PlannedCall:
     result: dict[str, Any] | None = None  # the ready result of a resolved call
     # What a reviewed writing call proposes, file by file (for edit before approve).
     staged: list[Staged] = field(default_factory=list)
+    # The consent stage's word: why, and whether the user said yes in advance.
+    reason: str | None = None
+    standing: bool = False
+    grant_pattern: str | None = None
+    subject: Subject | None = None
+    # The arguments as sent (nulls dropped): what rules and deduplication compare.
+    raw_args: dict[str, Any] | None = None
 
     def item(self) -> PlanItem:
         return PlanItem(
@@ -84,6 +95,8 @@ class PlannedCall:
             preview_note=self.preview_note,
             warnings=self.warnings or None,
             result=self.result,
+            reason=self.reason,
+            grant_pattern=self.grant_pattern,
         )
 
 
@@ -101,6 +114,10 @@ class PlanContext:
     # two edits of one file in one batch each show (and apply) their own diff.
     overlay: dict[str, str] = field(default_factory=dict)
     commands: CommandSandbox | None = None
+    consent: Consent | None = None
+    permission_mode: str = "ask"
+    chat: str = ""  # the chat session (grants, deduplication)
+    probe: Probe | None = None
 
 
 def error_result(call_id: str, name: str, failure: ToolFailure) -> dict[str, Any]:
@@ -144,6 +161,11 @@ def plan_call(pc: PlanContext, mode: ToolsMode, seq: int, raw: Any) -> PlannedCa
     pc.seen_ids.add(call_id)
     try:
         _plan(pc, mode, planned, duplicate)
+    except _Refused as refused:
+        planned.disposition = Disposition.RESOLVED
+        planned.preview = None
+        planned.reason = refused.reason
+        planned.result = error_result(call_id, name, refused.failure)
     except ToolFailure as failure:
         planned.disposition = Disposition.RESOLVED
         planned.preview = None
@@ -164,15 +186,12 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             "Tools are disabled in this conversation; no tool call can run",
             DenialReason.DISABLED,
         )
-    failure = policy.globally_disabled(approval)
-    if failure:
-        raise failure
+    if not approval.enabled:  # FR-APR-04a
+        raise errors.denied_by_policy("Tool execution disabled by policy", DenialReason.DISABLED)
     # 2. the call object itself
     call = _parse_call(planned.raw)
-    # 3. denylist, 4. unknown tool
-    failure = policy.denylisted(approval, call.name)
-    if failure:
-        raise failure
+    # 3. a deny rule for the whole tool (whatever the arguments), 4. unknown tool
+    _denied_tool(pc, call.name)
     entry = pc.registry.get(call.name)
     if entry is None:
         raise errors.unknown_tool(call.name, pc.registry.names())
@@ -224,6 +243,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             problems=messages[:20],
         ) from None
     planned.args = args
+    planned.raw_args = raw_args
     planned.summary = short_summary(tool.summary(args))
     planned.risk = tool.risk(args)
     # 9. sandbox preflight
@@ -248,11 +268,8 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
     if mode is ToolsMode.PARSE_ONLY:
         planned.disposition = Disposition.MANUAL
         return
-    # 10. policy, 11. tool-level approval; a call with review notes (network,
-    # no sandbox) is reviewed whatever the policy says.
-    outcome = policy.decide(approval, tool, args)
-    if isinstance(outcome, ToolFailure):
-        raise outcome
+    # 10. consent: one stage decides, with the tool's review notes (network,
+    # no sandbox) and writes through links as forced-review reasons.
     ctx = _preview_context(pc, planned)
     notes = [short_summary(n, limit=400) for n in tool.review_notes(args, ctx)]
     if links:
@@ -266,11 +283,33 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
     if tags:
         # First, so no cut of a long summary can drop them.
         planned.summary = short_summary(f"[{', '.join(tags)}] " + tool.summary(args))
-    if notes:
-        outcome = policy.Outcome.CONFIRM
     planned.warnings = notes
-    if outcome is policy.Outcome.CONFIRM:
+    assert pc.consent is not None
+    subject = subject_of(tool, args, pc.sandbox, planned.working_dir)
+    planned.subject = subject
+    decision = pc.consent.decide(
+        Facts(
+            call_id=planned.call_id,
+            tool=tool,
+            args=args,
+            raw_args=raw_args,
+            subject=subject,
+            mode=pc.permission_mode,
+            notes=notes,
+            session=pc.chat,
+            probe=pc.probe,
+        )
+    )
+    planned.reason = decision.reason
+    if decision.failure is not None:
+        raise _Refused(decision.reason, decision.failure)
+    planned.standing = decision.standing
+    if decision.outcome == "confirm":
         planned.disposition = Disposition.CONFIRM
+        # A grant cannot lift a forced review, an ask rule or requires_consent
+        # (they come first), so only the mode's own question offers one.
+        if decision.step == "default":
+            planned.grant_pattern = pc.consent.propose(subject)
         try:
             preview = tool.preview(args, ctx)
             planned.preview = None if preview is None else visible_controls(preview)
@@ -290,6 +329,37 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             )
     else:
         planned.disposition = Disposition.EXECUTE
+
+
+class _Refused(Exception):
+    """The consent stage refused a call: its error, and the reason to show and journal."""
+
+    def __init__(self, reason: str, failure: ToolFailure) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.failure = failure
+
+
+def _denied_tool(pc: PlanContext, name: str) -> None:
+    """A deny rule without a pattern refuses the tool before its arguments are looked at."""
+    if pc.consent is None:
+        return
+    for rule in pc.consent.policy.deny:
+        if rule.pattern is None and rule.tool == name:
+            reason = (
+                DenialReason.DENYLISTED
+                if "denylist" in rule.source
+                else (DenialReason.DENIED_BY_RULE)
+            )
+            raise _Refused(
+                f"denied by {rule.source} {rule.text!r}",
+                errors.denied_by_policy(
+                    f"The tool {name!r} is denied by the user's configuration "
+                    f"({rule.source} {rule.text!r})",
+                    reason,
+                    tool=name,
+                ),
+            )
 
 
 def _lone_surrogate(value: Any, where: str) -> str | None:

@@ -13,7 +13,7 @@ bodies come from our own Emacs client and are parsed strictly.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,6 +53,9 @@ class ErrorKind(str, Enum):
     STALE_FILE = "StaleFile"
     # forj's own additions: a human said no, or the batch mode forbids running.
     USER_DENIED = "UserDenied"
+    # Seed 002: a [[rules]] rule refused the call, or an identical call ran recently.
+    RULE_VIOLATION = "RuleViolation"
+    DEDUPLICATED = "Deduplicated"
 
 
 class DenialReason(str, Enum):
@@ -64,6 +67,8 @@ class DenialReason(str, Enum):
     DENIED_PATTERN_MATCHED = "DeniedPatternMatched"
     LIMITS_EXCEEDED = "LimitsExceeded"
     NOT_ALLOWLISTED = "NotAllowlisted"
+    DENIED_BY_RULE = "DeniedByRule"  # a [permissions] deny rule
+    NOT_IN_MODE = "NotInMode"  # the permission mode does not offer the tool
 
 
 class RiskLevel(str, Enum):
@@ -154,6 +159,11 @@ class HelloRequest(_Strict):
     client: ClientInfo = Field(default_factory=ClientInfo)
 
 
+PermissionMode = Literal["read-only", "ask", "accept-edits", "auto"]
+# A chat session or turn id: plain text, short.
+SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
+
+
 class PlanRequest(_Strict):
     mode: ToolsMode = ToolsMode.ENABLED
     # Raw objects: each is parsed on its own so one bad call cannot sink the batch.
@@ -161,8 +171,14 @@ class PlanRequest(_Strict):
     calls: list[Any] | None = Field(default=None, max_length=10_000)
     # A batch ``journal_calls`` recorded: plan those calls under that id.
     batch_id: str | None = None
-    # The client's turn id: opaque text naming the user message the batch answers.
+    # The client's turn id: opaque text naming the user message the batch
+    # answers (turn-scoped rules reset when it changes; absent: each batch is
+    # a turn of its own).
     turn: str | None = Field(default=None, min_length=1, max_length=256)
+    # The chat's permission mode; absent: the configured default.
+    permission_mode: PermissionMode | None = None
+    # The chat (session grants, deduplication); absent: one shared chat.
+    session: SessionId | None = None
 
 
 class JournalCallsRequest(_Strict):
@@ -197,6 +213,27 @@ class RewindRequest(_Strict):
     force: list[str] = Field(default_factory=list)
 
 
+class ToolDefinitionsRequest(_Strict):
+    permission_mode: PermissionMode | None = None
+
+
+class GrantRequest(_Strict):
+    """A standing grant given with an approval."""
+
+    scope: Literal["once", "session", "minutes", "project"]
+    minutes: float | None = Field(default=None, gt=0, le=7 * 24 * 60)
+    # A permission rule; absent: the pattern the plan item proposed.
+    pattern: str | None = Field(default=None, min_length=1, max_length=2000)
+
+
+class GrantsRequest(_Strict):
+    session: SessionId | None = None
+
+
+class RevokeGrantRequest(_Strict):
+    id: str = Field(min_length=1, max_length=100)
+
+
 class PlanItem(BaseModel):
     id: str
     name: str
@@ -213,6 +250,10 @@ class PlanItem(BaseModel):
     # (git), and sentences saying so; information, not a reason to confirm.
     uncommitted: list[str] | None = None
     notes: list[str] | None = None
+    # Why the call runs, is reviewed or is refused: the consent stage's reason.
+    reason: str | None = None
+    # For a reviewed call: the narrowest rule a standing grant could use.
+    grant_pattern: str | None = None
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
@@ -230,6 +271,8 @@ class ExecuteRequest(_Strict):
     # instead of the proposal}.  Only for approved calls that had a proposal.
     modified: dict[str, dict[str, str]] = Field(default_factory=dict)
     turn: str | None = Field(default=None, min_length=1, max_length=256)
+    # Standing grants given with approvals: call id -> grant.
+    grants: dict[str, GrantRequest] = Field(default_factory=dict)
 
 
 class ProposalRequest(_Strict):

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,7 +23,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from . import __version__
-from .config import LoadedConfig, describe
+from .config import PERMISSION_MODES, LoadedConfig, describe
+from .consent import Consent, build_policy
 from .errors import ProtocolError, ToolFailure
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
 from .planner import PlanContext, PlannedCall, identify, plan_batch
@@ -34,21 +36,27 @@ from .protocol import (
     ErrorKind,
     ErrorType,
     ExecuteRequest,
+    GrantsRequest,
     JournalCallsRequest,
     PlanItem,
     PlanRequest,
     ProposalRequest,
     ResolveBatchRequest,
+    RevokeGrantRequest,
     RewindRequest,
+    ToolDefinitionsRequest,
     ToolError,
     ToolResult,
     ToolsMode,
     UndoRequest,
 )
+from .rules import Gate, RulesEngine
 from .safety.commands import CommandSandbox, probe
 from .safety.files import sha256
 from .safety.paths import Sandbox
+from .safety.permissions import parse_rule
 from .store.backups import Backups
+from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
 from .system import git
 from .tools.registry import Registry, Session
@@ -104,6 +112,7 @@ class Worker:
         registry: Registry,
         journal: Journal,
         state_dir: Path,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.loaded = loaded
         self.config = loaded.config
@@ -145,6 +154,15 @@ class Worker:
         self.undoer = Undo(
             self.sandbox, journal, self.backups, self.session, self.root, self.identity
         )
+        # Consent: one stage decides (forj_py/consent.py); clock injectable for tests.
+        self.clock = clock
+        self.consent = Consent(
+            build_policy(self.config, registry),
+            RulesEngine(self.config.rules, self.config.tools.dedupe, set(registry.names()), clock),
+            GrantStore(state_dir, self.sandbox.project_root, clock),
+            registry,
+            clock,
+        )
 
     # --- methods ---------------------------------------------------------------
 
@@ -158,19 +176,42 @@ class Worker:
             "warnings": self.warnings(),
             "sandbox": self.commands.availability.wire(),
             "journal": str(self.journal.path),
-            "tools": self.registry.definitions(),
+            "tools": self.consent.definitions(self.consent.policy.mode),
             "unfinished": self.unfinished(),
+            "permissions": self.permissions_summary(),
+        }
+
+    def permissions_summary(self) -> dict[str, Any]:
+        policy = self.consent.policy
+        return {
+            "mode": policy.mode,
+            "modes": list(PERMISSION_MODES),
+            "auto_allowed": policy.auto_allowed,
+            "permission_timeout_seconds": policy.timeout,
+            "instructions": self.consent.engine.instructions(
+                self.consent.available_names(policy.mode)
+            ),
         }
 
     def warnings(self) -> list[str]:
         found = list(self.loaded.warnings)
+        found += self.consent.policy.warnings + self.consent.engine.warnings
         unsandboxed = self.commands.availability.warning()
         if unsandboxed is not None:
             found.append(unsandboxed)
         return found
 
-    def tool_definitions(self) -> dict[str, Any]:
-        return {"tools": self.registry.definitions()}
+    def tool_definitions(self, body: Any = None) -> dict[str, Any]:
+        req = parse_request(ToolDefinitionsRequest, {} if body is None else body)
+        mode, note = self.consent.mode_for(req.permission_mode)
+        reply: dict[str, Any] = {
+            "tools": self.consent.definitions(mode),
+            "permission_mode": mode,
+            "instructions": self.consent.engine.instructions(self.consent.available_names(mode)),
+        }
+        if note:
+            reply["mode_note"] = note
+        return reply
 
     def journal_calls(self, body: Any) -> dict[str, Any]:
         """Journal a complete message's calls before any planning, so a crash loses none."""
@@ -226,6 +267,8 @@ class Worker:
     def plan(self, body: Any) -> dict[str, Any]:
         req = parse_request(PlanRequest, body)
         mode = min(req.mode, self.config.tools.mode, key=_MODE_ORDER.index)
+        permission_mode, mode_note = self.consent.mode_for(req.permission_mode)
+        session = req.session or ""
         if req.batch_id is not None:
             batch_id = req.batch_id
             raw_calls = self._journaled_calls(batch_id, req.calls)
@@ -241,6 +284,10 @@ class Worker:
             batch_id = uuid.uuid4().hex
             raw_calls = req.calls
             self._record_calls(batch_id, mode, raw_calls, req.turn)
+        # Without a turn id every batch is a turn of its own.
+        turn = req.turn or f"batch:{batch_id}"
+        available = self.consent.available_names(permission_mode)
+        probe = self.consent.engine.probe(session, turn, available)
         pc = PlanContext(
             registry=self.registry,
             config=self.config,
@@ -249,6 +296,10 @@ class Worker:
             batch_id=batch_id,
             output_limit=min(self.config.tools.output.max_bytes, DEFAULT_CAPACITY_BYTES),
             commands=self.commands,
+            consent=self.consent,
+            permission_mode=permission_mode,
+            chat=session,
+            probe=probe,
         )
         calls = plan_batch(pc, mode, raw_calls)
         self.journal.record_plan(
@@ -256,7 +307,22 @@ class Worker:
             [c.disposition.value for c in calls],
             {c.seq: c.result for c in calls if c.result is not None},
         )
-        batch = Batch(batch_id=batch_id, mode=mode.value, calls=calls)
+        self._journal_consent(
+            batch_id,
+            "plan",
+            {c.seq: f"[{permission_mode}] {c.reason}" for c in calls if c.reason is not None},
+        )
+        gate = Gate(self.consent.engine, session, turn, available)
+        batch = Batch(
+            batch_id=batch_id,
+            mode=mode.value,
+            calls=calls,
+            permission_mode=permission_mode,
+            session=session,
+            gate=gate,
+            planned_at=self.clock(),
+            review_timeout=self.consent.policy.timeout,
+        )
         with self._lock:
             self._claimed.discard(batch_id)  # the journal says "planned" from now on
             self._batches[batch_id] = batch
@@ -264,11 +330,30 @@ class Worker:
                 self._batches.popitem(last=False)
         items = [c.item() for c in calls]
         self._note_uncommitted(calls, items)
-        return {
+        turn_info = self.consent.engine.probe_info(probe)
+        turn_info["continue_loop"] = self.consent.engine.continues(
+            [c.name for c in calls if c.disposition is not Disposition.RESOLVED]
+        )
+        reply: dict[str, Any] = {
             "batch_id": batch_id,
             "mode": mode.value,
+            "permission_mode": permission_mode,
             "items": [item.wire() for item in items],
+            "turn": turn_info,
         }
+        if self.consent.policy.timeout and any(c.disposition is Disposition.CONFIRM for c in calls):
+            reply["review_timeout_seconds"] = self.consent.policy.timeout
+        if mode_note:
+            reply["mode_note"] = mode_note
+        return reply
+
+    def _journal_consent(self, batch_id: str, stage: str, reasons: dict[int, str]) -> None:
+        if not reasons:
+            return
+        try:
+            self.journal.record_consent(batch_id, stage, reasons)
+        except Exception:  # the decision stands; the audit line is lost, and logged
+            log.exception("journal: consent of batch %s not recorded", batch_id)
 
     def _note_uncommitted(self, calls: list[PlannedCall], items: list[PlanItem]) -> None:
         """Say which files a writing call targets hold uncommitted work not made by forj."""
@@ -337,12 +422,18 @@ class Worker:
                 )
             batch.state = "executing"
         confirm = {c.call_id for c in batch.calls if c.disposition is Disposition.CONFIRM}
+        timeout = batch.review_timeout
+        if confirm and timeout and self.clock() - batch.planned_at > timeout:
+            # permission_timeout_seconds: an answer that comes too late is a denial.
+            batch.review_expired = True
         try:
             self._check_modified(batch, req.modified, set(req.approved) & confirm)
+            given = self._check_grants(batch, req, set(req.approved) & confirm)
         except ProtocolError:
             with batch.lock:
                 batch.state = "planned"  # nothing ran: the caller may try again
             raise
+        approvals = self._record_approvals(batch, req, confirm, given)
         unknown = (set(req.approved) | set(req.denied)) - {c.call_id for c in batch.calls}
         if unknown:
             log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
@@ -356,17 +447,22 @@ class Worker:
             emit=emit,
             modified=req.modified,
         )
+        turn_info = batch.gate.info() if batch.gate is not None else {}
         reply = Encoded(
             batch_id=batch.batch_id,
             state=batch.state,
             results=[f.wire for f in finished],
             warnings=batch.warnings,
+            turn=turn_info,
+            grants=approvals,
         )
         # The results are already JSON text: splice them in rather than encode
         # megabytes a second time.
         reply.text = (
             f'{{"batch_id":{json.dumps(batch.batch_id)},"state":{json.dumps(batch.state)},'
             f'"warnings":{json.dumps(batch.warnings, ensure_ascii=False)},'
+            f'"turn":{json.dumps(turn_info, ensure_ascii=False)},'
+            f'"grants":{json.dumps(approvals, ensure_ascii=False)},'
             f'"results":[{",".join(f.text for f in finished)}]}}'
         )
         batch_id = batch.batch_id
@@ -378,6 +474,106 @@ class Worker:
             self.journal.record_delivered(batch_id)
         except Exception:
             log.exception("journal: could not record the delivery of %s", batch_id)
+
+    # --- grants -------------------------------------------------------------------
+
+    def _check_grants(
+        self, batch: Batch, req: ExecuteRequest, approved: set[str]
+    ) -> dict[str, tuple[str, str]]:
+        """Each standing grant asked for, checked before anything runs: id -> (rule, scope)."""
+        given: dict[str, tuple[str, str]] = {}
+        if batch.review_expired:
+            return given
+        by_id = {c.call_id: c for c in batch.calls}
+        for call_id, grant in req.grants.items():
+            if call_id not in approved:
+                raise ProtocolError(
+                    "bad-request",
+                    f"a grant for call {call_id!r}, which is not an approved reviewed call",
+                    ["Give grants only with the approval of a call awaiting review"],
+                )
+            if grant.scope == "once":
+                continue  # the approval itself; never remembered
+            if grant.scope == "minutes" and grant.minutes is None:
+                raise ProtocolError(
+                    "bad-request",
+                    f"the grant for call {call_id!r} has scope 'minutes' but no minutes",
+                    ['Send {"scope": "minutes", "minutes": 30}'],
+                )
+            planned = by_id[call_id]
+            rule = grant.pattern or planned.grant_pattern
+            if rule is None:
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} has no proposed grant pattern; send one in 'pattern'",
+                    ["Approve it once, or give a pattern such as run_shell(make test *)"],
+                )
+            try:
+                parsed = parse_rule(rule, "grant")
+                parsed.check(planned.tool is not None and planned.tool.runs_commands)
+                covers = planned.subject is not None and parsed.matches(
+                    planned.subject, strict=True
+                )
+            except ValueError as exc:
+                raise ProtocolError("bad-request", f"grant pattern: {exc}") from None
+            if not covers:
+                raise ProtocolError(
+                    "bad-request",
+                    f"the grant pattern {rule!r} does not cover call {call_id!r} it approves",
+                    ["Widen the pattern so it matches the reviewed call"],
+                )
+            given[call_id] = (rule, grant.scope)
+        return given
+
+    def _record_approvals(
+        self,
+        batch: Batch,
+        req: ExecuteRequest,
+        confirm: set[str],
+        given: dict[str, tuple[str, str]],
+    ) -> list[dict[str, Any]]:
+        """Store the grants, and journal each reviewed call's answer."""
+        granted: list[dict[str, Any]] = []
+        reasons: dict[int, str] = {}
+        for planned in batch.calls:
+            cid = planned.call_id
+            if cid not in confirm:
+                continue
+            if batch.review_expired:
+                reasons[planned.seq] = f"review unanswered after {batch.review_timeout:g} s: denied"
+            elif cid in req.denied:
+                reasons[planned.seq] = "denied by the user" + (
+                    f": {req.denied[cid]}" if req.denied[cid] else ""
+                )
+            elif cid not in req.approved:
+                reasons[planned.seq] = "not approved: denied"
+            elif cid in given:
+                rule, scope = given[cid]
+                request = req.grants[cid]
+                network = bool(planned.subject and planned.subject.network)
+                grant = self.consent.grants.add(
+                    rule, scope, batch.session, request.minutes, network
+                )
+                granted.append({"call_id": cid, **grant.wire()})
+                reasons[planned.seq] = f"approved by the user; grant {grant.id} {rule!r} ({scope})"
+            else:
+                reasons[planned.seq] = "approved by the user (once)"
+        self._journal_consent(batch.batch_id, "approval", reasons)
+        return granted
+
+    def grants(self, body: Any) -> dict[str, Any]:
+        req = parse_request(GrantsRequest, {} if body is None else body)
+        return {"grants": [g.wire() for g in self.consent.grants.active(req.session)]}
+
+    def revoke_grant(self, body: Any) -> dict[str, Any]:
+        req = parse_request(RevokeGrantRequest, body)
+        if not self.consent.grants.revoke(req.id):
+            raise ProtocolError(
+                "bad-request",
+                f"no grant {req.id!r} in force for this project",
+                ["List them with the grants method; expired grants are gone already"],
+            )
+        return {"revoked": True}
 
     def proposal(self, body: Any) -> dict[str, Any]:
         """The full old and proposed text of each file a reviewed call would write."""

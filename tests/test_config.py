@@ -75,7 +75,10 @@ def test_every_section_of_seed_000_is_accepted(project: Path) -> None:
             "tools.approval.mod: unknown key; allowed here: "
             "allowlist, denylist, enabled, mode, prompt_side_effects",
         ),
-        ("[tool]\nmode = 'x'\n", "tool: unknown key; allowed here: tools, trust"),
+        (
+            "[tool]\nmode = 'x'\n",
+            "tool: unknown key; allowed here: permissions, rules, tools, trust",
+        ),
         (
             "[tools]\nmax_tool_calls_per_batch = 0\n",
             "tools.max_tool_calls_per_batch: got 0; Input should be greater than or equal to 1",
@@ -239,13 +242,25 @@ def test_trusted_project_may_loosen(project: Path) -> None:
     user_config(f"[trust]\nprojects = [{str(project)!r}]\n")
     project_config(
         project,
-        "[tools.approval]\nmode = 'auto'\n[tools.sandbox]\ninclude_default_denies = false\n",
+        "[tools.approval]\nmode = 'prompt'\nprompt_side_effects = false\n"
+        "[tools.sandbox]\ninclude_default_denies = false\n",
     )
     loaded = load(project)
     assert loaded.trusted
-    assert loaded.config.tools.approval.mode == "auto"
+    assert loaded.config.tools.approval.prompt_side_effects is False
     assert loaded.config.tools.sandbox.include_default_denies is False
     assert loaded.warnings == []
+
+
+def test_trusted_project_cannot_turn_on_auto(project: Path) -> None:
+    """The auto mode, under either spelling, is the user's own file's alone."""
+    user_config(f"[trust]\nprojects = [{str(project)!r}]\n")
+    project_config(project, "[tools.approval]\nmode = 'auto'\n[permissions]\nmode = 'auto'\n")
+    loaded = load(project)
+    assert loaded.config.tools.approval.mode == "prompt"
+    assert loaded.config.permissions.mode == "ask"
+    assert len(loaded.warnings) == 2
+    assert all("Only your own config file" in w for w in loaded.warnings)
 
 
 @pytest.mark.parametrize("trusted", [False, True])

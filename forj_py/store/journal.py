@@ -60,6 +60,15 @@ CREATE TABLE IF NOT EXISTS results (
     FOREIGN KEY (batch_id, seq) REFERENCES calls(batch_id, seq)
 );
 CREATE INDEX IF NOT EXISTS batches_by_root ON batches(root, created_at);
+CREATE TABLE IF NOT EXISTS consent (
+    batch_id    TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    stage       TEXT NOT NULL,     -- plan: why the call runs, is reviewed or refused;
+                                   -- approval: the user's answer and any grant given
+    reason      TEXT NOT NULL,
+    decided_at  REAL NOT NULL,
+    PRIMARY KEY (batch_id, seq, stage)
+);
 """
 
 # Columns schema 2 adds to ``batches``, each with its declaration.
@@ -221,6 +230,31 @@ class Journal:
             ("UPDATE batches SET state='planned', updated_at=? WHERE batch_id=?", (now, batch_id))
         )
         self._tx(stmts)
+
+    def record_consent(self, batch_id: str, stage: str, reasons: dict[int, str]) -> None:
+        """Why each call of a batch runs, is reviewed or is refused (the audit's answer)."""
+        now = time.time()
+        self._tx(
+            [
+                (
+                    "INSERT OR REPLACE INTO consent VALUES (?, ?, ?, ?, ?)",
+                    (batch_id, seq, stage, reason, now),
+                )
+                for seq, reason in reasons.items()
+            ]
+        )
+
+    def consent(self, batch_id: str) -> dict[int, dict[str, str]]:
+        """The recorded reasons of a batch: seq -> {stage: reason}."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, stage, reason FROM consent WHERE batch_id=? ORDER BY seq",
+                (batch_id,),
+            ).fetchall()
+        out: dict[int, dict[str, str]] = {}
+        for seq, stage, reason in rows:
+            out.setdefault(seq, {})[stage] = reason
+        return out
 
     def record_state(self, batch_id: str, state: str) -> None:
         self._tx(

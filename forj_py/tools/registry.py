@@ -111,6 +111,12 @@ class ToolContext:
     commands: CommandSandbox | None = None
     # Where writing tools journal each file they change (checkpoints, undo).
     changes: ChangeLog | None = None
+    # The call runs unreviewed because the user said so in advance (an allow
+    # rule, a standing grant, the auto mode), not because it only reads.
+    standing_consent: bool = False
+    # The chat is in read-only mode: commands get the project read-only even
+    # after a review.
+    read_only_mode: bool = False
 
     def check_cancelled(self) -> None:
         """Long-running tools call this between steps."""
@@ -126,6 +132,8 @@ class Tool(ABC, Generic[A]):
     requires_approval: ClassVar[bool] = False
     # Which [tools.timeouts] entry applies: "file", "shell" or "default".
     timeout_kind: ClassVar[str] = "default"
+    # Runs a command: permission patterns match its command line, not paths.
+    runs_commands: ClassVar[bool] = False
 
     def mutates(self, args: A) -> bool:
         """Whether this call changes anything (a dry run does not)."""
@@ -144,6 +152,10 @@ class Tool(ABC, Generic[A]):
     def paths(self, args: A) -> list[str]:
         """Path arguments to check in the sandbox at planning time."""
         return []
+
+    def command(self, args: A) -> list[str] | str | None:
+        """The command line permission rules match (tools that run commands)."""
+        return None
 
     def preview(self, args: A, ctx: ToolContext) -> str | None:
         """What the call would do, without doing it (a diff for edits)."""

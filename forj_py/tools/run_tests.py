@@ -204,6 +204,13 @@ class RunTests(Tool[RunTestsArgs]):
     side_effecting = True
     requires_approval = True
     timeout_kind = "shell"
+    runs_commands = True
+
+    def command(self, args: RunTestsArgs) -> list[str]:
+        """The runner's argv; ERT is matched as ``ert`` followed by the selector."""
+        if args.command is not None:
+            return list(args.command)
+        return ["ert", *([args.selector] if args.selector else [])]
 
     def risk(self, args: RunTestsArgs) -> RiskLevel:
         return RiskLevel.HIGH  # it runs the project's code

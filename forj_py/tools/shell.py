@@ -32,6 +32,7 @@ from .. import errors
 from ..output import visible_controls
 from ..protocol import DenialReason, RiskLevel
 from ..safety.paths import SafePath
+from ..safety.permissions import command_matches, parse_rule
 from ..system.process import Outcome
 from . import _shell
 from ._readonly import Verdict, classify_cmd, split_plain_shell
@@ -137,6 +138,10 @@ class RunShell(Tool[RunShellArgs]):
     side_effecting = True
     requires_approval = True
     timeout_kind = "shell"
+    runs_commands = True
+
+    def command(self, args: RunShellArgs) -> list[str] | str:
+        return args.cmd
 
     def verdict(self, args: RunShellArgs) -> Verdict:
         if args.env:
@@ -224,10 +229,13 @@ class RunShell(Tool[RunShellArgs]):
                     "changed); nothing was run",
                     recovery=["Make the call again so the user can review it as it is now"],
                 )
-        else:
+        elif not ctx.standing_consent:
             argv = self._check_unreviewed(args, ctx, cwd.canonical)
-        # A command that runs unasked gets the project read-only too.
-        writable = ctx.approved_preview is not None
+        # A command that runs unasked because it only reads gets the project
+        # read-only too; one the user allowed in advance does not.
+        writable = (ctx.approved_preview is not None or ctx.standing_consent) and not (
+            ctx.read_only_mode
+        )
         env = _shell.clean_environment(_shell.denylist(ctx), extra=args.env)
         lim = _shell.limits(ctx, args.timeout)
         stdin = args.stdin.encode("utf-8") if args.stdin is not None else None
@@ -437,9 +445,23 @@ def command_tags(ctx: ToolContext, network: bool) -> list[str]:
 
 
 def _network_allowed(ctx: ToolContext, text: str) -> bool:
-    """Whether the user's own config lets this command have network without review."""
+    """Whether the user's own config lets this command have network without review.
+
+    ``[permissions] network`` rules (``run_shell(npm ci)``) match it like
+    allow rules; the older ``[tools.shell] network_commands`` globs match
+    its text.
+    """
     import fnmatch
 
+    for rule_text in ctx.config.permissions.network:
+        try:
+            rule = parse_rule(rule_text, "[permissions] network")
+            if rule.pattern is None or rule.tool not in ("run_shell", "run_tests"):
+                continue
+            if command_matches(rule.words(), text, strict=True):
+                return True
+        except ValueError:
+            continue
     return any(
         fnmatch.fnmatchcase(text, pattern) for pattern in ctx.config.tools.shell.network_commands
     ) and _plain_words(text)

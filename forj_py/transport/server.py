@@ -79,7 +79,7 @@ def _ping(handler: ForjHandler, body: Any) -> Any:
 
 
 def _tool_definitions(handler: ForjHandler, body: Any) -> Any:
-    return handler.server.worker.tool_definitions()
+    return handler.server.worker.tool_definitions(body)
 
 
 def _plan(handler: ForjHandler, body: Any) -> Any:
@@ -118,6 +118,14 @@ def _cancel(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.cancel(body)
 
 
+def _grants(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.grants(body)
+
+
+def _revoke_grant(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.revoke_grant(body)
+
+
 def _shutdown(handler: ForjHandler, body: Any) -> Any:
     handler.stop_after_reply = True  # the caller gets its answer before the socket closes
     return {}
@@ -142,6 +150,8 @@ METHODS: dict[str, Method] = {
     "undo": Method(_undo, False, "Put back the files a batch or a turn changed (dry run first)."),
     "rewind": Method(_rewind, False, "Put back every file forj changed from a turn on."),
     "cancel": Method(_cancel, True, "Cancel a batch: the running call and all later ones."),
+    "grants": Method(_grants, True, "The standing grants in force for this project."),
+    "revoke_grant": Method(_revoke_grant, True, "Revoke one standing grant by its id."),
     "shutdown": Method(_shutdown, True, "Stop the worker."),
 }
 

@@ -1,0 +1,179 @@
+"""Standing grants: "yes to calls like this one" given in the review, kept for their scope.
+
+A grant is a permission rule (``run_shell(pytest *)``, ``edit(src/forj/**)``)
+with a scope:
+
+- ``session``: this chat, as long as the worker runs;
+- ``minutes``: this chat, until the time is up (the clock is injected, so
+  tests need not wait);
+- ``project``: every chat of this project, written to the user's state
+  directory (never into the project) and kept until revoked.
+
+"Once" is the review's ordinary approval and is never stored.  A grant is
+matched strictly (every part of a command, every path) and records whether
+it was given for a call with network: one given without never covers a
+call that asks for network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..safety.permissions import PermissionRule, Subject, parse_rule
+
+log = logging.getLogger(__name__)
+
+SCOPES = ("session", "minutes", "project")
+MAX_PROJECT_GRANTS = 1000
+
+
+@dataclass(frozen=True)
+class Grant:
+    id: str
+    rule: str
+    scope: str  # session | minutes | project
+    session: str | None  # the chat session of a session or timed grant
+    created_at: float
+    expires_at: float | None
+    network: bool
+
+    def wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def parsed(self) -> PermissionRule:
+        return parse_rule(self.rule, f"grant {self.id}")
+
+
+class GrantStore:
+    """The grants of one project: session and timed ones in memory, project ones on disk."""
+
+    def __init__(self, state_dir: Path, project_root: str, clock: Callable[[], float]) -> None:
+        digest = hashlib.sha256(project_root.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        self.path = state_dir / "grants" / f"{digest}.json"
+        self.root = project_root
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._memory: list[Grant] = []
+        self._project: list[Grant] = []
+        self._stamp: tuple[int, int] | None = None
+
+    # --- giving and taking -------------------------------------------------------
+
+    def add(
+        self, rule: str, scope: str, session: str | None, minutes: float | None, network: bool
+    ) -> Grant:
+        if scope not in SCOPES:
+            raise ValueError(f"unknown grant scope {scope!r}; use one of {', '.join(SCOPES)}")
+        parse_rule(rule, "grant")
+        now = self.clock()
+        expires = now + minutes * 60 if scope == "minutes" and minutes else None
+        grant = Grant(
+            id="g-" + uuid.uuid4().hex[:12],
+            rule=rule,
+            scope=scope,
+            session=None if scope == "project" else session,
+            created_at=now,
+            expires_at=expires,
+            network=network,
+        )
+        with self._lock:
+            if scope == "project":
+                self._reload()
+                if len(self._project) >= MAX_PROJECT_GRANTS:
+                    raise ValueError(
+                        f"this project already has {MAX_PROJECT_GRANTS} standing grants; "
+                        "revoke some first"
+                    )
+                self._project.append(grant)
+                self._save()
+            else:
+                self._memory.append(grant)
+        return grant
+
+    def revoke(self, grant_id: str) -> bool:
+        with self._lock:
+            before = len(self._memory)
+            self._memory = [g for g in self._memory if g.id != grant_id]
+            if len(self._memory) != before:
+                return True
+            self._reload()
+            kept = [g for g in self._project if g.id != grant_id]
+            if len(kept) == len(self._project):
+                return False
+            self._project = kept
+            self._save()
+            return True
+
+    def active(self, session: str | None = None) -> list[Grant]:
+        """Grants in force: the project's, and the session's (all sessions if None)."""
+        now = self.clock()
+        with self._lock:
+            self._memory = [g for g in self._memory if g.expires_at is None or g.expires_at > now]
+            self._reload()
+            memory = [g for g in self._memory if session is None or g.session == session]
+            return [*self._project, *memory]
+
+    def find(self, subject: Subject, session: str | None) -> Grant | None:
+        """The first grant in force that covers this call, strictly."""
+        for grant in self.active(session):
+            if subject.network and not grant.network:
+                continue
+            try:
+                if grant.parsed().matches(subject, strict=True):
+                    return grant
+            except ValueError:
+                continue  # a hand-edited grant that no longer parses covers nothing
+        return None
+
+    # --- the project's file ------------------------------------------------------
+
+    def _reload(self) -> None:
+        """Read the file again when another worker of the project changed it."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self._project, self._stamp = [], None
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp:
+            return
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            grants = [Grant(**g) for g in data.get("grants", [])]
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("%s: unreadable grants file, ignored: %s", self.path, exc)
+            grants = []
+        self._project, self._stamp = grants, stamp
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        text = json.dumps(
+            {"root": self.root, "grants": [g.wire() for g in self._project]},
+            ensure_ascii=False,
+            indent=1,
+        )
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".grants-")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        st = self.path.stat()
+        self._stamp = (st.st_mtime_ns, st.st_size)
