@@ -247,6 +247,7 @@ class Runner:
             commands=self.commands,
             # Checkpoints: every file the call writes is journaled as it lands.
             changes=ChangeLog(self.journal, batch.batch_id, planned.seq, cid),
+            state_dir=self.journal.path.parent,
             standing_consent=planned.standing and planned.disposition is Disposition.EXECUTE,
             read_only_mode=batch.permission_mode == "read-only",
         )

@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -118,6 +119,8 @@ class PlanContext:
     permission_mode: str = "ask"
     chat: str = ""  # the chat session (grants, deduplication)
     probe: Probe | None = None
+    # The worker's state directory, for tools that keep state beside the journal.
+    state_dir: Path | None = None
 
 
 def error_result(call_id: str, name: str, failure: ToolFailure) -> dict[str, Any]:
@@ -447,4 +450,5 @@ def _preview_context(pc: PlanContext, planned: PlannedCall) -> ToolContext:
         staged=[],
         time_limit=planned.timeout,
         commands=pc.commands,
+        state_dir=pc.state_dir,
     )

@@ -300,6 +300,7 @@ class Worker:
             permission_mode=permission_mode,
             chat=session,
             probe=probe,
+            state_dir=self.journal.path.parent,
         )
         calls = plan_batch(pc, mode, raw_calls)
         self.journal.record_plan(

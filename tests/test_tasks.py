@@ -771,6 +771,21 @@ def test_the_plan_survives_a_worker_restart(project: Path) -> None:
     assert project not in db.parents
 
 
+def test_the_plan_lives_in_the_workers_own_state_dir(project: Path, tmp_path: Path) -> None:
+    """A worker started with --state-dir keeps its plans there, beside its journal."""
+    own = tmp_path / "own-state"
+    with WorkerProcess(project, state_dir=own) as proc, Client(proc.port) as c:
+        _hello(proc, c)
+        (r,) = _wire(c, [call("1", "todo_write", action="create", title="kept here")])
+        assert r["ok"], r
+    assert (own / "tasks.sqlite3").is_file()
+    assert not (Path(os.environ["FORJ_STATE_DIR"]) / "tasks.sqlite3").exists()
+    with WorkerProcess(project, state_dir=own) as proc, Client(proc.port) as c:
+        _hello(proc, c)
+        (r,) = _wire(c, [call("2", "todo_write", action="list")])
+        assert [t["title"] for t in r["result"]["tasks"]] == ["kept here"]
+
+
 def test_every_result_carries_the_plans_revision(make_worker: MakeWorker) -> None:
     """A client that gets a list and a change out of order can tell which is newer."""
     worker = make_worker()

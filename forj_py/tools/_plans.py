@@ -84,9 +84,10 @@ def now() -> int:
     return int(time.time())
 
 
-def store() -> TaskStore:
+def store(ctx: ToolContext) -> TaskStore:
+    # The worker's own state directory (``--state-dir``), else the default.
     try:
-        return store_at(default_state_dir())
+        return store_at(ctx.state_dir or default_state_dir())
     except TaskStoreError as exc:
         raise _unavailable(exc) from None
 
@@ -103,16 +104,16 @@ def _unavailable(exc: TaskStoreError) -> ToolFailure:
     )
 
 
-def change(kind: Kind, root: str, fn: Any) -> Any:
+def change(ctx: ToolContext, kind: Kind, fn: Any) -> Any:
     try:
-        return store().change(kind, root, fn)
+        return store(ctx).change(kind, ctx.sandbox.project_root, fn)
     except TaskStoreError as exc:
         raise _unavailable(exc) from None
 
 
-def read(kind: Kind, root: str, fn: Any) -> Any:
+def read(ctx: ToolContext, kind: Kind, fn: Any) -> Any:
     try:
-        return store().read(kind, root, fn)
+        return store(ctx).read(kind, ctx.sandbox.project_root, fn)
     except TaskStoreError as exc:
         raise _unavailable(exc) from None
 

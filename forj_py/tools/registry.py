@@ -17,6 +17,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from jsonschema import Draft202012Validator
@@ -111,6 +112,8 @@ class ToolContext:
     commands: CommandSandbox | None = None
     # Where writing tools journal each file they change (checkpoints, undo).
     changes: ChangeLog | None = None
+    # The worker's state directory (journal, plan store); None: the default.
+    state_dir: Path | None = None
     # The call runs unreviewed because the user said so in advance (an allow
     # rule, a standing grant, the auto mode), not because it only reads.
     standing_consent: bool = False

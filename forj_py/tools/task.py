@@ -229,25 +229,24 @@ class Task(Tool[TaskArgs]):
         # An export is reviewed whatever the approval policy says.
         if args.action != "export":
             return []
-        count = _plans.read("task", ctx.sandbox.project_root, lambda items: items.count())
+        count = _plans.read(ctx, "task", lambda items: items.count())
         return _plans.export_notes(count, "task", args.export_path or DEFAULT_EXPORT)
 
     def preview(self, args: TaskArgs, ctx: ToolContext) -> str | None:
         if args.action != "export":
             return None
-        tasks = _plans.read("task", ctx.sandbox.project_root, lambda items: items.all())
+        tasks = _plans.read(ctx, "task", lambda items: items.all())
         return _plans.export_preview(ctx, args.export_path or DEFAULT_EXPORT, render(tasks))
 
     def execute(self, args: TaskArgs, ctx: ToolContext) -> Any:
-        root = ctx.sandbox.project_root
         a = args.action
         if a == "list":
             tasks, revision = _plans.read(
-                "task", root, lambda items: (items.all(), items.revision())
+                ctx, "task", lambda items: (items.all(), items.revision())
             )
             return {**_list_result(tasks, args.filter), "revision": revision}
         if a == "export":
-            tasks = _plans.read("task", root, lambda items: items.all())
+            tasks = _plans.read(ctx, "task", lambda items: items.all())
             path = args.export_path or DEFAULT_EXPORT
             return _plans.export(ctx, path, render(tasks), len(tasks))
         # Links are checked before the transaction: that reads files.
@@ -255,10 +254,10 @@ class Task(Tool[TaskArgs]):
         if args.links is not None:
             links = [_plans.place(ctx, k.path, k.line, k.end_line) for k in args.links]
         if a == "delete":
-            return _plans.change("task", root, lambda items: _delete(items, args))
+            return _plans.change(ctx, "task", lambda items: _delete(items, args))
         return _plans.change(
+            ctx,
             "task",
-            root,
             # The revision is read after the change: the dict is built in order.
             lambda items: {"task": _apply(items, args, links), "revision": items.revision()},
         )

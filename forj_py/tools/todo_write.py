@@ -143,25 +143,24 @@ class TodoWrite(Tool[TodoWriteArgs]):
         # An export is reviewed whatever the approval policy says.
         if args.action != "export":
             return []
-        count = _plans.read("todo", ctx.sandbox.project_root, lambda items: items.count())
+        count = _plans.read(ctx, "todo", lambda items: items.count())
         return _plans.export_notes(count, "todo", args.export_path or DEFAULT_EXPORT)
 
     def preview(self, args: TodoWriteArgs, ctx: ToolContext) -> str | None:
         if args.action != "export":
             return None
-        todos = _plans.read("todo", ctx.sandbox.project_root, lambda items: items.all())
+        todos = _plans.read(ctx, "todo", lambda items: items.all())
         return _plans.export_preview(ctx, args.export_path or DEFAULT_EXPORT, render(todos))
 
     def execute(self, args: TodoWriteArgs, ctx: ToolContext) -> Any:
-        root = ctx.sandbox.project_root
         a = args.action
         if a == "list":
             todos, revision = _plans.read(
-                "todo", root, lambda items: (items.all(), items.revision())
+                ctx, "todo", lambda items: (items.all(), items.revision())
             )
             return {**_list_result(todos, args.filter), "revision": revision}
         if a == "export":
-            todos = _plans.read("todo", root, lambda items: items.all())
+            todos = _plans.read(ctx, "todo", lambda items: items.all())
             path = args.export_path or DEFAULT_EXPORT
             return _plans.export(ctx, path, render(todos), len(todos))
         # The location is checked before the transaction: it reads a file.
@@ -170,10 +169,10 @@ class TodoWrite(Tool[TodoWriteArgs]):
             loc = args.location
             location = _plans.place(ctx, loc.path, loc.line, loc.end_line)
         if a == "delete":
-            return _plans.change("todo", root, lambda items: _delete(items, args))
+            return _plans.change(ctx, "todo", lambda items: _delete(items, args))
         return _plans.change(
+            ctx,
             "todo",
-            root,
             # The revision is read after the change: the dict is built in order.
             lambda items: {"task": _apply(items, args, location), "revision": items.revision()},
         )
