@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .patterns import PatternTooComplex, gitignore_regexes
@@ -151,6 +153,56 @@ class ReadFileConfig(_Section):
     max_scan_bytes: int = Field(default=2_097_152, ge=1024, le=1 << 34)
 
 
+class ToolDefinition(_Section):
+    """One ``[[tools.definitions]]`` entry: a tool as the model is told about it."""
+
+    # What every provider's function-calling dialect accepts as a name.
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(min_length=1, max_length=8192)
+    parameters: dict[str, Any]
+
+    @field_validator("parameters")
+    @classmethod
+    def _a_schema_of_an_object(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        if schema.get("type") != "object":
+            raise ValueError(
+                'must be a JSON Schema with type = "object" (a call\'s args are an object), '
+                'e.g. { "type"="object", "properties"={ "path"={ "type"="string" } } }'
+            )
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(top level)"
+            raise ValueError(
+                f"not a valid JSON Schema (Draft 2020-12) at {where}: {exc.message}"
+            ) from None
+        outside = _refs_outside(schema)
+        if outside is not None:
+            # A schema that points elsewhere would have the worker fetch a URL
+            # or read a file each time a call is checked.
+            raise ValueError(
+                f"$ref {outside!r} points outside this schema; only refs starting with '#' work"
+            )
+        return schema
+
+
+def _refs_outside(node: Any) -> str | None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            outward = isinstance(value, str) and not value.startswith("#")
+            if key in ("$ref", "$dynamicRef") and outward:
+                return str(value)
+            found = _refs_outside(value)
+            if found is not None:
+                return found
+    elif isinstance(node, list):
+        for item in node:
+            found = _refs_outside(item)
+            if found is not None:
+                return found
+    return None
+
+
 class ToolsConfig(_Section):
     mode: ToolsMode = Field(default=ToolsMode.ENABLED, strict=False)
     allow_parallel: bool = Field(
@@ -170,6 +222,20 @@ class ToolsConfig(_Section):
     listing: ListingConfig = Field(default_factory=ListingConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     shell: ShellConfig = Field(default_factory=ShellConfig)
+    # Tools the model is told about in parse_only mode, where the user runs
+    # them by hand; in enabled mode only with advertise_definitions = "config".
+    definitions: list[ToolDefinition] = Field(default_factory=list, max_length=256)
+    advertise_definitions: Literal["registry", "config"] = "registry"
+
+    @field_validator("definitions")
+    @classmethod
+    def _names_once(cls, definitions: list[ToolDefinition]) -> list[ToolDefinition]:
+        seen: set[str] = set()
+        for definition in definitions:
+            if definition.name in seen:
+                raise ValueError(f"tool {definition.name!r} is defined twice; keep one")
+            seen.add(definition.name)
+        return definitions
 
 
 class TrustConfig(_Section):
@@ -222,6 +288,9 @@ def _format_validation(path: Path, exc: ValidationError, model: type[BaseModel])
             allowed = _allowed_keys(model, loc[:-1])
             lines.append(f"  {key}: unknown key; allowed here: {', '.join(allowed)}")
             continue
+        if err["type"] == "missing":
+            lines.append(f"  {key}: missing; this key is required")
+            continue
         got = err.get("input")
         detail = err["msg"]
         if err["type"] == "enum":
@@ -233,10 +302,15 @@ def _format_validation(path: Path, exc: ValidationError, model: type[BaseModel])
 def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
     current: Any = model
     for part in loc:
+        if part.isdigit():
+            continue  # an entry of an array of tables: its keys are the item's
         info = current.model_fields.get(part)
-        if info is None or not isinstance(info.annotation, type):
+        annotation = info.annotation if info is not None else None
+        if getattr(annotation, "__origin__", None) is list:
+            annotation = annotation.__args__[0]  # type: ignore[union-attr]
+        if not isinstance(annotation, type):
             return []
-        current = info.annotation
+        current = annotation
     return sorted(current.model_fields)
 
 
@@ -398,6 +472,10 @@ _USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
         (project, True) if project <= user else (user, False)
     ),
     ("tools", "approval", "read_only_commands"): _stricter_of(["prompt", "auto"]),
+    # What the model is told a tool does: a cloned repository must not
+    # write the descriptions the model acts on.
+    ("tools", "definitions"): lambda user, project: (user, project == user),
+    ("tools", "advertise_definitions"): lambda user, project: (user, project == user),
 }
 
 
@@ -460,6 +538,8 @@ def _inside(path: Path, bound: Path) -> bool:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, list) and value and isinstance(value[0], ToolDefinition):
+        value = [definition.name for definition in value]
     if isinstance(value, ToolsMode):
         value = value.value
     if isinstance(value, str):

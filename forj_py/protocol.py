@@ -153,6 +153,12 @@ class HelloRequest(_Strict):
     client: ClientInfo = Field(default_factory=ClientInfo)
 
 
+class DefinitionsRequest(_Strict):
+    # The tools mode the definitions are for (plan's "mode"); absent: the
+    # configured one.  The stricter of it and the configured mode applies.
+    tools_mode: ToolsMode | None = None
+
+
 class PlanRequest(_Strict):
     mode: ToolsMode = ToolsMode.ENABLED
     # Raw objects: each is parsed on its own so one bad call cannot sink the batch.

@@ -27,6 +27,7 @@ from .planner import PlanContext, PlannedCall, identify, plan_batch
 from .protocol import (
     PROTOCOL_VERSION,
     CancelRequest,
+    DefinitionsRequest,
     Disposition,
     ExecuteRequest,
     PlanRequest,
@@ -37,6 +38,7 @@ from .safety.commands import CommandSandbox, probe
 from .safety.paths import Sandbox
 from .store.backups import Backups
 from .store.journal import Journal
+from .tools.manual import manual_registry
 from .tools.registry import Registry, Session
 from .watcher import Watcher
 
@@ -97,6 +99,9 @@ class Worker:
         )
         self.root = self.sandbox.project_root
         self.registry = registry
+        # [[tools.definitions]]: what the model is told in parse_only mode (and
+        # in enabled mode when the user's file asks for it).
+        self.configured = manual_registry(self.config.tools.definitions)
         self.journal = journal
         self.session = Session()
         b = self.config.tools.backups
@@ -130,18 +135,50 @@ class Worker:
             "warnings": self.warnings(),
             "sandbox": self.commands.availability.wire(),
             "journal": str(self.journal.path),
-            "tools": self.registry.definitions(),
+            **self._definitions(self.config.tools.mode),
         }
 
     def warnings(self) -> list[str]:
         found = list(self.loaded.warnings)
+        tools = self.config.tools
+        if tools.advertise_definitions == "config" and tools.mode is ToolsMode.ENABLED:
+            strangers = [n for n in self.configured.names() if self.registry.get(n) is None]
+            if strangers:
+                found.append(
+                    f"[[tools.definitions]] {', '.join(strangers)}: not tools forj can run; "
+                    "in enabled mode a call to them is an unknown-tool error (parse_only "
+                    "mode hands them to you)"
+                )
         unsandboxed = self.commands.availability.warning()
         if unsandboxed is not None:
             found.append(unsandboxed)
         return found
 
-    def tool_definitions(self) -> dict[str, Any]:
-        return {"tools": self.registry.definitions()}
+    def tool_definitions(self, body: Any = None) -> dict[str, Any]:
+        req = parse_request(DefinitionsRequest, {} if body is None else body)
+        mode = self.config.tools.mode
+        if req.tools_mode is not None:
+            mode = min(req.tools_mode, mode, key=_MODE_ORDER.index)
+        return self._definitions(mode)
+
+    def _definitions(self, mode: ToolsMode) -> dict[str, Any]:
+        source = "config" if self._from_config(mode) else "registry"
+        registry = self.configured if source == "config" else self.registry
+        return {"tools": registry.definitions(), "tools_source": source}
+
+    def _from_config(self, mode: ToolsMode) -> bool:
+        """Whether the configured definitions, not the registry's, are the ones advertised."""
+        tools = self.config.tools
+        if not tools.definitions:
+            return False
+        return mode is ToolsMode.PARSE_ONLY or tools.advertise_definitions == "config"
+
+    def _planning_registry(self, mode: ToolsMode) -> Registry:
+        # In parse_only mode the calls are to the tools the model was told
+        # about; otherwise to the tools that run.
+        if mode is ToolsMode.PARSE_ONLY and self._from_config(mode):
+            return self.configured
+        return self.registry
 
     def plan(self, body: Any) -> dict[str, Any]:
         req = parse_request(PlanRequest, body)
@@ -156,7 +193,7 @@ class Worker:
             [(cid, name, raw) for (cid, name), raw in zip(idents, req.calls, strict=False)],
         )
         pc = PlanContext(
-            registry=self.registry,
+            registry=self._planning_registry(mode),
             config=self.config,
             sandbox=self.sandbox,
             session=self.session,

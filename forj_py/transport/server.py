@@ -79,7 +79,7 @@ def _ping(handler: ForjHandler, body: Any) -> Any:
 
 
 def _tool_definitions(handler: ForjHandler, body: Any) -> Any:
-    return handler.server.worker.tool_definitions()
+    return handler.server.worker.tool_definitions(body)
 
 
 def _plan(handler: ForjHandler, body: Any) -> Any:
