@@ -67,19 +67,21 @@ class SandboxConfig(_Section):
                     "across files and may only add denials); to allow a file the defaults "
                     "deny, set include_default_denies = false and list the patterns you want"
                 )
-            if pattern.count("**") > 2:
-                # Each "**" multiplies matching work; a repository's config must
-                # not be able to make every path check crawl.
-                raise ValueError(f"{pattern!r}: at most two '**' per pattern")
-            try:
-                gitignore_regexes(pattern)
-            except PatternTooComplex as exc:
-                raise ValueError(str(exc)) from None
-            except ValueError as exc:
-                raise ValueError(
-                    f"{pattern!r} is not a valid gitignore-style pattern: {exc}"
-                ) from None
+            _check_pattern(pattern)
         return patterns
+
+
+def _check_pattern(pattern: str) -> None:
+    if pattern.count("**") > 2:
+        # Each "**" multiplies matching work; a repository's config must
+        # not be able to make every path check crawl.
+        raise ValueError(f"{pattern!r}: at most two '**' per pattern")
+    try:
+        gitignore_regexes(pattern)
+    except PatternTooComplex as exc:
+        raise ValueError(str(exc)) from None
+    except ValueError as exc:
+        raise ValueError(f"{pattern!r} is not a valid gitignore-style pattern: {exc}") from None
 
 
 class TimeoutsConfig(_Section):
@@ -138,9 +140,49 @@ class BackupsConfig(_Section):
     max_total_mb: float = Field(default=512, gt=0, le=1 << 20)
 
 
+# What list_files, glob and search skip unless a request names it: vendored
+# dependencies and files that are binary by their extension.  (.git is
+# skipped by the walk itself.)
+DEFAULT_EXCLUDES = (
+    "node_modules/",
+    # images
+    *("*.png", "*.jpg", "*.jpeg", "*.gif", "*.bmp", "*.ico", "*.webp", "*.tif", "*.tiff"),
+    *("*.psd", "*.xcf", "*.heic"),
+    # audio and video
+    *("*.mp3", "*.wav", "*.ogg", "*.flac", "*.m4a", "*.mp4", "*.m4v", "*.mov", "*.avi"),
+    *("*.mkv", "*.webm"),
+    # archives and disk images
+    *("*.zip", "*.tar", "*.gz", "*.tgz", "*.bz2", "*.xz", "*.zst", "*.7z", "*.rar"),
+    *("*.jar", "*.war", "*.whl", "*.iso", "*.dmg"),
+    # compiled code and libraries
+    *("*.o", "*.a", "*.so", "*.dylib", "*.dll", "*.exe", "*.class", "*.pyc", "*.pyo"),
+    *("*.pyd", "*.elc", "*.eln", "*.wasm"),
+    # fonts, documents, databases
+    *("*.ttf", "*.otf", "*.woff", "*.woff2", "*.eot", "*.pdf", "*.sqlite", "*.sqlite3"),
+)
+
+
 class ListingConfig(_Section):
     # list_files, glob and search stop after this many entries and say so.
     max_entries: int = Field(default=5000, ge=10, le=1_000_000)
+    # Gitignore-style patterns skipped unless named; [] lists everything.
+    default_excludes: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_EXCLUDES), max_length=1000
+    )
+
+    @field_validator("default_excludes")
+    @classmethod
+    def _plain_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if pattern.lstrip().startswith("!"):
+                raise ValueError(
+                    f"{pattern!r}: a pattern cannot be negated with '!'; to see what a "
+                    "pattern skips, leave it out of the list"
+                )
+            if not pattern.strip() or pattern.lstrip().startswith("#"):
+                raise ValueError(f"{pattern!r}: empty or a comment, not a pattern")
+            _check_pattern(pattern)
+        return patterns
 
 
 class SearchConfig(_Section):
