@@ -13,12 +13,17 @@ is dropped and reported as a warning (``hello`` carries it to Emacs), so a
 cloned repository cannot switch off the user's safety.  Settings that are
 not about safety (timeouts, size limits) the project may set freely.
 
+The editor's options that mirror TOML keys (Emacs's ``defcustom``s, sent
+with ``--settings``) count as the user's file and take precedence over
+its keys; for the tools mode the stricter of the two wins.
+
 Bad keys and values are errors that name the file, the key and what is
 allowed; the worker refuses to start on them rather than guess.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -298,6 +303,103 @@ class LoadedConfig:
     project_file: Path | None
     trusted: bool
     warnings: list[str] = field(default_factory=list)
+    # The editor's options that were set, as sent: they count as the user's file.
+    settings: list[Setting] = field(default_factory=list)
+
+
+# --- settings from the editor ----------------------------------------------------
+
+
+class Setting(BaseModel):
+    """One editor option that mirrors a TOML key (``--settings``).
+
+    Emacs sends the global value of each forj option that is not nil; the
+    option's name is there so an error can name what the user set.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    key: str = Field(pattern=r"^[a-z_]+(\.[a-z_]+)+$", max_length=200)
+    value: Any
+    option: str | None = Field(default=None, max_length=200)
+
+    @property
+    def label(self) -> str:
+        return f"{self.option} ({self.key})" if self.option else self.key
+
+
+SETTINGS_SOURCE = "settings from the editor (--settings)"
+
+
+def parse_settings(text: str) -> list[Setting]:
+    """The ``--settings`` JSON: ``[{"key": "tools.timeouts.default_seconds", "value": 60,
+    "option": "forj-worker-default-timeout"}, ...]``, each checked against :class:`Config`."""
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{SETTINGS_SOURCE}: not valid JSON: {exc}") from None
+    if not isinstance(raw, list):
+        raise ConfigError(f"{SETTINGS_SOURCE}: must be a JSON array of {{key, value, option}}")
+    settings: list[Setting] = []
+    problems: list[str] = []
+    for n, item in enumerate(raw):
+        try:
+            settings.append(Setting.model_validate(item))
+        except ValidationError as exc:
+            detail = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'item'}: {e['msg']}" for e in exc.errors()
+            )
+            problems.append(f"  item {n}: {detail}")
+    if not problems:
+        problems = _check_settings(settings)
+    if problems:
+        raise ConfigError("\n".join([f"{SETTINGS_SOURCE}: invalid:", *problems]))
+    return settings
+
+
+def _nest(settings: list[Setting]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for setting in settings:
+        *parents, leaf = setting.key.split(".")
+        target = nested
+        for part in parents:
+            child = target.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{SETTINGS_SOURCE}: {setting.label}: {part} is not a table")
+            target = child
+        target[leaf] = setting.value
+    return nested
+
+
+def _check_settings(settings: list[Setting]) -> list[str]:
+    """Validate the settings as a configuration; each problem names the editor's option."""
+    try:
+        Config.model_validate(_nest(settings))
+    except ValidationError as exc:
+        by_key = {s.key: s.label for s in settings}
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(part) for part in err["loc"])
+            label = by_key.get(key, key)
+            if err["type"] == "extra_forbidden":
+                problems.append(f"  {label}: not a configuration key forj knows")
+            else:
+                problems.append(f"  {label}: got {err.get('input')!r}; {err['msg']}")
+        return problems
+    return []
+
+
+def _apply_settings(user: Config, settings: list[Setting]) -> Config:
+    """``user`` with the editor's options over it; for the tools mode the stricter wins."""
+    if not settings:
+        return user
+    given = Config.model_validate(_nest(settings))
+    merged = user.model_copy(deep=True)
+    for path, value in _set_leaves(given):
+        if path == ("tools", "mode"):
+            value, _ = _stricter_of(_TOOLS_MODE_ORDER)(_get(user, path), value)
+        _set(merged, path, value)
+    return merged
 
 
 # --- locating and reading files ---------------------------------------------
@@ -408,8 +510,14 @@ def read_project_config_text(root: Path) -> str | None:
         raise ConfigError(f"{root / PROJECT_CONFIG}: not UTF-8 text") from None
 
 
-def load(root: Path, user_file: str | None = None) -> LoadedConfig:
-    """Read, validate and merge the user's and the project's configuration."""
+def load(
+    root: Path, user_file: str | None = None, settings: list[Setting] | None = None
+) -> LoadedConfig:
+    """Read, validate and merge the user's and the project's configuration.
+
+    ``settings`` (the editor's options) count as part of the user's file
+    and take precedence over its keys.
+    """
     root = root.resolve()
     upath = user_config_path(user_file)
     user = Config()
@@ -423,11 +531,13 @@ def load(root: Path, user_file: str | None = None) -> LoadedConfig:
         used_user = upath
     elif user_file is not None:
         raise ConfigError(f"{upath}: no such configuration file")
+    settings = settings or []
+    user = _apply_settings(user, settings)
 
     trusted = any(_same_dir(root, Path(p).expanduser()) for p in user.trust.projects)
     ptext = read_project_config_text(root)
     if ptext is None:
-        return LoadedConfig(user, used_user, None, trusted)
+        return LoadedConfig(user, used_user, None, trusted, settings=settings)
     ppath = root / PROJECT_CONFIG
     project = _parse(ppath, ptext)
     warnings: list[str] = []
@@ -436,7 +546,7 @@ def load(root: Path, user_file: str | None = None) -> LoadedConfig:
             f"{ppath}: [trust] is ignored here; only your own config file can trust a project"
         )
     merged = merge(user, project, root=root, trusted=trusted, source=str(ppath), warnings=warnings)
-    return LoadedConfig(merged, used_user, ppath, trusted, warnings)
+    return LoadedConfig(merged, used_user, ppath, trusted, warnings, settings)
 
 
 def _same_dir(a: Path, b: Path) -> bool:
@@ -624,4 +734,5 @@ def describe(loaded: LoadedConfig) -> dict[str, Any]:
         "user_file": str(loaded.user_file) if loaded.user_file else None,
         "project_file": str(loaded.project_file) if loaded.project_file else None,
         "trusted": loaded.trusted,
+        "settings": [s.model_dump(mode="json") for s in loaded.settings],
     }
