@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from conftest import MakeWorker, call, run, user_config, write_tree
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forj_py.service import Worker
 from forj_py.tools.search import find_rg
@@ -512,3 +514,26 @@ def test_seed001_default_excludes_bad_values_name_the_key(
     with pytest.raises(ConfigError, match="default_excludes") as info:
         load(project)
     assert message in str(info.value)
+
+
+_NAME_PARTS = st.sampled_from(
+    ["a", "B", ".", "png", "PNG", "tar", "gz", "node_modules", "Node_Modules", "x", "-", "~"]
+)
+
+
+@given(
+    parts=st.lists(st.lists(_NAME_PARTS, min_size=1, max_size=4), min_size=1, max_size=4),
+    is_dir=st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_seed001_default_excludes_by_name_agree_with_gitignore_rules(
+    parts: list[list[str]], is_dir: bool
+) -> None:
+    """The name lookups the walk uses decide as the gitignore rules they stand for."""
+    from forj_py.config import DEFAULT_EXCLUDES
+    from forj_py.system.walk import Excludes, _compile
+
+    rel = "/".join("".join(p) for p in parts)
+    patterns = (*DEFAULT_EXCLUDES, "*.tar.gz", "a.b", "x~/")
+    reference = _compile(list(patterns), ignore_case=True).verdict(rel, is_dir) is True
+    assert Excludes(patterns).matches(rel, is_dir) == reference, rel

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import stat
 from collections.abc import Iterator, Sequence, Set
 from typing import NamedTuple
@@ -271,7 +272,23 @@ class Excludes:
 
     def __init__(self, patterns: Sequence[str]) -> None:
         self.patterns = list(patterns)
-        self._all = _compile(self.patterns, ignore_case=True) if self.patterns else None
+        # The usual shapes, "*.png", "node_modules/", "name", are looked up
+        # by name (the walk asks about every entry); the rest go to RE2.
+        self._suffixes: set[str] = set()
+        self._dir_names: set[str] = set()
+        self._names: set[str] = set()
+        rest: list[str] = []
+        for pattern in self.patterns:
+            if _SUFFIX.match(pattern):
+                self._suffixes.add(pattern[1:].lower())
+            elif _DIR_NAME.match(pattern):
+                self._dir_names.add(pattern[:-1].lower())
+            elif _NAME.match(pattern):
+                self._names.add(pattern.lower())
+            else:
+                rest.append(pattern)
+        self._longest = max((len(x) for x in self._suffixes), default=0)
+        self._all = _compile(rest, ignore_case=True) if rest else None
         self._each_rules: list[Rules] | None = None
 
     @staticmethod
@@ -293,6 +310,15 @@ class Excludes:
 
     def matches(self, rel: str, is_dir: bool) -> bool:
         """Whether ``rel`` itself (not merely a parent) is excluded."""
+        name = rel.rpartition("/")[2].lower()
+        if name in self._names or (is_dir and name in self._dir_names):
+            return True
+        if self._suffixes:
+            dot = name.find(".", max(0, len(name) - self._longest))
+            while dot != -1:
+                if name[dot:] in self._suffixes:
+                    return True
+                dot = name.find(".", dot + 1)
         return self._all is not None and self._all.verdict(rel, is_dir) is True
 
     def under(self, rel: str, is_dir: bool) -> set[int]:
@@ -316,6 +342,11 @@ class Excludes:
 
     def without(self, lifted: Set[int]) -> Excludes:
         return Excludes.of(tuple(p for n, p in enumerate(self.patterns) if n not in lifted))
+
+
+_SUFFIX = re.compile(r"\*\.[A-Za-z0-9_+~-]+(\.[A-Za-z0-9_+~-]+)*\Z")
+_DIR_NAME = re.compile(r"[A-Za-z0-9_+~-][A-Za-z0-9_.+~-]*/\Z")
+_NAME = re.compile(r"[A-Za-z0-9_+~-][A-Za-z0-9_.+~-]*\Z")
 
 
 def _expand_braces(text: str) -> list[str]:
