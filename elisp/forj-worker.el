@@ -409,7 +409,7 @@ ERROR is called with an error plist if the worker cannot be started."
     (forj-worker--fail worker
                        (list :type "worker-died"
                              :message (if why
-                                          (format "the worker could not start: %s" why)
+                                          (concat "forj worker: " why)
                                         (format "the worker died (%s); see M-x forj-worker-log"
                                                 reason))))
     (if why

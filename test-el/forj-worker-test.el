@@ -73,7 +73,7 @@
       (should (forj-test--wait-for (lambda () (or worker failure)) 30))
       (should-not worker)
       (should (string-match-p
-               "could not start: .*forj-worker-max-output-bytes (tools.output.max_bytes): got 5"
+               "\\`forj worker: .*forj-worker-max-output-bytes (tools.output.max_bytes): got 5"
                (plist-get failure :message))))))
 
 (provide 'forj-worker-test)
