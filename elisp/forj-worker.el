@@ -56,6 +56,130 @@ it has one, else \"python3\" found on the variable `exec-path'."
   :type 'number
   :group 'forj)
 
+;;;; Limits passed to the worker
+
+;; Each of these mirrors a key of the worker's TOML configuration.  nil
+;; (the default) leaves the key to the configuration files; a value is
+;; sent when the worker starts and counts as the user's own file.  Only
+;; the global value is sent, never a buffer-local one, and none of them
+;; is a safe local variable: a cloned .dir-locals.el cannot change them.
+
+(defgroup forj-worker-limits nil
+  "Time limits and size caps of forj's tools, passed to the worker.
+Each option left at nil uses the configuration files instead."
+  :group 'forj)
+
+(defcustom forj-worker-default-timeout nil
+  "Seconds a tool without a time limit of its own may run.
+Mirrors [tools.timeouts] default_seconds (30); nil uses the config file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (number :tag "Seconds"))
+  :group 'forj-worker-limits)
+
+(defcustom forj-worker-file-timeout nil
+  "Seconds a file tool (read, list, search, edit) may run.
+Mirrors [tools.timeouts] file_operations_seconds (30); nil uses the
+config file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (number :tag "Seconds"))
+  :group 'forj-worker-limits)
+
+(defcustom forj-worker-shell-timeout nil
+  "Seconds a command (run_shell, run_tests) may run.
+Mirrors [tools.timeouts] shell_commands_seconds (300); nil uses the
+config file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (number :tag "Seconds"))
+  :group 'forj-worker-limits)
+
+(defcustom forj-worker-max-output-bytes nil
+  "Bytes of JSON one tool result may take (1024 to 8 MiB).
+Mirrors [tools.output] max_bytes (102400); nil uses the config file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (natnum :tag "Bytes"))
+  :group 'forj-worker-limits)
+
+(defcustom forj-worker-max-file-read-bytes nil
+  "Size of the largest file read_file returns whole; larger ones need a range.
+Mirrors [tools.read_file] max_file_read_bytes (204800); nil uses the
+config file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (natnum :tag "Bytes"))
+  :group 'forj-worker-limits)
+
+(defcustom forj-worker-max-scan-bytes nil
+  "Bytes a line-range read (or a search, per file) may scan.
+Mirrors [tools.read_file] max_scan_bytes (2097152); nil uses the
+config file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (natnum :tag "Bytes"))
+  :group 'forj-worker-limits)
+
+(defcustom forj-worker-max-listing-entries nil
+  "Entries list_files and glob return before they stop and say so.
+Mirrors [tools.listing] max_entries (5000); nil uses the config file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (natnum :tag "Entries"))
+  :group 'forj-worker-limits)
+
+(defcustom forj-worker-max-capture-bytes nil
+  "Bytes of each output stream of a command kept for its result.
+Mirrors [tools.shell] max_capture_bytes (4194304); nil uses the config
+file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (natnum :tag "Bytes"))
+  :group 'forj-worker-limits)
+
+(defcustom forj-worker-max-tool-args-bytes nil
+  "Bytes of JSON the arguments of one tool call may take.
+Mirrors [tools] max_tool_args_bytes (262144); nil uses the config file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (natnum :tag "Bytes"))
+  :group 'forj-worker-limits)
+
+(defcustom forj-worker-max-tool-calls-per-batch nil
+  "Tool calls of one model message that run; later ones are refused.
+Mirrors [tools] max_tool_calls_per_batch (8); nil uses the config file."
+  :type '(choice (const :tag "Use the config file" nil)
+                 (natnum :tag "Calls"))
+  :group 'forj-worker-limits)
+
+(defconst forj-worker--settings
+  '((forj-worker-default-timeout . "tools.timeouts.default_seconds")
+    (forj-worker-file-timeout . "tools.timeouts.file_operations_seconds")
+    (forj-worker-shell-timeout . "tools.timeouts.shell_commands_seconds")
+    (forj-worker-max-output-bytes . "tools.output.max_bytes")
+    (forj-worker-max-file-read-bytes . "tools.read_file.max_file_read_bytes")
+    (forj-worker-max-scan-bytes . "tools.read_file.max_scan_bytes")
+    (forj-worker-max-listing-entries . "tools.listing.max_entries")
+    (forj-worker-max-capture-bytes . "tools.shell.max_capture_bytes")
+    (forj-worker-max-tool-args-bytes . "tools.max_tool_args_bytes")
+    (forj-worker-max-tool-calls-per-batch . "tools.max_tool_calls_per_batch"))
+  "Each option passed to the worker, and the configuration key it mirrors.")
+
+;; A file or directory may not set them: Emacs asks before applying a
+;; risky local variable, and the worker only ever sees global values.
+(dolist (entry forj-worker--settings)
+  (put (car entry) 'risky-local-variable t))
+
+(defun forj-worker-settings ()
+  "The options sent to the worker: a list of (:key :value :option) plists.
+Only options whose global value is non-nil; a buffer-local value is
+ignored, whichever buffer starts the worker."
+  (let (settings)
+    (dolist (entry forj-worker--settings)
+      (let ((value (default-value (car entry))))
+        (when value
+          (push (list :key (cdr entry) :value value :option (symbol-name (car entry)))
+                settings))))
+    (nreverse settings)))
+
+(defun forj-worker--settings-arguments ()
+  "The worker's --settings argument for `forj-worker-settings', or nil."
+  (let ((settings (forj-worker-settings)))
+    (and settings
+         (list "--settings" (json-serialize (vconcat settings))))))
+
 ;;; State
 
 (cl-defstruct (forj-worker (:constructor forj-worker--make) (:copier nil))
@@ -66,6 +190,7 @@ it has one, else \"python3\" found on the variable `exec-path'."
   (token nil :documentation "The secret the worker expects in hello.")
   (hello nil :documentation "The hello reply: root, config, warnings, tools.")
   (started nil :documentation "When the process started (float time).")
+  (log-start nil :documentation "Where this worker's output begins in its log buffer.")
   (waiting nil :documentation "Callbacks (SUCCESS . ERROR) waiting for readiness."))
 
 (defvar forj-worker--by-root (make-hash-table :test #'equal)
@@ -155,6 +280,7 @@ ERROR is called with an error plist if the worker cannot be started."
                :name (format "forj-worker %s" (abbreviate-file-name root))
                :command (append (list (forj-worker-python-executable) "-m" "forj_py"
                                       "--root" (directory-file-name root))
+                                (forj-worker--settings-arguments)
                                 forj-worker-arguments)
                :connection-type 'pipe
                :noquery t
@@ -174,8 +300,12 @@ ERROR is called with an error plist if the worker cannot be started."
     (with-current-buffer log
       (let ((inhibit-read-only t))
         (goto-char (point-max))
+        (setf (forj-worker-log-start worker) (copy-marker (point)))
         (insert (format "\n;; %s: starting the worker for %s\n"
-                        (format-time-string "%F %T") root))))
+                        (format-time-string "%F %T") root))
+        ;; The stderr pipe writes at its own mark: after this line, not before.
+        (let ((stderr (get-buffer-process log)))
+          (when stderr (set-marker (process-mark stderr) (point))))))
     (process-put process 'forj-worker worker)
     (setf (forj-worker-process worker) process)
     (puthash root worker forj-worker--by-root)
@@ -267,11 +397,44 @@ ERROR is called with an error plist if the worker cannot be started."
         (when conn (forj-epc-close conn reason)))
       (when (process-live-p (forj-worker-process worker))
         (delete-process (forj-worker-process worker)))
-      (forj-worker--fail worker (list :type "worker-died"
-                                      :message (format "the worker died (%s); see M-x forj-worker-log"
-                                                       reason)))
+      (if (forj-worker-hello worker)
+          (forj-worker--died worker reason)
+        ;; A worker that refused to start said why on stderr, which may
+        ;; arrive just after its exit: read it a moment later.
+        (run-at-time 0.2 nil #'forj-worker--died worker reason)))))
+
+(defun forj-worker--died (worker reason)
+  "Tell everyone waiting for WORKER, and the user, that it is gone for REASON."
+  (let ((why (and (null (forj-worker-hello worker)) (forj-worker--start-error worker))))
+    (forj-worker--fail worker
+                       (list :type "worker-died"
+                             :message (if why
+                                          (concat "forj worker: " why)
+                                        (format "the worker died (%s); see M-x forj-worker-log"
+                                                reason))))
+    (if why
+        (message "forj: the worker for %s could not start: %s"
+                 (abbreviate-file-name (forj-worker-root worker)) why)
       (message "forj: the worker for %s stopped (%s); the next call starts a new one"
-               (abbreviate-file-name root) reason))))
+               (abbreviate-file-name (forj-worker-root worker)) reason))))
+
+(defun forj-worker--start-error (worker)
+  "What WORKER said on stderr when it refused to start, or nil."
+  (let ((start (forj-worker-log-start worker)))
+    (when (and (markerp start) (buffer-live-p (marker-buffer start)))
+      (with-current-buffer (marker-buffer start)
+        (save-excursion
+          (goto-char start)
+          (when (re-search-forward "^forj worker: " nil t)
+            (let ((text (string-trim
+                         (buffer-substring-no-properties
+                          (point)
+                          ;; Emacs notes the end of the stderr pipe after it.
+                          (or (save-excursion
+                                (and (re-search-forward "^Process .* stderr " nil t)
+                                     (line-beginning-position)))
+                              (point-max))))))
+              (replace-regexp-in-string "[ \t]*\n[ \t]*" " " text))))))))
 
 ;;; The command sandbox
 

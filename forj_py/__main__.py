@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import __version__
-from .config import ConfigError, load
+from .config import ConfigError, load, parse_settings
 from .service import Worker
 from .store.journal import Journal, JournalError, default_state_dir
 from .system import process
@@ -44,6 +44,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--root", required=True, help="the project root every path is confined to")
     p.add_argument("--config", help="the user's config file (default: $FORJ_CONFIG or XDG)")
     p.add_argument("--state-dir", help="where the journal lives (default: $FORJ_STATE_DIR or XDG)")
+    p.add_argument(
+        "--settings",
+        help="the editor's options as JSON, [{key, value, option}]; they count as the "
+        "user's config file and override its keys",
+    )
     p.add_argument(
         "--log-level",
         default=os.environ.get("FORJ_LOG_LEVEL", "WARNING"),
@@ -73,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     if not root.is_dir():
         return _fail(f"--root {args.root}: not a directory")
     try:
-        loaded = load(root, args.config)
+        settings = parse_settings(args.settings) if args.settings else []
+        loaded = load(root, args.config, settings)
     except ConfigError as exc:
         return _fail(f"configuration error:\n{exc}")
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()

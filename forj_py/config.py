@@ -13,12 +13,17 @@ is dropped and reported as a warning (``hello`` carries it to Emacs), so a
 cloned repository cannot switch off the user's safety.  Settings that are
 not about safety (timeouts, size limits) the project may set freely.
 
+The editor's options that mirror TOML keys (Emacs's ``defcustom``s, sent
+with ``--settings``) count as the user's file and take precedence over
+its keys; for the tools mode the stricter of the two wins.
+
 Bad keys and values are errors that name the file, the key and what is
 allowed; the worker refuses to start on them rather than guess.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -27,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .patterns import PatternTooComplex, gitignore_regexes
@@ -66,19 +73,21 @@ class SandboxConfig(_Section):
                     "across files and may only add denials); to allow a file the defaults "
                     "deny, set include_default_denies = false and list the patterns you want"
                 )
-            if pattern.count("**") > 2:
-                # Each "**" multiplies matching work; a repository's config must
-                # not be able to make every path check crawl.
-                raise ValueError(f"{pattern!r}: at most two '**' per pattern")
-            try:
-                gitignore_regexes(pattern)
-            except PatternTooComplex as exc:
-                raise ValueError(str(exc)) from None
-            except ValueError as exc:
-                raise ValueError(
-                    f"{pattern!r} is not a valid gitignore-style pattern: {exc}"
-                ) from None
+            _check_pattern(pattern)
         return patterns
+
+
+def _check_pattern(pattern: str) -> None:
+    if pattern.count("**") > 2:
+        # Each "**" multiplies matching work; a repository's config must
+        # not be able to make every path check crawl.
+        raise ValueError(f"{pattern!r}: at most two '**' per pattern")
+    try:
+        gitignore_regexes(pattern)
+    except PatternTooComplex as exc:
+        raise ValueError(str(exc)) from None
+    except ValueError as exc:
+        raise ValueError(f"{pattern!r} is not a valid gitignore-style pattern: {exc}") from None
 
 
 class TimeoutsConfig(_Section):
@@ -138,9 +147,49 @@ class BackupsConfig(_Section):
     max_total_mb: float = Field(default=512, gt=0, le=1 << 20)
 
 
+# What list_files, glob and search skip unless a request names it: vendored
+# dependencies and files that are binary by their extension.  (.git is
+# skipped by the walk itself.)
+DEFAULT_EXCLUDES = (
+    "node_modules/",
+    # images
+    *("*.png", "*.jpg", "*.jpeg", "*.gif", "*.bmp", "*.ico", "*.webp", "*.tif", "*.tiff"),
+    *("*.psd", "*.xcf", "*.heic"),
+    # audio and video
+    *("*.mp3", "*.wav", "*.ogg", "*.flac", "*.m4a", "*.mp4", "*.m4v", "*.mov", "*.avi"),
+    *("*.mkv", "*.webm"),
+    # archives and disk images
+    *("*.zip", "*.tar", "*.gz", "*.tgz", "*.bz2", "*.xz", "*.zst", "*.7z", "*.rar"),
+    *("*.jar", "*.war", "*.whl", "*.iso", "*.dmg"),
+    # compiled code and libraries
+    *("*.o", "*.a", "*.so", "*.dylib", "*.dll", "*.exe", "*.class", "*.pyc", "*.pyo"),
+    *("*.pyd", "*.elc", "*.eln", "*.wasm"),
+    # fonts, documents, databases
+    *("*.ttf", "*.otf", "*.woff", "*.woff2", "*.eot", "*.pdf", "*.sqlite", "*.sqlite3"),
+)
+
+
 class ListingConfig(_Section):
     # list_files, glob and search stop after this many entries and say so.
     max_entries: int = Field(default=5000, ge=10, le=1_000_000)
+    # Gitignore-style patterns skipped unless named; [] lists everything.
+    default_excludes: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_EXCLUDES), max_length=1000
+    )
+
+    @field_validator("default_excludes")
+    @classmethod
+    def _plain_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if pattern.lstrip().startswith("!"):
+                raise ValueError(
+                    f"{pattern!r}: a pattern cannot be negated with '!'; to see what a "
+                    "pattern skips, leave it out of the list"
+                )
+            if not pattern.strip() or pattern.lstrip().startswith("#"):
+                raise ValueError(f"{pattern!r}: empty or a comment, not a pattern")
+            _check_pattern(pattern)
+        return patterns
 
 
 class SearchConfig(_Section):
@@ -159,6 +208,56 @@ class DedupeConfig(_Section):
     # Nothing is listed by default, so re-reading after an edit always works.
     window_seconds: float = Field(default=300, gt=0, le=86_400)
     tools: list[str] = Field(default_factory=list)
+
+
+class ToolDefinition(_Section):
+    """One ``[[tools.definitions]]`` entry: a tool as the model is told about it."""
+
+    # What every provider's function-calling dialect accepts as a name.
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(min_length=1, max_length=8192)
+    parameters: dict[str, Any]
+
+    @field_validator("parameters")
+    @classmethod
+    def _a_schema_of_an_object(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        if schema.get("type") != "object":
+            raise ValueError(
+                'must be a JSON Schema with type = "object" (a call\'s args are an object), '
+                'e.g. { "type"="object", "properties"={ "path"={ "type"="string" } } }'
+            )
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(top level)"
+            raise ValueError(
+                f"not a valid JSON Schema (Draft 2020-12) at {where}: {exc.message}"
+            ) from None
+        outside = _refs_outside(schema)
+        if outside is not None:
+            # A schema that points elsewhere would have the worker fetch a URL
+            # or read a file each time a call is checked.
+            raise ValueError(
+                f"$ref {outside!r} points outside this schema; only refs starting with '#' work"
+            )
+        return schema
+
+
+def _refs_outside(node: Any) -> str | None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            outward = isinstance(value, str) and not value.startswith("#")
+            if key in ("$ref", "$dynamicRef") and outward:
+                return str(value)
+            found = _refs_outside(value)
+            if found is not None:
+                return found
+    elif isinstance(node, list):
+        for item in node:
+            found = _refs_outside(item)
+            if found is not None:
+                return found
+    return None
 
 
 class ToolsConfig(_Section):
@@ -181,6 +280,20 @@ class ToolsConfig(_Section):
     search: SearchConfig = Field(default_factory=SearchConfig)
     shell: ShellConfig = Field(default_factory=ShellConfig)
     dedupe: DedupeConfig = Field(default_factory=DedupeConfig)
+    # Tools the model is told about in parse_only mode, where the user runs
+    # them by hand; in enabled mode only with advertise_definitions = "config".
+    definitions: list[ToolDefinition] = Field(default_factory=list, max_length=256)
+    advertise_definitions: Literal["registry", "config"] = "registry"
+
+    @field_validator("definitions")
+    @classmethod
+    def _names_once(cls, definitions: list[ToolDefinition]) -> list[ToolDefinition]:
+        seen: set[str] = set()
+        for definition in definitions:
+            if definition.name in seen:
+                raise ValueError(f"tool {definition.name!r} is defined twice; keep one")
+            seen.add(definition.name)
+        return definitions
 
 
 # --- consent: [permissions] and [[rules]] -------------------------------------
@@ -325,6 +438,103 @@ class LoadedConfig:
     project_file: Path | None
     trusted: bool
     warnings: list[str] = field(default_factory=list)
+    # The editor's options that were set, as sent: they count as the user's file.
+    settings: list[Setting] = field(default_factory=list)
+
+
+# --- settings from the editor ----------------------------------------------------
+
+
+class Setting(BaseModel):
+    """One editor option that mirrors a TOML key (``--settings``).
+
+    Emacs sends the global value of each forj option that is not nil; the
+    option's name is there so an error can name what the user set.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    key: str = Field(pattern=r"^[a-z_]+(\.[a-z_]+)+$", max_length=200)
+    value: Any
+    option: str | None = Field(default=None, max_length=200)
+
+    @property
+    def label(self) -> str:
+        return f"{self.option} ({self.key})" if self.option else self.key
+
+
+SETTINGS_SOURCE = "settings from the editor (--settings)"
+
+
+def parse_settings(text: str) -> list[Setting]:
+    """The ``--settings`` JSON: ``[{"key": "tools.timeouts.default_seconds", "value": 60,
+    "option": "forj-worker-default-timeout"}, ...]``, each checked against :class:`Config`."""
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{SETTINGS_SOURCE}: not valid JSON: {exc}") from None
+    if not isinstance(raw, list):
+        raise ConfigError(f"{SETTINGS_SOURCE}: must be a JSON array of {{key, value, option}}")
+    settings: list[Setting] = []
+    problems: list[str] = []
+    for n, item in enumerate(raw):
+        try:
+            settings.append(Setting.model_validate(item))
+        except ValidationError as exc:
+            detail = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'item'}: {e['msg']}" for e in exc.errors()
+            )
+            problems.append(f"  item {n}: {detail}")
+    if not problems:
+        problems = _check_settings(settings)
+    if problems:
+        raise ConfigError("\n".join([f"{SETTINGS_SOURCE}: invalid:", *problems]))
+    return settings
+
+
+def _nest(settings: list[Setting]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for setting in settings:
+        *parents, leaf = setting.key.split(".")
+        target = nested
+        for part in parents:
+            child = target.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{SETTINGS_SOURCE}: {setting.label}: {part} is not a table")
+            target = child
+        target[leaf] = setting.value
+    return nested
+
+
+def _check_settings(settings: list[Setting]) -> list[str]:
+    """Validate the settings as a configuration; each problem names the editor's option."""
+    try:
+        Config.model_validate(_nest(settings))
+    except ValidationError as exc:
+        by_key = {s.key: s.label for s in settings}
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(part) for part in err["loc"])
+            label = by_key.get(key, key)
+            if err["type"] == "extra_forbidden":
+                problems.append(f"  {label}: not a configuration key forj knows")
+            else:
+                problems.append(f"  {label}: got {err.get('input')!r}; {err['msg']}")
+        return problems
+    return []
+
+
+def _apply_settings(user: Config, settings: list[Setting]) -> Config:
+    """``user`` with the editor's options over it; for the tools mode the stricter wins."""
+    if not settings:
+        return user
+    given = Config.model_validate(_nest(settings))
+    merged = user.model_copy(deep=True)
+    for path, value in _set_leaves(given):
+        if path == ("tools", "mode"):
+            value, _ = _stricter_of(_TOOLS_MODE_ORDER)(_get(user, path), value)
+        _set(merged, path, value)
+    return merged
 
 
 # --- locating and reading files ---------------------------------------------
@@ -357,6 +567,9 @@ def _format_validation(path: Path, exc: ValidationError, model: type[BaseModel])
             allowed = _allowed_keys(model, loc[:-1])
             lines.append(f"  {key}: unknown key; allowed here: {', '.join(allowed)}")
             continue
+        if err["type"] == "missing":
+            lines.append(f"  {key}: missing; this key is required")
+            continue
         got = err.get("input")
         detail = err["msg"]
         if err["type"] == "enum":
@@ -368,10 +581,15 @@ def _format_validation(path: Path, exc: ValidationError, model: type[BaseModel])
 def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
     current: Any = model
     for part in loc:
+        if part.isdigit():
+            continue  # an entry of an array of tables: its keys are the item's
         info = current.model_fields.get(part)
-        if info is None or not isinstance(info.annotation, type):
+        annotation = info.annotation if info is not None else None
+        if getattr(annotation, "__origin__", None) is list:
+            annotation = annotation.__args__[0]  # type: ignore[union-attr]
+        if not isinstance(annotation, type):
             return []
-        current = info.annotation
+        current = annotation
     return sorted(current.model_fields)
 
 
@@ -427,8 +645,14 @@ def read_project_config_text(root: Path) -> str | None:
         raise ConfigError(f"{root / PROJECT_CONFIG}: not UTF-8 text") from None
 
 
-def load(root: Path, user_file: str | None = None) -> LoadedConfig:
-    """Read, validate and merge the user's and the project's configuration."""
+def load(
+    root: Path, user_file: str | None = None, settings: list[Setting] | None = None
+) -> LoadedConfig:
+    """Read, validate and merge the user's and the project's configuration.
+
+    ``settings`` (the editor's options) count as part of the user's file
+    and take precedence over its keys.
+    """
     root = root.resolve()
     upath = user_config_path(user_file)
     user = Config()
@@ -442,11 +666,13 @@ def load(root: Path, user_file: str | None = None) -> LoadedConfig:
         used_user = upath
     elif user_file is not None:
         raise ConfigError(f"{upath}: no such configuration file")
+    settings = settings or []
+    user = _apply_settings(user, settings)
 
     trusted = any(_same_dir(root, Path(p).expanduser()) for p in user.trust.projects)
     ptext = read_project_config_text(root)
     if ptext is None:
-        return LoadedConfig(user, used_user, None, trusted)
+        return LoadedConfig(user, used_user, None, trusted, settings=settings)
     ppath = root / PROJECT_CONFIG
     project = _parse(ppath, ptext)
     warnings: list[str] = []
@@ -455,7 +681,7 @@ def load(root: Path, user_file: str | None = None) -> LoadedConfig:
             f"{ppath}: [trust] is ignored here; only your own config file can trust a project"
         )
     merged = merge(user, project, root=root, trusted=trusted, source=str(ppath), warnings=warnings)
-    return LoadedConfig(merged, used_user, ppath, trusted, warnings)
+    return LoadedConfig(merged, used_user, ppath, trusted, warnings, settings)
 
 
 def _same_dir(a: Path, b: Path) -> bool:
@@ -533,6 +759,10 @@ _USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
         (project, True) if project <= user else (user, False)
     ),
     ("tools", "approval", "read_only_commands"): _stricter_of(["prompt", "auto"]),
+    # What the model is told a tool does: a cloned repository must not
+    # write the descriptions the model acts on.
+    ("tools", "definitions"): lambda user, project: (user, project == user),
+    ("tools", "advertise_definitions"): lambda user, project: (user, project == user),
 }
 
 
@@ -682,6 +912,8 @@ def _inside(path: Path, bound: Path) -> bool:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, list) and value and isinstance(value[0], ToolDefinition):
+        value = [definition.name for definition in value]
     if isinstance(value, ToolsMode):
         value = value.value
     if isinstance(value, str):
@@ -724,4 +956,5 @@ def describe(loaded: LoadedConfig) -> dict[str, Any]:
         "user_file": str(loaded.user_file) if loaded.user_file else None,
         "project_file": str(loaded.project_file) if loaded.project_file else None,
         "trusted": loaded.trusted,
+        "settings": [s.model_dump(mode="json") for s in loaded.settings],
     }

@@ -215,6 +215,9 @@ class RewindRequest(_Strict):
 
 class ToolDefinitionsRequest(_Strict):
     permission_mode: PermissionMode | None = None
+    # The tools mode the definitions are for (plan's "mode"); absent: the
+    # configured one.  The stricter of it and the configured mode applies.
+    tools_mode: ToolsMode | None = None
 
 
 class GrantRequest(_Strict):

@@ -59,6 +59,7 @@ from .store.backups import Backups
 from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
 from .system import git
+from .tools.manual import manual_registry
 from .tools.registry import Registry, Session
 from .undo import Undo
 from .watcher import Watcher
@@ -126,6 +127,9 @@ class Worker:
         )
         self.root = self.sandbox.project_root
         self.registry = registry
+        # [[tools.definitions]]: what the model is told in parse_only mode (and
+        # in enabled mode when the user's file asks for it).
+        self.configured = manual_registry(self.config.tools.definitions)
         self.journal = journal
         self.session = Session()
         b = self.config.tools.backups
@@ -176,7 +180,7 @@ class Worker:
             "warnings": self.warnings(),
             "sandbox": self.commands.availability.wire(),
             "journal": str(self.journal.path),
-            "tools": self.consent.definitions(self.consent.policy.mode),
+            **self._definitions(self.config.tools.mode, self.consent.policy.mode),
             "unfinished": self.unfinished(),
             "permissions": self.permissions_summary(),
         }
@@ -196,6 +200,15 @@ class Worker:
     def warnings(self) -> list[str]:
         found = list(self.loaded.warnings)
         found += self.consent.policy.warnings + self.consent.engine.warnings
+        tools = self.config.tools
+        if tools.advertise_definitions == "config" and tools.mode is ToolsMode.ENABLED:
+            strangers = [n for n in self.configured.names() if self.registry.get(n) is None]
+            if strangers:
+                found.append(
+                    f"[[tools.definitions]] {', '.join(strangers)}: not tools forj can run; "
+                    "in enabled mode a call to them is an unknown-tool error (parse_only "
+                    "mode hands them to you)"
+                )
         unsandboxed = self.commands.availability.warning()
         if unsandboxed is not None:
             found.append(unsandboxed)
@@ -203,15 +216,38 @@ class Worker:
 
     def tool_definitions(self, body: Any = None) -> dict[str, Any]:
         req = parse_request(ToolDefinitionsRequest, {} if body is None else body)
+        tools_mode = self.config.tools.mode
+        if req.tools_mode is not None:
+            tools_mode = min(req.tools_mode, tools_mode, key=_MODE_ORDER.index)
         mode, note = self.consent.mode_for(req.permission_mode)
         reply: dict[str, Any] = {
-            "tools": self.consent.definitions(mode),
+            **self._definitions(tools_mode, mode),
             "permission_mode": mode,
             "instructions": self.consent.engine.instructions(self.consent.available_names(mode)),
         }
         if note:
             reply["mode_note"] = note
         return reply
+
+    def _definitions(self, mode: ToolsMode, permission_mode: str) -> dict[str, Any]:
+        """The tools the model is told about: the configured ones, or forj's in this mode."""
+        if self._from_config(mode):
+            return {"tools": self.configured.definitions(), "tools_source": "config"}
+        return {"tools": self.consent.definitions(permission_mode), "tools_source": "registry"}
+
+    def _from_config(self, mode: ToolsMode) -> bool:
+        """Whether the configured definitions, not the registry's, are the ones advertised."""
+        tools = self.config.tools
+        if not tools.definitions:
+            return False
+        return mode is ToolsMode.PARSE_ONLY or tools.advertise_definitions == "config"
+
+    def _planning_registry(self, mode: ToolsMode) -> Registry:
+        # In parse_only mode the calls are to the tools the model was told
+        # about; otherwise to the tools that run.
+        if mode is ToolsMode.PARSE_ONLY and self._from_config(mode):
+            return self.configured
+        return self.registry
 
     def journal_calls(self, body: Any) -> dict[str, Any]:
         """Journal a complete message's calls before any planning, so a crash loses none."""
@@ -289,7 +325,7 @@ class Worker:
         available = self.consent.available_names(permission_mode)
         probe = self.consent.engine.probe(session, turn, available)
         pc = PlanContext(
-            registry=self.registry,
+            registry=self._planning_registry(mode),
             config=self.config,
             sandbox=self.sandbox,
             session=self.session,

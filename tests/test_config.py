@@ -405,3 +405,125 @@ def test_fuzz_config_files_validate_or_fail_clearly(
     assert t.sandbox.allow_absolute is False
     assert t.sandbox.include_default_denies is True
     assert t.approval.allowlist == []
+
+
+# --- the editor's options (--settings): they count as the user's file -----------------
+
+
+def _settings(*items: tuple[str, object, str]) -> str:
+    import json
+
+    return json.dumps([{"key": k, "value": v, "option": o} for k, v, o in items])
+
+
+def test_settings_override_the_users_file_and_show_in_hello(
+    project: Path, make_worker: MakeWorker
+) -> None:
+    from forj_py.config import describe, parse_settings
+
+    user_config(
+        "[tools.timeouts]\nshell_commands_seconds = 100\n[tools.output]\nmax_bytes = 50000\n"
+    )
+    settings = parse_settings(
+        _settings(
+            ("tools.timeouts.shell_commands_seconds", 45, "forj-worker-shell-timeout"),
+            ("tools.read_file.max_file_read_bytes", 4096, "forj-worker-max-file-read-bytes"),
+            ("tools.timeouts.default_seconds", 2.5, "forj-worker-default-timeout"),
+        )
+    )
+    loaded = load(project, settings=settings)
+    tools = loaded.config.tools
+    assert tools.timeouts.shell_commands_seconds == 45
+    assert tools.read_file.max_file_read_bytes == 4096
+    assert tools.timeouts.default_seconds == 2.5
+    assert tools.output.max_bytes == 50000  # the file's own keys stay
+    shown = describe(loaded)
+    assert shown["effective"]["tools"]["read_file"]["max_file_read_bytes"] == 4096
+    assert shown["settings"][0] == {
+        "key": "tools.timeouts.shell_commands_seconds",
+        "value": 45,
+        "option": "forj-worker-shell-timeout",
+    }
+
+
+@pytest.mark.parametrize(
+    ("file_mode", "option_mode", "effective"),
+    [
+        ("parse_only", "enabled", "parse_only"),
+        ("enabled", "disabled", "disabled"),
+        ("enabled", "parse_only", "parse_only"),
+    ],
+)
+def test_settings_tools_mode_the_stricter_wins(
+    project: Path, file_mode: str, option_mode: str, effective: str
+) -> None:
+    from forj_py.config import parse_settings
+
+    user_config(f"[tools]\nmode = {file_mode!r}\n")
+    settings = parse_settings(_settings(("tools.mode", option_mode, "forj-tools-mode")))
+    assert load(project, settings=settings).config.tools.mode.value == effective
+
+
+def test_settings_count_as_the_users_file_for_a_project(project: Path) -> None:
+    """A project may tighten what an option set, and loosen none of it."""
+    from forj_py.config import parse_settings
+
+    project_config(project, "[tools.approval]\nmode = 'auto'\n")
+    settings = parse_settings(_settings(("tools.approval.mode", "deny", "forj-approval")))
+    loaded = load(project, settings=settings)
+    assert loaded.config.tools.approval.mode == "deny"
+    assert "would loosen your setting 'deny'" in loaded.warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            _settings(("tools.timeouts.shell_commands_seconds", 0, "forj-worker-shell-timeout")),
+            "forj-worker-shell-timeout (tools.timeouts.shell_commands_seconds): got 0; "
+            "Input should be greater than 0",
+        ),
+        (
+            _settings(("tools.output.max_bytes", "lots", "forj-worker-max-output-bytes")),
+            "forj-worker-max-output-bytes (tools.output.max_bytes): got 'lots'; "
+            "Input should be a valid integer",
+        ),
+        (
+            _settings(("tools.timeouts.shel_seconds", 3, "forj-worker-typo")),
+            "forj-worker-typo (tools.timeouts.shel_seconds): not a configuration key forj knows",
+        ),
+        ('[{"key": "Tools", "value": 1}]', "item 0: key: String should match pattern"),
+        ('{"tools": {}}', "must be a JSON array"),
+        ("[", "not valid JSON"),
+    ],
+)
+def test_bad_settings_are_errors_naming_the_option(text: str, message: str) -> None:
+    from forj_py.config import parse_settings
+
+    with pytest.raises(ConfigError) as info:
+        parse_settings(text)
+    assert "settings from the editor (--settings)" in str(info.value)
+    assert message in str(info.value)
+
+
+def test_a_real_worker_takes_settings_and_refuses_bad_ones(project: Path) -> None:
+    from forj_py.transport.client import Client, WorkerProcess
+
+    good = _settings(
+        ("tools.read_file.max_file_read_bytes", 2048, "forj-worker-max-file-read-bytes")
+    )
+    (project / "big.txt").write_text("x" * 3000)
+    with WorkerProcess(project, settings=good) as proc, Client(proc.port) as client:
+        hello = client.call("hello", {"token": proc.token, "client": {"name": "pytest"}})
+        assert hello["config"]["effective"]["tools"]["read_file"]["max_file_read_bytes"] == 2048
+        plan = client.call(
+            "plan", {"calls": [{"id": "r", "name": "read_file", "args": {"path": "big.txt"}}]}
+        )
+        done = client.call("execute", {"batch_id": plan["batch_id"]})
+        assert "over the 2048-byte limit" in done["results"][0]["error"]["message"]
+    bad = _settings(("tools.read_file.max_file_read_bytes", 1, "forj-worker-max-file-read-bytes"))
+    with pytest.raises(RuntimeError) as info:
+        WorkerProcess(project, settings=bad)
+    assert "forj-worker-max-file-read-bytes (tools.read_file.max_file_read_bytes): got 1" in str(
+        info.value
+    )

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from conftest import MakeWorker, call, run, user_config, write_tree
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forj_py.service import Worker
 from forj_py.tools.search import find_rg
@@ -48,6 +50,9 @@ IGNORE_TREE = {
 }
 
 
+NO_DEFAULT_EXCLUDES = "[tools.listing]\ndefault_excludes = []\n"
+
+
 def _git_visible(root: Path) -> set[str]:
     """Every file git does not ignore, by asking git itself."""
     env = dict(
@@ -71,6 +76,7 @@ def test_list_files_gitignore_semantics_match_git_check_ignore(
     make_worker: MakeWorker, project: Path
 ) -> None:
     write_tree(project, IGNORE_TREE)
+    user_config(NO_DEFAULT_EXCLUDES)  # ignore files alone, as git sees them
     expected = _git_visible(project)
     # What forj never shows, whatever git says: hidden names and secrets.
     expected = {p for p in expected if not any(part.startswith(".") for part in p.split("/"))}
@@ -96,6 +102,7 @@ def test_list_files_matches_rg_files_with_ignore_and_rgignore(
     )
     rg = find_rg()
     assert rg is not None
+    user_config(NO_DEFAULT_EXCLUDES)
     out = subprocess.run(
         [
             rg,
@@ -390,7 +397,143 @@ def test_list_files_agrees_with_git_on_random_ignore_files(
     write_tree(project, _GI_TREE)
     lines = [rng.choice(_GI_POOL) for _ in range(rng.randint(1, 5))]
     (project / ".gitignore").write_text("\n".join(lines) + "\n")
+    user_config(NO_DEFAULT_EXCLUDES)
     expected = {p for p in _git_visible(project) if p != ".gitignore"}
     r = _one(make_worker(), "list_files", max_depth=10)
     files = {f["path"] for f in r["result"]["files"] if f["type"] == "file"}
     assert files == expected, lines
+
+
+# --- default excludes: vendored trees and binaries by extension -------------------------
+
+VENDORED_TREE = {
+    "node_modules": {"react": {"index.js": "alpha react\n", "logo.png": "alpha"}},
+    "src": {"app.js": "alpha app\n", "node_modules": {"dep.js": "alpha nested dep\n"}},
+    "assets": {"logo.png": "alpha png\n", "IMG.PNG": "alpha upper\n", "icon.svg": "alpha svg\n"},
+    "lisp": {"forj.el": "alpha el\n", "forj.elc": "alpha elc\n"},
+}
+
+
+def test_seed001_default_excludes_keep_vendored_trees_and_binaries_out_of_listings(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    write_tree(project, VENDORED_TREE)
+    worker = make_worker()
+    listed = _one(worker, "list_files", max_depth=10)
+    paths = set(_paths(listed))
+    assert {"src/app.js", "assets/icon.svg", "lisp/forj.el"} <= paths
+    assert not {p for p in paths if "node_modules" in p or p.lower().endswith((".png", ".elc"))}
+    # It says what it left out and how to see it.
+    assert listed["result"]["excluded"] == 5
+    assert "node_modules/" in listed["result"]["note"]
+    assert "'node_modules/**'" in listed["result"]["note"]
+    # Named, it is listed: the directory, and what lies below it.
+    assert _paths(_one(worker, "list_files", directory="node_modules/react")) == [
+        "node_modules/react/index.js"
+    ]
+    assert "node_modules/react/index.js" in _paths(
+        _one(worker, "list_files", directory="node_modules", max_depth=3)
+    )
+    assert _paths(_one(worker, "list_files", directory="src/node_modules")) == [
+        "src/node_modules/dep.js"
+    ]
+    # Globs: excluded unless the pattern spells the excluded part out.
+    assert _paths(_one(worker, "glob", patterns=["**/*.js"])) == ["src/app.js"]
+    assert _paths(_one(worker, "glob", patterns=["node_modules/**/*.js"])) == [
+        "node_modules/react/index.js"
+    ]
+    assert _paths(_one(worker, "glob", patterns=["**/*.js", "assets/*.{png,PNG}"])) == [
+        "assets/IMG.PNG",
+        "assets/logo.png",
+        "src/app.js",
+    ]
+    # '*.png' is named, node_modules is not.
+    assert _paths(_one(worker, "glob", patterns=["**/*.png"])) == ["assets/logo.png"]
+    # Reads are not affected.
+    read = _one(worker, "read_file", path="node_modules/react/index.js")
+    assert read["result"]["content"] == "alpha react\n"
+
+
+@pytest.mark.parametrize("engine", ["ripgrep", "python"])
+def test_seed001_default_excludes_keep_vendored_trees_and_binaries_out_of_search(
+    make_worker: MakeWorker, project: Path, engine: str
+) -> None:
+    if engine == "ripgrep" and find_rg() is None:
+        pytest.skip("ripgrep is not installed")
+    write_tree(project, VENDORED_TREE)
+    user_config(f"[tools.search]\nengine = '{engine}'\n")
+    worker = make_worker()
+
+    def found(**args: Any) -> list[str]:
+        return sorted({m["path"] for m in _search(worker, query="alpha", **args)["matches"]})
+
+    assert found() == ["assets/icon.svg", "lisp/forj.el", "src/app.js"]
+    # include_paths that name an excluded part search it, and only what they name.
+    assert found(include_paths=["node_modules/**", "*.js"]) == [
+        "node_modules/react/index.js",
+        "src/app.js",
+    ]
+    assert found(include_paths=["**/node_modules/**"]) == [
+        "node_modules/react/index.js",
+        "src/node_modules/dep.js",
+    ]
+    assert found(include_paths=["*.png"]) == ["assets/logo.png"]
+    assert found(include_paths=["assets/"]) == ["assets/icon.svg"]
+    assert found(include_paths=["node_modules/react/**"]) == ["node_modules/react/index.js"]
+
+
+def test_seed001_default_excludes_are_configurable(make_worker: MakeWorker, project: Path) -> None:
+    write_tree(project, VENDORED_TREE)
+    user_config("[tools.listing]\ndefault_excludes = []\n")
+    paths = set(_paths(_one(make_worker(), "list_files", max_depth=10)))
+    assert {"node_modules/react/index.js", "assets/IMG.PNG", "lisp/forj.elc"} <= paths
+    user_config("[tools.listing]\ndefault_excludes = ['assets/', '*.elc']\n")
+    worker = make_worker()
+    listed = _one(worker, "list_files", max_depth=10)
+    paths = set(_paths(listed))
+    assert "node_modules/react/index.js" in paths and "lisp/forj.el" in paths
+    assert not {p for p in paths if p.startswith("assets") or p.endswith(".elc")}
+    assert listed["result"]["excluded"] == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("['!node_modules/']", "cannot be negated"),
+        ("['']", "empty or a comment"),
+        ("['a/**/b/**/c/**']", "at most two '**'"),
+        ("'node_modules/'", "tools.listing.default_excludes: got 'node_modules/'"),
+    ],
+)
+def test_seed001_default_excludes_bad_values_name_the_key(
+    project: Path, value: str, message: str
+) -> None:
+    from forj_py.config import ConfigError, load
+
+    user_config(f"[tools.listing]\ndefault_excludes = {value}\n")
+    with pytest.raises(ConfigError, match="default_excludes") as info:
+        load(project)
+    assert message in str(info.value)
+
+
+_NAME_PARTS = st.sampled_from(
+    ["a", "B", ".", "png", "PNG", "tar", "gz", "node_modules", "Node_Modules", "x", "-", "~"]
+)
+
+
+@given(
+    parts=st.lists(st.lists(_NAME_PARTS, min_size=1, max_size=4), min_size=1, max_size=4),
+    is_dir=st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_seed001_default_excludes_by_name_agree_with_gitignore_rules(
+    parts: list[list[str]], is_dir: bool
+) -> None:
+    """The name lookups the walk uses decide as the gitignore rules they stand for."""
+    from forj_py.config import DEFAULT_EXCLUDES
+    from forj_py.system.walk import Excludes, _compile
+
+    rel = "/".join("".join(p) for p in parts)
+    patterns = (*DEFAULT_EXCLUDES, "*.tar.gz", "a.b", "x~/")
+    reference = _compile(list(patterns), ignore_case=True).verdict(rel, is_dir) is True
+    assert Excludes(patterns).matches(rel, is_dir) == reference, rel

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 from conftest import MakeWorker, call, run, user_config, write_tree
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forj_py.tools._encoding import Detected, detect, first_invalid_utf8
 
 
 def _read(worker, **args):  # type: ignore[no-untyped-def]
@@ -245,3 +249,144 @@ def test_terminal_controls_in_files_are_sanitized(make_worker: MakeWorker, proje
     write_tree(project, {"evil.txt": "ok\x1b]0;title\x07 \x1b[2Jclear\u202eevil\n"})
     r = _read(make_worker(), path="evil.txt")["result"]
     assert r["content"] == "ok clearevil\n"
+
+
+# --- encodings ------------------------------------------------------------------
+
+WESTERN = (
+    "Ça a été dit: le garçon a mangé une crème brûlée à la fenêtre; où est l'hôtel? "
+    "Die Straße ist schön, die Bäume blühen über dem Fluß. ¿Dónde está el niño?\n"
+)
+
+
+_LARGE_READS = """
+[tools.read_file]
+max_file_read_bytes = 262144
+[tools.output]
+max_bytes = 1048576
+"""
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 11, 40, 200, 3_000, 150_000])
+def test_fr_tool_read_01_latin1_files_of_every_size_read_as_written(
+    make_worker: MakeWorker, project: Path, size: int
+) -> None:
+    """Short Latin-1 is where detectors fail ("Café" came back as cp1006)."""
+    text = "é" if size == 1 else (WESTERN * (size // len(WESTERN) + 1))[:size]
+    (project / "latin1.txt").write_bytes(text.encode("latin-1"))
+    user_config(_LARGE_READS)
+    worker = make_worker()
+    r = _read(worker, path="latin1.txt", max_bytes=1 << 20)["result"]
+    assert r["content"] == text, r["encoding"]
+    assert r["encoding"] in ("cp1252", "latin-1")
+    ranged = _read(worker, path="latin1.txt", start_line=1, end_line=1)["result"]
+    assert ranged["content"] == text.split("\n")[0] + ("\n" if "\n" in text else "")
+    assert ranged["encoding"] == r["encoding"]
+
+
+def test_fr_tool_read_01_cp1252_punctuation_and_latin1_control_bytes(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    quotes = "“Smart quotes” — the euro € sign… ‘ok’\n"
+    (project / "q.txt").write_bytes(quotes.encode("cp1252"))
+    # 0x81 is undefined in cp1252: only Latin-1 decodes it.
+    (project / "c1.txt").write_bytes("x = 'caf\x81 é'\n".encode("latin-1"))
+    worker = make_worker()
+    q = _read(worker, path="q.txt")["result"]
+    assert (q["encoding"], q["content"]) == ("cp1252", quotes)
+    c1 = _read(worker, path="c1.txt")["result"]
+    assert c1["encoding"] == "latin-1" and c1["encoding_guessed"] is True
+    assert c1["content"].startswith("x = 'caf") and c1["content"].endswith(" é'\n")
+
+
+def test_fr_tool_read_01_a_short_sample_says_its_encoding_was_guessed(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    (project / "short.txt").write_bytes("Café crème\n".encode("latin-1"))
+    (project / "long.txt").write_bytes((WESTERN * 40).encode("latin-1"))
+    worker = make_worker()
+    short = _read(worker, path="short.txt")["result"]
+    assert short["content"] == "Café crème\n"
+    assert short["encoding"] == "cp1252" and short["encoding_guessed"] is True
+    long = _read(worker, path="long.txt")["result"]
+    assert long["content"] == WESTERN * 40 and "encoding_guessed" not in long
+
+
+@pytest.mark.parametrize(
+    ("text", "codec"),
+    [
+        ("Съешь же ещё этих мягких французских булок, да выпей чаю. " * 10, "cp1251"),
+        ("Καλημέρα κόσμε, αυτό είναι ένα κείμενο. " * 5, "cp1253"),
+        ("こんにちは世界。これは日本語のテキストです。\n" * 3, "shift_jis"),
+        ("你好，世界。这是一个中文文本的例子。\n" * 3, "gb2312"),
+        ("你好，世界。這是一個中文文本的例子。\n" * 3, "big5"),
+        ("안녕하세요 세계. 이것은 한국어 텍스트입니다.\n" * 3, "euc_kr"),
+        ("Привет, мир!\n", "cp1251"),
+        ("日本語\n", "shift_jis"),
+        ("中文\n", "gbk"),
+        ("Türkçe metin: ığüşöç İĞÜŞÖÇ. " * 5, "cp1254"),
+        ("Dzień dobry, proszę pana. Gdzie jest dworzec? Muszę jechać.\n" * 3, "cp1250"),
+    ],
+)
+def test_fr_tool_read_01_other_encodings_are_right_or_say_they_were_guessed(
+    make_worker: MakeWorker, project: Path, text: str, codec: str
+) -> None:
+    """Where the detector cannot tell (short CJK, Turkish, Polish), the result says so."""
+    (project / "f.txt").write_bytes(text.encode(codec))
+    r = _read(make_worker(), path="f.txt")["result"]
+    assert r["content"] == text or r.get("encoding_guessed") is True, r
+    if r["content"] == text:
+        assert text.encode(codec).decode(r["encoding"]) == text
+
+
+def test_fr_tool_read_01_utf16_with_a_bom(make_worker: MakeWorker, project: Path) -> None:
+    text = "Grüße, 世界\nline two\n"
+    (project / "le.txt").write_bytes(b"\xff\xfe" + text.encode("utf-16-le"))
+    (project / "be.txt").write_bytes(b"\xfe\xff" + text.encode("utf-16-be"))
+    worker = make_worker()
+    for name in ("le.txt", "be.txt"):
+        r = _read(worker, path=name)["result"]
+        assert (r["encoding"], r["content"]) == ("utf-16", text)
+        assert "encoding_guessed" not in r
+        assert _read(worker, path=name, start_line=2)["result"]["content"] == "line two\n"
+
+
+def test_fr_tool_read_01_latin1_after_a_long_ascii_start_is_not_replaced(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """The first 64 KiB are ASCII; the accented letters come after them."""
+    text = "x = 1\n" * 20_000 + "name = 'José Müller'\n"
+    (project / "late.py").write_bytes(text.encode("latin-1"))
+    user_config(_LARGE_READS)
+    r = _read(make_worker(), path="late.py", max_bytes=1 << 20)["result"]
+    assert r["content"].endswith("name = 'José Müller'\n")
+    assert "\ufffd" not in r["content"] and r["encoding"] in ("cp1252", "latin-1")
+
+
+_NO_NUL_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\ufeff"), max_size=300
+)
+
+
+@given(text=_NO_NUL_TEXT)
+@settings(max_examples=400, deadline=None)
+def test_fr_tool_read_01_property_utf8_is_never_decoded_as_anything_else(text: str) -> None:
+    data = text.encode("utf-8")
+    found = detect(data, complete=True)
+    assert found == Detected("utf-8", False)
+    assert data.decode(found.encoding) == text
+    # A sample cut anywhere, even inside a character, is still UTF-8 (the file goes on).
+    for cut in {len(data) // 2, max(len(data) - 1, 0)}:
+        assert detect(data[:cut], complete=False) == Detected("utf-8", False)
+
+
+@given(data=st.binary(max_size=400))
+@settings(max_examples=400, deadline=None)
+def test_fr_tool_read_01_property_a_legacy_answer_means_the_bytes_are_not_utf8(
+    data: bytes,
+) -> None:
+    found = detect(data, complete=True)
+    if found is not None and found.encoding not in ("utf-8", "utf-8-sig", "utf-16", "utf-32"):
+        assert first_invalid_utf8(data, complete=True) is not None
+        with pytest.raises(UnicodeDecodeError):
+            data.decode("utf-8")

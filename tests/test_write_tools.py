@@ -269,6 +269,25 @@ def test_multi_edit_across_files_with_original_line_numbers(
     assert [d["path"] for d in r["result"]["details"]] == ["b.txt", "b.txt", "src/main.py"]
 
 
+def test_multi_edit_dry_run_reports_changed_exactly_when_content_differs(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    (project / "b.txt").write_text("1\n2\n3\n")
+    worker = make_worker()
+    edits = [
+        {"path": "b.txt", "start_line": 2, "end_line": 2, "new_content": "two"},
+        {"path": "src/main.py", "start_line": 1, "end_line": 1, "new_content": "line 1"},
+    ]
+    (r,) = _exec(worker, call("m", "multi_edit", edits=edits, dry_run=True))
+    assert r["ok"], r
+    res = r["result"]
+    assert res["dry_run"] is True and res["applied"] == 0
+    assert "-2\n+two" in res["preview"] and "main.py" not in res["preview"]
+    assert [d["changed"] for d in res["details"]] == [True, False]
+    assert all(d["backup_path"] is None for d in res["details"])
+    assert (project / "b.txt").read_text() == "1\n2\n3\n"
+
+
 def test_multi_edit_overlapping_ranges_are_refused(make_worker: MakeWorker, project: Path) -> None:
     worker = make_worker()
     _read(worker, "src/main.py")

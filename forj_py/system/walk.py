@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence, Set
 from typing import NamedTuple
 
 from ..patterns import RegexSet, gitignore_regexes, linear
 from ..safety.paths import Sandbox
 
 IGNORE_FILES = (".gitignore", ".ignore", ".rgignore")  # lowest precedence first
+EXCLUDED_EXAMPLES = 5
 MAX_IGNORE_FILE_BYTES = 1 << 20
 MAX_DEPTH = 60  # below the sandbox's limit on path components
 
@@ -51,10 +53,21 @@ def _name(entry: os.DirEntry[str]) -> str:
 
 
 class Walker:
-    def __init__(self, sandbox: Sandbox, *, include_hidden: bool = False) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        *,
+        include_hidden: bool = False,
+        excludes: Excludes | None = None,
+    ) -> None:
         self.sandbox = sandbox
         self.root = sandbox.project_root
         self.include_hidden = include_hidden
+        self.excludes = excludes
+        # What the excludes left out: how many entries (a skipped directory
+        # counts once) and the first few, for the result to name.
+        self.excluded = 0
+        self.excluded_examples: list[str] = []
         self._specs: dict[str, Rules | None] = {}
         self._chains: dict[str, list[tuple[int, Rules]]] = {}
         self.unreadable_names = 0
@@ -183,6 +196,11 @@ class Walker:
                     target_dir = self._followable_dir(child.path, seen)
                 if chain and self._ignored_in(chain, rel, is_dir or target_dir):
                     continue
+                if self.excludes is not None and self.excludes.matches(rel, is_dir or target_dir):
+                    self.excluded += 1
+                    if len(self.excluded_examples) < EXCLUDED_EXAMPLES:
+                        self.excluded_examples.append(rel + "/" if is_dir or target_dir else rel)
+                    continue
                 visible = True
                 if not self._everything:
                     real = os.path.realpath(child.path) if target_dir else child.path
@@ -240,6 +258,106 @@ def _entry(
     return Entry(rel, kind, st.st_size, int(st.st_mtime), depth)
 
 
+class Excludes:
+    """Names listings and searches skip unless asked for (``[tools.listing] default_excludes``).
+
+    Gitignore-style patterns relative to the project root, matched without
+    regard to case (``IMG.PNG`` is an image too).  A request *names* a
+    pattern when the text it gave (a directory to list, a glob) is itself
+    matched by the pattern, or has a leading part that is:
+    ``node_modules/react`` names ``node_modules/``, ``**/*.png`` and
+    ``assets/logo.png`` name ``*.png``, ``src/**`` names nothing.  What a
+    request names is not skipped for it (:meth:`lifting`).
+    """
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = list(patterns)
+        # The usual shapes, "*.png", "node_modules/", "name", are looked up
+        # by name (the walk asks about every entry); the rest go to RE2.
+        self._suffixes: set[str] = set()
+        self._dir_names: set[str] = set()
+        self._names: set[str] = set()
+        rest: list[str] = []
+        for pattern in self.patterns:
+            if _SUFFIX.match(pattern):
+                self._suffixes.add(pattern[1:].lower())
+            elif _DIR_NAME.match(pattern):
+                self._dir_names.add(pattern[:-1].lower())
+            elif _NAME.match(pattern):
+                self._names.add(pattern.lower())
+            else:
+                rest.append(pattern)
+        self._longest = max((len(x) for x in self._suffixes), default=0)
+        self._all = _compile(rest, ignore_case=True) if rest else None
+        self._each_rules: list[Rules] | None = None
+
+    @staticmethod
+    @functools.lru_cache(maxsize=32)
+    def of(patterns: tuple[str, ...]) -> Excludes:
+        """The excludes for ``patterns``, compiled once per distinct list."""
+        return Excludes(patterns)
+
+    @property
+    def _each(self) -> list[Rules]:
+        # One rule set per pattern, to tell which ones a path falls under;
+        # built only for requests that name something.
+        if self._each_rules is None:
+            self._each_rules = [_compile([p], ignore_case=True) for p in self.patterns]
+        return self._each_rules
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+    def matches(self, rel: str, is_dir: bool) -> bool:
+        """Whether ``rel`` itself (not merely a parent) is excluded."""
+        name = rel.rpartition("/")[2].lower()
+        if name in self._names or (is_dir and name in self._dir_names):
+            return True
+        if self._suffixes:
+            dot = name.find(".", max(0, len(name) - self._longest))
+            while dot != -1:
+                if name[dot:] in self._suffixes:
+                    return True
+                dot = name.find(".", dot + 1)
+        return self._all is not None and self._all.verdict(rel, is_dir) is True
+
+    def under(self, rel: str, is_dir: bool) -> set[int]:
+        """The patterns that exclude ``rel`` or one of its parents."""
+        parts = rel.split("/")
+        found: set[int] = set()
+        for n, rules in enumerate(self._each):
+            for depth in range(1, len(parts) + 1):
+                last = depth == len(parts)
+                if rules.verdict("/".join(parts[:depth]), is_dir or not last) is True:
+                    found.add(n)
+                    break
+        return found
+
+    def named_by(self, text: str, *, is_dir: bool = False) -> set[int]:
+        """The patterns a request's path or glob ``text`` names (see the class)."""
+        found: set[int] = set()
+        for expanded in _expand_braces(text.strip("/") or "."):
+            found |= self.under(expanded, is_dir)
+        return found
+
+    def without(self, lifted: Set[int]) -> Excludes:
+        return Excludes.of(tuple(p for n, p in enumerate(self.patterns) if n not in lifted))
+
+
+_SUFFIX = re.compile(r"\*\.[A-Za-z0-9_+~-]+(\.[A-Za-z0-9_+~-]+)*\Z")
+_DIR_NAME = re.compile(r"[A-Za-z0-9_+~-][A-Za-z0-9_.+~-]*/\Z")
+_NAME = re.compile(r"[A-Za-z0-9_+~-][A-Za-z0-9_.+~-]*\Z")
+
+
+def _expand_braces(text: str) -> list[str]:
+    import bracex  # wcmatch's own brace expander
+
+    try:
+        return list(bracex.expand(text, limit=256))
+    except Exception:  # too many alternatives, or unbalanced: judge the text as written
+        return [text]
+
+
 class Rules:
     """One directory's ignore rules, in order, matched without backtracking.
 
@@ -252,7 +370,8 @@ class Rules:
     judged the parents).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, ignore_case: bool = False) -> None:
+        self._ignore_case = ignore_case
         self._any_sources: list[str] = []
         self._dir_sources: list[str] = []
         self._any_rules: list[tuple[int, bool]] = []  # (rule number, ignores?)
@@ -272,8 +391,8 @@ class Rules:
         self.count += 1
 
     def freeze(self) -> Rules:
-        self._any = RegexSet(self._any_sources)
-        self._dirs = RegexSet(self._dir_sources)
+        self._any = RegexSet(self._any_sources, ignore_case=self._ignore_case)
+        self._dirs = RegexSet(self._dir_sources, ignore_case=self._ignore_case)
         return self
 
     def verdict(self, rel: str, is_dir: bool) -> bool | None:
@@ -322,8 +441,8 @@ def _compile_cached(lines: tuple[str, ...], on_re2: bool) -> Rules:
     return _compile(list(lines))
 
 
-def _compile(lines: list[str]) -> Rules:
-    rules = Rules()
+def _compile(lines: list[str], *, ignore_case: bool = False) -> Rules:
+    rules = Rules(ignore_case=ignore_case)
     for line in lines:
         try:
             compiled = gitignore_regexes(line, marks_dirs=True)

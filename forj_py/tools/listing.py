@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from wcmatch import glob as wcglob
 
 from .. import errors
-from ..system.walk import Entry, Walker
+from ..system.walk import Entry, Excludes, Walker
 from .registry import Tool, ToolContext
 
 _GLOB_FLAGS = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
@@ -75,7 +75,12 @@ class ListFiles(Tool[ListFilesArgs]):
                 f"{args.directory} is outside the project root; only the project can be listed"
             )
         cap = ctx.config.tools.listing.max_entries
-        walker = Walker(ctx.sandbox, include_hidden=args.include_hidden)
+        excludes = default_excludes(ctx)
+        # A directory the model names is listed even if the excludes cover it
+        # (node_modules/react), and so is everything below it they cover
+        # for the same reason; other excludes still apply inside it.
+        excludes = excludes.without(excludes.named_by(start or ".", is_dir=True))
+        walker = Walker(ctx.sandbox, include_hidden=args.include_hidden, excludes=excludes)
         entries: list[Entry] = []
         truncated = False
         for i, entry in enumerate(
@@ -93,10 +98,14 @@ class ListFiles(Tool[ListFilesArgs]):
             "files": [_wire(e) for e in entries],
             "truncated": truncated,
         }
+        notes = []
         if truncated:
-            result["note"] = (
+            notes.append(
                 f"Stopped at {cap} entries; list a subdirectory or use a smaller max_depth"
             )
+        notes.extend(say_excluded(result, [walker]))
+        if notes:
+            result["note"] = ". ".join(notes)
         if walker.unreadable_names:
             result["skipped_names"] = walker.unreadable_names
         return result
@@ -147,23 +156,60 @@ class Glob(Tool[GlobArgs]):
             matcher = wcglob.compile(patterns, flags=_GLOB_FLAGS)
         except Exception as exc:  # wcmatch has its own errors (pattern limits, ...)
             raise errors.bad_args(f"Invalid glob pattern: {exc}") from None
-        walker = Walker(ctx.sandbox, include_hidden=args.include_hidden)
+        # Patterns that name an excluded thing ('node_modules/**', '**/*.png')
+        # are matched in a walk without it; one walk per distinct set.
+        excludes = default_excludes(ctx)
+        groups: dict[frozenset[int], list[str]] = {}
+        for pattern in patterns:
+            groups.setdefault(frozenset(excludes.named_by(pattern)), []).append(pattern)
+        seen: set[str] = set()
         matches: list[Entry] = []
+        walkers: list[Walker] = []
         truncated = False
         limit = min(args.max_results, ctx.config.tools.listing.max_entries)
-        for i, entry in enumerate(walker.walk("")):
-            if i % 2048 == 0:
-                ctx.check_cancelled()
-            if matcher.match(entry.rel):
-                if len(matches) >= limit:
-                    truncated = True
-                    break
-                matches.append(entry)
+        for lifted, group in sorted(groups.items(), key=lambda item: sorted(item[0])):
+            matcher = wcglob.compile(group, flags=_GLOB_FLAGS)
+            walker = Walker(
+                ctx.sandbox, include_hidden=args.include_hidden, excludes=excludes.without(lifted)
+            )
+            walkers.append(walker)
+            for i, entry in enumerate(walker.walk("")):
+                if i % 2048 == 0:
+                    ctx.check_cancelled()
+                if entry.rel not in seen and matcher.match(entry.rel):
+                    if len(matches) >= limit:
+                        truncated = True
+                        break
+                    seen.add(entry.rel)
+                    matches.append(entry)
+            if truncated:
+                break
         matches.sort(key=lambda e: e.rel)
         result: dict[str, Any] = {"files": [_wire(e) for e in matches], "truncated": truncated}
-        if truncated:
-            result["note"] = f"Stopped at {limit} matches; use a narrower pattern"
+        notes = [f"Stopped at {limit} matches; use a narrower pattern"] if truncated else []
+        if len(walkers) == 1:  # with several walks, one's skips are another's matches
+            notes.extend(say_excluded(result, walkers))
+        if notes:
+            result["note"] = ". ".join(notes)
         return result
+
+
+def default_excludes(ctx: ToolContext) -> Excludes:
+    return Excludes.of(tuple(ctx.config.tools.listing.default_excludes))
+
+
+def say_excluded(result: dict[str, Any], walkers: list[Walker]) -> list[str]:
+    """Count what the default excludes left out, and say how to see it."""
+    count = sum(w.excluded for w in walkers)
+    if not count:
+        return []
+    examples = [e for w in walkers for e in w.excluded_examples][:5]
+    result["excluded"] = count
+    return [
+        f"{count} entries skipped by default (vendored directories, binary files by "
+        f"extension), such as {', '.join(examples)}; name one to see it: list_files with "
+        "directory='node_modules', or a glob that spells it out ('node_modules/**', '**/*.png')"
+    ]
 
 
 def _strip_dot_slash(pattern: str) -> str:

@@ -150,7 +150,9 @@ class MultiEdit(Tool[MultiEditArgs]):
                     "end_line": item.end_line,
                     **(describe(entry.placed[k]) if k < len(entry.placed) else {}),
                     "backup_path": entry.backup_path,
-                    "changed": changed and not args.dry_run,
+                    # Whether the content differs, dry run or not: a dry run
+                    # whose preview shows a change must not say it has none.
+                    "changed": changed,
                 }
                 if entry.error is not None:
                     detail["error"] = entry.error

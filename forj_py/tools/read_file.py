@@ -4,15 +4,16 @@ The rules:
 1-based inclusive line ranges; ``start_line > end_line`` is a bad argument;
 a range past the end returns through the end; a range scan stops at the
 scan limit with an error that asks for a narrower range; a whole file over
-the read limit is an error that asks for a range.  A file with a NUL byte
-in its first 8 KiB, or that is not UTF-8 there, is binary and comes back
-as base64, limited by the tool itself to fit the output budget.
+the read limit is an error that asks for a range.  The text's encoding
+comes from :mod:`._encoding`, and a result says ``encoding_guessed`` when
+it rests on no evidence.  A file with a NUL byte in its first 8 KiB, or
+that no encoding reads as text, is binary and comes back as base64,
+limited by the tool itself to fit the output budget.
 """
 
 from __future__ import annotations
 
 import base64
-import codecs
 import hashlib
 import json
 import os
@@ -23,12 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import errors
 from ..output import redact_url_credentials, say_redacted, truncate_text
+from ._encoding import DETECT_BYTES, Detected, detect
 from .registry import Tool, ToolContext
 
-SNIFF_BYTES = 8192
 SKIP_CHUNK = 1 << 20
-# A larger sample for telling one legacy encoding from another.
-DETECT_BYTES = 65536
 _WIDE = re.compile(r"utf[-_]?(16|32)", re.IGNORECASE)
 # Files up to this size are hashed whole even when read by range, so they
 # can be edited afterwards; larger ones must be edited after a whole read.
@@ -100,8 +99,8 @@ class ReadFile(Tool[ReadFileArgs]):
         with os.fdopen(fd, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             head = fh.read(DETECT_BYTES)
-            encoding = detect_encoding(head)
-            if encoding is None:
+            detected = detect(head, complete=len(head) >= size)
+            if detected is None:
                 if args.ranged:
                     raise errors.bad_args(
                         f"{sp.display} is a binary file; line ranges do not apply",
@@ -131,24 +130,31 @@ class ReadFile(Tool[ReadFileArgs]):
                         path=sp.display,
                     )
                 ctx.session.record_read(sp.canonical, hashlib.sha256(data).hexdigest())
-                text = data.decode(encoding, "replace")
+                if detected.encoding == "utf-8" and len(data) > len(head):
+                    # The whole file is at hand: bytes that are not UTF-8 after
+                    # the first sample must not be lost to U+FFFD.
+                    detected = detect(data, complete=True) or detected
+                text = data.decode(detected.encoding, "replace")
                 shown, redacted = redact_url_credentials(text)
                 # Redacted before the cut: a cut through a URL could leave a
                 # secret without the "@" that marks it.
                 content = truncate_text(shown, args.max_bytes)
                 return say_redacted(
-                    {
-                        "path": sp.display,
-                        "encoding": encoding,
-                        "content": content,
-                        "truncated": content != shown,
-                        "size": size,
-                        "total_lines": _count_lines(text),
-                    },
+                    _say_guessed(
+                        {
+                            "path": sp.display,
+                            "encoding": detected.encoding,
+                            "content": content,
+                            "truncated": content != shown,
+                            "size": size,
+                            "total_lines": _count_lines(text),
+                        },
+                        detected,
+                    ),
                     redacted,
                 )
             fh.seek(0)
-            result = _range_result(sp.display, fh, size, args, limits.max_scan_bytes, ctx, encoding)
+            result = _range_result(sp.display, fh, size, args, limits.max_scan_bytes, ctx, detected)
             if size <= HASH_WHOLE_FILE_LIMIT:
                 # The stale-file rule compares whole files: a range read counts
                 # as a read of the file it came from.
@@ -158,41 +164,6 @@ class ReadFile(Tool[ReadFileArgs]):
                     digest.update(chunk)
                 ctx.session.record_read(sp.canonical, digest.hexdigest())
             return result
-
-
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-
-
-def detect_encoding(head: bytes) -> str | None:
-    """The text encoding of a file from its first bytes, or None if it is binary.
-
-    A byte-order mark decides; otherwise a NUL byte in the first 8 KiB means
-    binary (text formats do not hold NUL); valid UTF-8 is UTF-8; anything else is
-    left to charset-normalizer, and what it cannot place is binary.
-    """
-    for bom, name in _BOMS:
-        if head.startswith(bom):
-            return name
-    if b"\x00" in head[:SNIFF_BYTES]:
-        return None
-    try:
-        # final=False: a multi-byte character cut by the sample's end is fine.
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-        return "utf-8"
-    except UnicodeDecodeError:
-        pass
-    import charset_normalizer  # only for the rare file that is not UTF-8: keeps start-up fast
-
-    best = charset_normalizer.from_bytes(head).best()
-    if best is None or best.encoding is None:
-        return None
-    return str(best.encoding)
 
 
 def _lines_of(text: str) -> list[str]:
@@ -285,7 +256,7 @@ def _range_result(
     args: ReadFileArgs,
     max_scan: int,
     ctx: ToolContext,
-    encoding: str,
+    detected: Detected,
 ) -> Any:
     want_start = args.start_line or 1
     start = max(1, want_start - args.include_context)
@@ -293,7 +264,7 @@ def _range_result(
     lines: list[bytes] = []
     scanned = 0
     lineno = 0
-    shown_encoding = encoding
+    encoding = shown_encoding = detected.encoding
     if _WIDE.match(encoding):
         # Two- and four-byte encodings: bytes cannot be split on b"\n".
         if size > max_scan:
@@ -334,4 +305,11 @@ def _range_result(
     }
     if end is None or lineno < end:
         result["total_lines"] = lineno
-    return say_redacted(result, redacted)
+    return say_redacted(_say_guessed(result, detected), redacted)
+
+
+def _say_guessed(result: dict[str, Any], detected: Detected) -> dict[str, Any]:
+    """Mark an encoding that rests on no evidence, so nobody takes it for a fact."""
+    if detected.guessed:
+        result["encoding_guessed"] = True
+    return result

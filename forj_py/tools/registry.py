@@ -200,10 +200,11 @@ class Registry:
         for tool in tools or []:
             self.register(tool)
 
-    def register(self, tool: Tool[Any]) -> None:
+    def register(self, tool: Tool[Any], parameters: dict[str, Any] | None = None) -> None:
+        """Add ``tool``; ``parameters``, when given, is its schema as written (not generated)."""
         if tool.name in self._entries:
             raise DuplicateToolError(f"tool {tool.name!r} is registered twice")
-        schema = clean_schema(tool.Args.model_json_schema())
+        schema = clean_schema(tool.Args.model_json_schema()) if parameters is None else parameters
         Draft202012Validator.check_schema(schema)
         definition = {"name": tool.name, "description": tool.description, "parameters": schema}
         self._entries[tool.name] = Entry(tool, definition, Draft202012Validator(schema))

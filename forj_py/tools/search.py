@@ -43,7 +43,8 @@ from ..errors import ToolFailure
 from ..output import URL_CREDENTIAL_MARK, credential_spans, redact_url_credentials, say_redacted
 from ..patterns import PatternTooComplex, gitignore_spec
 from ..protocol import ErrorKind, ErrorType
-from ..system.walk import Walker
+from ..system.walk import Excludes, Walker
+from .listing import default_excludes
 from .registry import Tool, ToolContext
 
 SIDE_CONTEXT = 200
@@ -110,11 +111,12 @@ class Search(Tool[SearchArgs]):
                 kind=ErrorKind.EXECUTION_FAILED,
                 recovery=["Ask the user to install ripgrep or set engine = 'auto'"],
             )
+        skip = _Skip(default_excludes(ctx), args.include_paths or [])
         if rg is not None:
-            matches, truncated = _search_rg(rg, args, ctx)
+            matches, truncated = _search_rg(rg, args, ctx, skip)
             used = "ripgrep"
         else:
-            matches, truncated = _search_python(args, ctx)
+            matches, truncated = _search_python(args, ctx, skip)
             used = "python"
         # Before the cut: a match hidden inside a credential must not even
         # take the place of one that is shown.
@@ -126,6 +128,38 @@ class Search(Tool[SearchArgs]):
         redacted = sum(m.pop(_REDACTED, 0) for m in matches)
         result: dict[str, Any] = {"matches": matches, "truncated": truncated, "engine": used}
         return say_redacted(result, redacted, "; text inside a credential is never matched")
+
+
+class _Skip:
+    """The default excludes for one search: what its include_paths name is searched.
+
+    The walk (or rg) leaves out only what no include glob names; a file it
+    returns from a named exclusion is kept only if a glob that names every
+    exclusion over it also matches it, so ``node_modules/react/**`` does
+    not let ``*.py`` reach into the rest of node_modules.
+    """
+
+    def __init__(self, excludes: Excludes, include: list[str]) -> None:
+        self.all = excludes
+        self.named = [(excludes.named_by(glob), glob) for glob in include]
+        lifted: set[int] = set()
+        for found, _ in self.named:
+            lifted |= found
+        self.walk = excludes.without(lifted)
+        self._specs = {glob: _spec([glob]) for found, glob in self.named if found}
+        self._lifting = bool(lifted)
+
+    def keeps(self, path: str) -> bool:
+        if not self._lifting:
+            return True  # the walk already left out everything excluded
+        over = self.all.under(path, False)
+        if not over:
+            return True
+        for found, glob in self.named:
+            spec = self._specs.get(glob)
+            if over <= found and spec is not None and spec.match_file(path):
+                return True
+        return False
 
 
 def _match(path: str, line_no: int, line: str, start: int, end: int) -> dict[str, Any]:
@@ -199,7 +233,7 @@ def _strip_eol(line: str) -> str:
 # --- ripgrep ---------------------------------------------------------------------
 
 
-def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext) -> list[str]:
+def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip) -> list[str]:
     cmd = [
         rg,
         "--json",
@@ -220,7 +254,7 @@ def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext) -> list[str]:
         cmd.append("--fixed-strings")
     # include_paths are applied to rg's output instead: an rg --glob would
     # also re-include files the ignore rules leave out.
-    for glob in args.exclude_paths or []:
+    for glob in [*(args.exclude_paths or []), *skip.walk.patterns]:
         cmd += ["--glob", "!" + glob]
     # Last, so nothing before them can re-include: .git and every denied pattern.
     for glob in [".git", *ctx.sandbox.denied_patterns]:
@@ -229,12 +263,14 @@ def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext) -> list[str]:
     return cmd
 
 
-def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, Any]], bool]:
+def _search_rg(
+    rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip
+) -> tuple[list[dict[str, Any]], bool]:
     # stderr to a file: rg can print more warnings than a pipe holds, and
     # nothing reads the pipe until stdout is done.
     errfile = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
     proc = subprocess.Popen(
-        _rg_command(rg, args, ctx),
+        _rg_command(rg, args, ctx, skip),
         cwd=ctx.sandbox.project_root,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -265,6 +301,8 @@ def _search_rg(rg: str, args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[s
             path = _rg_text(data["path"])
             path = path[2:] if path.startswith("./") else path
             if include is not None and not include.match_file(path):
+                continue
+            if not skip.keeps(path):
                 continue
             if "\ufffd" in path or ctx.sandbox.denied_inside(path) is not None:
                 # rg's globs are a first filter; this is the sandbox's own word
@@ -343,7 +381,9 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 # --- pure Python -----------------------------------------------------------------
 
 
-def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, Any]], bool]:
+def _search_python(
+    args: SearchArgs, ctx: ToolContext, skip: _Skip
+) -> tuple[list[dict[str, Any]], bool]:
     import regex  # the fallback engine only: keeps start-up fast
 
     flags = 0 if args.case_sensitive else regex.IGNORECASE
@@ -358,7 +398,7 @@ def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, A
     include = _spec(args.include_paths)
     exclude = _spec(args.exclude_paths)
     max_size = ctx.config.tools.read_file.max_scan_bytes
-    walker = Walker(ctx.sandbox)
+    walker = Walker(ctx.sandbox, excludes=skip.walk)
     matches: list[dict[str, Any]] = []
     for count, entry in enumerate(walker.walk("", files_only=True)):
         if count % 256 == 0:
@@ -368,6 +408,8 @@ def _search_python(args: SearchArgs, ctx: ToolContext) -> tuple[list[dict[str, A
         if include is not None and not include.match_file(entry.rel):
             continue
         if exclude is not None and exclude.match_file(entry.rel):
+            continue
+        if not skip.keeps(entry.rel):
             continue
         data = _read_regular(os.path.join(ctx.sandbox.project_root, entry.rel), max_size)
         if data is None:

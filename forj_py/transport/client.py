@@ -149,6 +149,7 @@ class WorkerProcess:
         *,
         config: str | Path | None = None,
         state_dir: str | Path | None = None,
+        settings: str | None = None,
         python: str = sys.executable,
         env: dict[str, str] | None = None,
         stdin: int | None = subprocess.PIPE,
@@ -161,6 +162,8 @@ class WorkerProcess:
             cmd += ["--config", str(config)]
         if state_dir is not None:
             cmd += ["--state-dir", str(state_dir)]
+        if settings is not None:
+            cmd += ["--settings", settings]
         self.proc = subprocess.Popen(
             cmd,
             stdin=stdin,

@@ -1,0 +1,80 @@
+;;; forj-worker-test.el --- Options passed to the worker  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; The time limits and size caps as Emacs options, through the real
+;; worker: a set option changes the effective limit (hello shows it, a
+;; real call meets it), a buffer-local value is ignored, a value the
+;; worker refuses is a start error that names the option.
+
+;;; Code:
+
+(require 'ert)
+(require 'forj-epc-test)
+
+(defun forj-worker-test--effective (worker &rest keys)
+  "The effective configuration value under KEYS in WORKER's hello."
+  (let ((value (plist-get (plist-get (forj-worker-hello worker) :config) :effective)))
+    (dolist (key keys value)
+      (setq value (plist-get value key)))))
+
+(defun forj-worker-test--read (worker path)
+  "Plan and execute a read_file of PATH on WORKER; return its result plist."
+  (let* ((plan (forj-test--call worker "plan"
+                                (list :calls (vector (list :id "r" :name "read_file"
+                                                           :args (list :path path))))))
+         (done (forj-test--call worker "execute"
+                                (list :batch_id (plist-get plan :batch_id)))))
+    (aref (plist-get done :results) 0)))
+
+(ert-deftest forj-test-worker-option-changes-the-effective-limit ()
+  "A non-nil option is sent at start and is the limit the worker applies."
+  (forj-test-with-project `(("big.txt" . ,(make-string 3000 ?x)))
+    (let ((forj-worker-max-file-read-bytes 2048)
+          (forj-worker-shell-timeout 42))
+      (let ((worker (forj-test--worker root)))
+        (should (equal (forj-worker-test--effective worker :tools :read_file :max_file_read_bytes)
+                       2048))
+        (should (= (forj-worker-test--effective worker :tools :timeouts :shell_commands_seconds)
+                   42))
+        ;; Options left at nil keep the configuration's values.
+        (should (equal (forj-worker-test--effective worker :tools :output :max_bytes) 102400))
+        (should (equal (mapcar (lambda (s) (plist-get s :option))
+                               (plist-get (plist-get (forj-worker-hello worker) :config) :settings))
+                       '("forj-worker-shell-timeout" "forj-worker-max-file-read-bytes")))
+        (let ((result (forj-worker-test--read worker "big.txt")))
+          (should (eq (plist-get result :ok) :false))
+          (should (string-match-p "over the 2048-byte limit"
+                                  (plist-get (plist-get result :error) :message))))))))
+
+(ert-deftest forj-test-worker-buffer-local-option-is-ignored ()
+  "Only global values reach the worker, whatever buffer starts it."
+  (forj-test-with-project `(("big.txt" . ,(make-string 3000 ?x)))
+    (with-temp-buffer
+      (setq-local forj-worker-max-file-read-bytes 1024)
+      (should (null (forj-worker-settings)))
+      (let ((worker (forj-test--worker root)))
+        (should (equal (forj-worker-test--effective worker :tools :read_file :max_file_read_bytes)
+                       204800))
+        (should (eq (plist-get (forj-worker-test--read worker "big.txt") :ok) t))))))
+
+(ert-deftest forj-test-worker-options-are-not-safe-local-variables ()
+  "A cloned .dir-locals.el cannot set them without the user being asked."
+  (dolist (entry forj-worker--settings)
+    (should (risky-local-variable-p (car entry)))
+    (should-not (safe-local-variable-p (car entry) 1000))))
+
+(ert-deftest forj-test-worker-refused-option-is-a-start-error-naming-it ()
+  "A value out of the worker's range stops the start with the option's name."
+  (forj-test-with-project '(("README.md" . "# demo\n"))
+    (let ((forj-worker-max-output-bytes 5)
+          worker failure)
+      (forj-worker-ensure root (lambda (w) (setq worker w)) (lambda (e) (setq failure e)))
+      (should (forj-test--wait-for (lambda () (or worker failure)) 30))
+      (should-not worker)
+      (should (string-match-p
+               "\\`forj worker: .*forj-worker-max-output-bytes (tools.output.max_bytes): got 5"
+               (plist-get failure :message))))))
+
+(provide 'forj-worker-test)
+;;; forj-worker-test.el ends here
