@@ -38,8 +38,9 @@ from .tools.registry import Registry, Tool
 
 # Tools offered in read-only mode although they can change things: run_shell
 # runs there only for commands the read-only classifier accepts, in the
-# read-only sandbox.
-READ_ONLY_EXTRAS = frozenset({"run_shell"})
+# read-only sandbox; the plan tools keep the model's own list (no project
+# file changes) and only their export, which writes a file, is refused.
+READ_ONLY_EXTRAS = frozenset({"run_shell", "todo_write", "task"})
 # Programs whose first argument is a subcommand worth keeping in a proposed grant.
 _SUBCOMMANDS = frozenset(
     {
@@ -493,7 +494,10 @@ def _not_in_mode(name: str) -> ToolFailure:
 
 def _read_only_call(tool: Tool[Any], args: Any) -> bool:
     check = getattr(tool, "read_only_call", None)
-    return bool(check(args)) if callable(check) else False
+    if callable(check):
+        return bool(check(args))
+    # A tool without a classifier: read-only exactly when the call changes nothing.
+    return not tool.mutates(args)
 
 
 def _why_not_read_only(tool: Tool[Any], args: Any) -> str:

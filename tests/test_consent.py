@@ -48,6 +48,26 @@ def test_fr_cns_05_read_only_mode_offers_and_runs_only_tools_without_side_effect
     assert done["results"][2]["result"]["sandbox"] == "read-only sandbox"
 
 
+def test_fr_cns_05_read_only_mode_keeps_the_plan_tools_and_refuses_their_export(
+    workers: Workers, project: Path
+) -> None:
+    worker = workers()
+    names = {t["name"] for t in worker.tool_definitions({"permission_mode": "read-only"})["tools"]}
+    assert {"todo_write", "task"} <= names
+    reply = plan(
+        worker,
+        call("c", "todo_write", action="create", title="look around"),
+        call("l", "task", action="list"),
+        call("x", "todo_write", action="export", export_path="TODO.md"),
+        permission_mode="read-only",
+    )
+    assert kinds(reply) == ["execute", "execute", "resolved"]
+    assert error_of(reply["items"][2])["details"]["reason"] == "NotInMode"
+    done = execute(worker, reply)
+    assert [r["ok"] for r in done["results"]] == [True, True, False]
+    assert not (project / "TODO.md").exists()
+
+
 def test_fr_cns_05_accept_edits_applies_edits_inside_the_project_and_still_asks_for_commands(
     workers: Workers, project: Path
 ) -> None:

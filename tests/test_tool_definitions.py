@@ -51,10 +51,8 @@ def test_cfg_tools_02_the_worker_starts_with_definitions_and_advertises_them(
                 "required": ["path"],
             },
         }
-        assert client.call("tool_definitions", {}) == {
-            "tools": hello["tools"],
-            "tools_source": "config",
-        }
+        defs = client.call("tool_definitions", {})
+        assert (defs["tools"], defs["tools_source"]) == (hello["tools"], "config")
         plan = client.call(
             "plan",
             {
