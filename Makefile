@@ -21,6 +21,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check forj_py tests bench
 	$(PY) -m ruff format --check forj_py tests bench
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # pytest exits 5 when it collects nothing; that is not a failure of ours.
 pytest: $(STAMP)

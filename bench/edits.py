@@ -123,10 +123,10 @@ def _nbsp(line: str) -> str:
 
 def matching_speed() -> list[tuple[str, str, str]]:
     from forj_py.config import load
-    from forj_py.journal import Journal
-    from forj_py.registry import Registry
     from forj_py.service import Worker
+    from forj_py.store.journal import Journal
     from forj_py.tools import builtin_tools
+    from forj_py.tools.registry import Registry
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,10 +23,10 @@ from typing import Any
 from common import median_of  # sets the import path for forj_py
 
 from forj_py import patterns
-from forj_py.client import Client, WorkerProcess
 from forj_py.output import redact_url_credentials
-from forj_py.sandbox import Sandbox
-from forj_py.walk import Walker, _compile
+from forj_py.safety.paths import Sandbox
+from forj_py.system.walk import Walker, _compile
+from forj_py.transport.client import Client, WorkerProcess
 
 NAME = "a" * 240 + "c.txt"
 

@@ -32,9 +32,9 @@ import sexpdata
 from common import ROOT, median_of  # sets the import path for forj_py
 from epc.client import EPCClient
 
-from forj_py import sexp
-from forj_py.client import Client, WorkerProcess
-from forj_py.sandbox import Sandbox
+from forj_py.safety.paths import Sandbox
+from forj_py.transport import sexp
+from forj_py.transport.client import Client, WorkerProcess
 
 
 def machine() -> str:
@@ -256,7 +256,7 @@ def main() -> None:
     theirs = median_of(lambda: sexpdata.loads(message), 3, warmup=1)
     rows.append(
         (
-            f"decode a {len(message) / 1e6:.1f} MB EPC reply: forj_py.sexp vs sexpdata",
+            f"decode a {len(message) / 1e6:.1f} MB EPC reply: forj_py.transport.sexp vs sexpdata",
             f"{ours * 1000:.1f} ms vs {theirs * 1000:.0f} ms ({theirs / ours:.0f}×)",
             "—",
         )

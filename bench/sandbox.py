@@ -22,9 +22,9 @@ from pathlib import Path
 
 from common import ROOT  # noqa: F401 - sets the import path for forj_py
 
-from forj_py import process
-from forj_py.cmdsandbox import CommandSandbox, ProcessCap, Request, probe
-from forj_py.sandbox import Sandbox
+from forj_py.safety.commands import CommandSandbox, ProcessCap, Request, probe
+from forj_py.safety.paths import Sandbox
+from forj_py.system import process
 
 RUNS = 40
 

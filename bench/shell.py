@@ -23,13 +23,13 @@ from typing import Any
 
 from common import median_of  # sets the import path for forj_py
 
-from forj_py import process
-from forj_py.client import Client, WorkerProcess
 from forj_py.config import load
-from forj_py.journal import Journal
-from forj_py.registry import Registry
 from forj_py.service import Worker
+from forj_py.store.journal import Journal
+from forj_py.system import process
 from forj_py.tools import builtin_tools
+from forj_py.tools.registry import Registry
+from forj_py.transport.client import Client, WorkerProcess
 
 SIZE = 50 * 1024 * 1024
 YES = f"yes | head -c {SIZE}"

@@ -19,8 +19,8 @@ from typing import Any
 
 from common import median_of  # sets the import path for forj_py
 
-from forj_py.client import Client, WorkerProcess
 from forj_py.tools.search import find_rg
+from forj_py.transport.client import Client, WorkerProcess
 
 
 def run_calls(

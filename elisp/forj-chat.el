@@ -36,15 +36,16 @@
 ;; Everything above the input (a marker after the last `## User'
 ;; heading) is read-only; links and folds work there, and
 ;; `forj-edit-message' forks the conversation from an earlier message.
-;; `C-c C-c' sends the input.  Replies stream in above the prompt, so
+;; `C-c C-c' sends the input; `C-c C-m' (or `C-c ?') opens `forj-menu',
+;; a menu of everything else.  Replies stream in above the prompt, so
 ;; the user can draft the next message meanwhile.  A heading line
 ;; inside a reply or a message is escaped with a backslash, so only
 ;; forj's own headings divide the record.  Lines starting with
 ;; "⚠ forj:" are notices for the user (errors, stops) and are not sent
 ;; to the model.
 ;;
-;; The tool loop (seed 000 sections 2.6 and 3.8): when a reply ends with
-;; tool-call blocks, they run as one batch through forj-tools.el (plan,
+;; The tool loop: when a reply ends with tool-call blocks, they run as
+;; one batch through forj-tools.el (plan,
 ;; review, execute, results drawn under `## Tool results') and the
 ;; model is resumed with the results, at most
 ;; `forj-chat-max-tool-iterations' times per user message; past that,
@@ -72,6 +73,9 @@
 (require 'forj-provider-anthropic)
 (require 'forj-provider-gemini)
 (require 'forj-provider-scripted)
+(require 'forj-markdown)
+
+(autoload 'forj-menu "forj-menu" "Open the menu of everything forj can do from here." t)
 
 ;;; Options
 
@@ -87,7 +91,9 @@ each its result with `forj-tool-result'.
   :group 'forj)
 
 (defcustom forj-chat-max-tool-iterations 4
-  "How many tool batches one user message may lead to (seed 000 FR-LIM-02)."
+  "How many tool batches one user message may lead to.
+Past it, new calls are answered that the limit is reached, and the
+model is asked once more to answer without tools."
   :type 'natnum
   :group 'forj)
 
@@ -106,6 +112,20 @@ Tool results are cut to fit what is left of it."
   "Where `forj-save' puts chats that have no file yet."
   :type 'directory
   :group 'forj)
+
+(defun forj-chat-set-tools-mode (mode)
+  "Set the tools mode of this chat to MODE, from the next request on.
+MODE is `enabled', `parse-only' or `disabled', as for
+`forj-chat-tools-mode'; it holds for this chat only."
+  (interactive
+   (list (intern (completing-read (format "Tools mode of this chat (now %s): " forj-chat-tools-mode)
+                                  '("enabled" "parse-only" "disabled") nil t))))
+  (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
+  (unless (memq mode '(enabled parse-only disabled))
+    (user-error "Unknown tools mode `%s'; choose enabled, parse-only or disabled" mode))
+  (setq-local forj-chat-tools-mode mode)
+  (force-mode-line-update)
+  (message "forj: tools mode of this chat: %s" mode))
 
 (defface forj-chat-heading
   '((t :inherit font-lock-keyword-face :weight bold :height 1.1))
@@ -170,25 +190,93 @@ the model reads is parsed from the concatenated texts.")
     (define-key map (kbd "C-c C-k") #'forj-chat-stop)
     (define-key map (kbd "C-c C-r") #'forj-tool-result)
     (define-key map (kbd "C-c C-o") #'forj-tools-toggle-fold)
+    ;; In a terminal C-c C-m is C-c RET: both open the menu.
+    (define-key map (kbd "C-c C-m") #'forj-menu)
+    (define-key map (kbd "C-c ?") #'forj-menu)
     map)
   "Keymap of `forj-chat-mode'.")
+
+(defvar forj-chat-documented-keymaps
+  '(("In the chat" . forj-chat-mode-map))
+  "The keymaps whose keys `describe-mode' lists in a chat, with a title each.
+Each element is (TITLE . KEYMAP-VARIABLE); a variable not yet bound is
+skipped.")
 
 ;;;###autoload
 (define-derived-mode forj-chat-mode forj-chat--parent-mode "forj"
   "A conversation with a language model about a project.
-
+\\<forj-chat-mode-map>
 Type below the last \"## User\" heading and send with \\[forj-chat-send].
-\\[forj-chat-stop] stops the reply or the running tools.
+\\[forj-chat-stop] stops the reply or the running tools, and
+\\[forj-menu] opens a menu of everything else.
 
 \\{forj-chat-mode-map}"
   (font-lock-add-keywords nil `((,forj-chat--heading-re 0 'forj-chat-heading t)
                                 (,(concat "^" forj-chat--notice-prefix ".*$") 0 'forj-chat-notice t)))
+  (unless (derived-mode-p 'markdown-mode) (forj-markdown-setup))
   (setq-local header-line-format '(:eval (forj-chat--header-line)))
   (forj-chat--setup-view)
   (forj-chat--read-metadata))
 
 ;;;###autoload
 (add-to-list 'magic-mode-alist '("<!-- forj-chat " . forj-chat-mode))
+
+(defun forj-chat--bindings (map prefix)
+  "The command bindings of MAP (not of its parents) as (KEYS . COMMAND) pairs.
+PREFIX, a vector, is the key sequence leading to MAP."
+  (let ((found nil))
+    ;; A keymap lists its latest bindings first: reversed, they come in
+    ;; the order they were defined.
+    (map-keymap-internal
+     (lambda (event binding)
+       (let ((keys (vconcat prefix (vector event))))
+         (cond ((keymapp binding)
+                (setq found (append (forj-chat--bindings
+                                     (if (symbolp binding) (symbol-function binding) binding)
+                                     keys)
+                                    found)))
+               ((and (symbolp binding) (commandp binding))
+                (push (cons keys binding) found)))))
+     map)
+    found))
+
+(defun forj-chat--command-summary (command)
+  "The first line of COMMAND's docstring, or a note that it has none yet."
+  (let ((doc (ignore-errors (documentation command t))))
+    (cond ((not (fboundp command)) (format "`%s' (not loaded yet)" command))
+          ((and doc (not (string-empty-p doc))) (car (split-string doc "\n")))
+          (t (format "`%s'" command)))))
+
+(defun forj-chat--mode-documentation ()
+  "The documentation of `forj-chat-mode': its docstring's start, and every key.
+Each key of `forj-chat-documented-keymaps' is listed with the first
+line of its command's docstring."
+  ;; The function's own docstring: the symbol's documentation is this.
+  (let ((intro (car (split-string (or (documentation (symbol-function 'forj-chat-mode) t) "")
+                                  "\n\\\\{" t))))
+    (concat
+     (string-trim-right (or intro ""))
+     "\n"
+     (mapconcat
+      (lambda (entry)
+        (let ((map (and (boundp (cdr entry)) (symbol-value (cdr entry)))))
+          (if (not (keymapp map))
+              ""
+            (concat "\n" (car entry) ":\n\n"
+                    (mapconcat (lambda (binding)
+                                 (format "%-10s `%s': %s"
+                                         (key-description (car binding))
+                                         (cdr binding)
+                                         (forj-chat--command-summary (cdr binding))))
+                               (forj-chat--bindings map [])
+                               "\n")
+                    "\n"))))
+      forj-chat-documented-keymaps "")
+     "\n\\<forj-chat-mode-map>The menu (\\[forj-menu]) shows the rest; \\[customize-group] forj lists the settings.")))
+
+;; `describe-mode' (C-h m) and `describe-function' show every key of the
+;; chat with what it does, from the keymaps as they are now.
+(put 'forj-chat-mode 'function-documentation '(forj-chat--mode-documentation))
 
 (defun forj-chat--header-line ()
   "The chat's header line: provider, model, tools mode, sandbox, what is going on."

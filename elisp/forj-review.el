@@ -90,6 +90,19 @@ of blank lines (⟨200 blank lines⟩)."
   "Face for the gutter before each line of a preview, and for wrap marks."
   :group 'forj)
 
+(defcustom forj-display-review
+  '((display-buffer-reuse-window display-buffer-below-selected))
+  "Where the review buffer opens, as a `display-buffer' action.
+The default is a new window below the selected one.  When the review
+ends (committed, cancelled or killed), the windows are put back as
+they were before it opened, unless you changed them meanwhile.  An
+entry of `display-buffer-alist' matching `*forj-review*' takes
+precedence."
+  :type '(cons (choice (function :tag "Function")
+                       (repeat :tag "Functions" function))
+               (alist :tag "Action alist"))
+  :group 'forj)
+
 (defcustom forj-review-input-delay 0.6
   "Seconds a new review ignores its decision keys.
 A review can appear while you type elsewhere, in the chat for
@@ -244,6 +257,18 @@ plist.")
 (defvar-local forj-review--drawn-previews nil
   "Hash table: call id -> its preview as drawn; a redraw reuses it.")
 
+(defvar-local forj-review--windows nil
+  "How to put the windows back when the review ends: (CONFIGURATION FRAME WINDOWS).
+CONFIGURATION is the frame's window configuration before the review
+opened; WINDOWS the frame's windows once it showed.  The windows are
+put back only if they are still those: a layout the user changed
+since is left alone.")
+
+(defvar-local forj-review--user-diffs nil
+  "Hash table: call id -> alist of (PATH . DIFF) of the user's edited text.
+DIFF is the unified diff from the file as it is to the user's text, or
+the symbol `pending' while it is computed.")
+
 (defvar-local forj-review--quiet-since 0
   "When the review appeared, or ignored a key: decision keys wait from then.")
 
@@ -286,12 +311,15 @@ of ids the user edited before approving, each with an alist of paths
 and texts.  PROPOSAL-FUNCTION, if given, fetches a call's proposal for
 editing (see `forj-review--proposal-function').  Return the review
 buffer."
-  (let ((buffer (generate-new-buffer "*forj-review*")))
+  (let ((buffer (generate-new-buffer "*forj-review*"))
+        (configuration (current-window-configuration))
+        (frame (selected-frame)))
     (with-current-buffer buffer
       (forj-review-mode)
       (setq forj-review--items items
             forj-review--decisions (make-hash-table :test #'equal)
             forj-review--modified (make-hash-table :test #'equal)
+            forj-review--user-diffs (make-hash-table :test #'equal)
             forj-review--drawn-previews (make-hash-table :test #'equal)
             forj-review--proposal-function proposal-function
             forj-review--callback callback)
@@ -299,10 +327,31 @@ buffer."
       (goto-char (point-min))
       (forj-review-next))
     (add-hook 'pre-command-hook #'forj-review--note-key-elsewhere)
-    (pop-to-buffer buffer)
+    (pop-to-buffer buffer forj-display-review)
     (with-current-buffer buffer
+      (setq forj-review--windows (list configuration frame (window-list frame 'nomini)))
       (setq forj-review--quiet-since (float-time)))
     buffer))
+
+(defun forj-review--put-windows-back ()
+  "Put the windows back as they were before this review opened.
+Only when the frame still has the windows it had once the review
+showed, the review among them; otherwise the review's own window is
+quit, and the rest of the user's layout is left alone."
+  (pcase-let ((`(,configuration ,frame ,windows) forj-review--windows)
+              (buffer (current-buffer)))
+    (setq forj-review--windows nil)
+    (cond
+     ((and configuration (frame-live-p frame)
+           (equal (window-list frame 'nomini) windows)
+           (get-buffer-window buffer frame))
+      (let ((selected (selected-frame)))
+        (save-current-buffer (set-window-configuration configuration))
+        ;; Putting back windows of another frame does not move the user there.
+        (when (and (frame-live-p selected) (not (eq selected frame)))
+          (select-frame selected))))
+     ((get-buffer-window buffer t)
+      (quit-window nil (get-buffer-window buffer t))))))
 
 ;;; Keys typed elsewhere do not decide here
 
@@ -413,12 +462,17 @@ Return nil, the argument list of the commands that call it."
           (insert (forj-review--own-line
                    (concat "    you edited: "
                            (mapconcat #'car (gethash id forj-review--modified) ", ")
-                           " (the diff below is the proposal; your text is what will be written)"))))
+                           (if (rassq 'pending (gethash id forj-review--user-diffs))
+                               " (computing the diff of your text; it is what will be written)"
+                             " (the diff below is of your text: it is what will be written)")))))
         (when (plist-get item :preview_note)
           (insert (forj-review--own-line (concat "    " (plist-get item :preview_note)))))
         (when (plist-get item :preview)
           (insert (or (gethash id forj-review--drawn-previews)
-                      (puthash id (forj-review--preview (plist-get item :preview))
+                      (puthash id (forj-review--preview
+                                   (forj-review--with-user-diffs
+                                    (plist-get item :preview)
+                                    (gethash id forj-review--user-diffs)))
                                forj-review--drawn-previews))))
         (insert "\n")
         (put-text-property start (point) 'forj-review-id id)))
@@ -480,6 +534,46 @@ characters and wide runs of blanks as markers."
       (put-text-property (point-min) (point-max) 'line-prefix forj-review--gutter)
       (put-text-property (point-min) (point-max) 'wrap-prefix forj-review--wrap-gutter)
       (buffer-string))))
+
+(defconst forj-review--file-header-re "^--- .*\n\\+\\+\\+ \\(?:b/\\)?\\(.*\\)$"
+  "The two header lines of one file's piece of a unified diff; group 1 its path.")
+
+(defun forj-review--file-diffs (preview)
+  "PREVIEW, a unified diff of one or more files, cut into (PATH . TEXT) pieces.
+A piece starts at a \"--- \" line followed by a \"+++ \" line, whose
+path (without its b/) names it; text before the first piece has a nil
+path."
+  (let ((starts nil) (from 0))
+    (while (string-match forj-review--file-header-re preview from)
+      (push (cons (match-beginning 0) (match-string 1 preview)) starts)
+      (setq from (match-end 0)))
+    (setq starts (nreverse starts))
+    (if (null starts)
+        (list (cons nil preview))
+      (append
+       (and (> (caar starts) 0) (list (cons nil (substring preview 0 (caar starts)))))
+       (cl-loop for ((at . path) . rest) on starts
+                collect (cons path (substring preview at (if rest (caar rest) (length preview)))))))))
+
+(defun forj-review--with-user-diffs (preview user-diffs)
+  "PREVIEW with the piece of each file in USER-DIFFS replaced by the user's diff.
+USER-DIFFS is an alist of (PATH . DIFF); a DIFF still `pending' leaves
+the proposal's piece, and a file the preview does not show is added."
+  (if (null user-diffs)
+      preview
+    (let* ((pieces (forj-review--file-diffs preview))
+           (done nil)
+           (out (mapcar (lambda (piece)
+                          (let ((mine (assoc (car piece) user-diffs)))
+                            (if (and mine (stringp (cdr mine)))
+                                (progn (push (car piece) done) (cdr mine))
+                              (cdr piece))))
+                        pieces)))
+      (apply #'concat
+             (append out
+                     (cl-loop for (path . diff) in user-diffs
+                              when (and (stringp diff) (not (member path done)))
+                              collect diff))))))
 
 (defun forj-review--id-at-point ()
   "The id of the call at point, or signal."
@@ -564,7 +658,7 @@ characters and wide runs of blanks as markers."
                              collect (cons id (gethash id forj-review--modified)))))
       (setq forj-review--callback nil)
       (let ((buffer (current-buffer)))
-        (quit-window nil (get-buffer-window buffer))
+        (forj-review--put-windows-back)
         (kill-buffer buffer))
       (when callback (funcall callback (nreverse approved) (nreverse denied) modified)))))
 
@@ -581,12 +675,14 @@ characters and wide runs of blanks as markers."
         (ids (mapcar (lambda (item) (cons (plist-get item :id) "")) forj-review--items)))
     (setq forj-review--callback nil)
     (let ((buffer (current-buffer)))
-      (quit-window nil (get-buffer-window buffer))
+      (forj-review--put-windows-back)
       (kill-buffer buffer))
     (when callback (funcall callback nil ids nil t))))
 
 (defun forj-review--deny-on-kill ()
   "Leaving the buffer without committing denies everything."
+  (when forj-review--windows
+    (forj-review--put-windows-back))
   (when forj-review--callback
     (let ((callback forj-review--callback))
       (setq forj-review--callback nil)
@@ -625,7 +721,7 @@ the decision as it was."
                (message "forj: cannot edit %s: %s" id (or (plist-get err :message) err))))))
 
 (defvar-local forj-review--edit nil
-  "In a proposed buffer: (REVIEW-BUFFER ID PATH PROPOSED-TEXT).")
+  "In a proposed buffer: (REVIEW-BUFFER ID PATH PROPOSED-TEXT OLD-TEXT EXISTED).")
 
 (defun forj-review--mode-for (path)
   "The major mode `auto-mode-alist' gives PATH, or `fundamental-mode'."
@@ -651,39 +747,120 @@ proposed buffer holds what the user edits, and
     (with-current-buffer proposed
       (insert (plist-get file :new))
       (ignore-errors (delay-mode-hooks (funcall mode)))
-      (setq-local forj-review--edit (list review id path (plist-get file :new)))
+      (setq-local forj-review--edit (list review id path (plist-get file :new) (plist-get file :old)
+                                          (not (eq (plist-get file :existed) :false))))
       (set-buffer-modified-p nil)
       (goto-char (point-min)))
     (cons current proposed)))
 
 (defun forj-review-edit-finish (proposed)
   "Record the text of the buffer PROPOSED as the user's text for its call.
-An unchanged proposal is simply approved."
+An unchanged proposal is simply approved.  An edited one is approved
+with the user's text, and the review shows the diff of that text
+against the file as soon as it is computed."
   (with-current-buffer proposed
-    (pcase-let ((`(,review ,id ,path ,original) forj-review--edit)
+    (pcase-let ((`(,review ,id ,path ,original ,old ,existed) forj-review--edit)
                 (text (buffer-substring-no-properties (point-min) (point-max))))
       (when (buffer-live-p review)
         (with-current-buffer review
           (if (equal text original)
-              (forj-review-decide id t)
-            (forj-review-modify id path text)))))))
+              (progn
+                (forj-review--forget-user-diff id path)
+                (forj-review-decide id t))
+            (forj-review--set-user-diff id path 'pending)
+            (forj-review-modify id path text)
+            (forj-review--diff
+             path (or old "") text existed
+             (lambda (diff)
+               (when (buffer-live-p review)
+                 (with-current-buffer review
+                   ;; A later edit of the same file may have replaced this one.
+                   (when (equal (cdr (assoc path (gethash id forj-review--modified))) text)
+                     (forj-review--set-user-diff id path diff)
+                     (forj-review--render))))))))))))
+
+(defun forj-review--set-user-diff (id path diff)
+  "Record DIFF, the diff of the user's text for PATH in call ID."
+  (puthash id (append (assoc-delete-all path (copy-alist (gethash id forj-review--user-diffs)))
+                      (list (cons path diff)))
+           forj-review--user-diffs)
+  (remhash id forj-review--drawn-previews))
+
+(defun forj-review--forget-user-diff (id path)
+  "Forget the user's edit of PATH in call ID: the proposal stands again."
+  (let ((diffs (assoc-delete-all path (copy-alist (gethash id forj-review--user-diffs)))))
+    (if diffs (puthash id diffs forj-review--user-diffs) (remhash id forj-review--user-diffs)))
+  (let ((edits (assoc-delete-all path (copy-alist (gethash id forj-review--modified)))))
+    (if edits (puthash id edits forj-review--modified) (remhash id forj-review--modified)))
+  (remhash id forj-review--drawn-previews))
+
+(defun forj-review--diff (path old new existed callback)
+  "Compute the diff from OLD to NEW, texts of PATH; call CALLBACK with it.
+The diff is unified, with PATH in its header lines.  EXISTED is nil
+for a file the call creates.  The diff program runs asynchronously,
+on private temporary copies; CALLBACK gets the diff, or a line saying
+why there is none."
+  (let* ((dir (with-file-modes #o700 (make-temp-file "forj-review-" t)))
+         (a (expand-file-name "old" dir))
+         (b (expand-file-name "new" dir))
+         (output (generate-new-buffer " *forj-review-diff*"))
+         (coding-system-for-write 'utf-8-unix))
+    (with-file-modes #o600
+      (write-region old nil a nil 'silent)
+      (write-region new nil b nil 'silent))
+    (condition-case err
+        (make-process
+         :name "forj-review-diff"
+         :buffer output
+         :command (list "diff" "-u"
+                        "--label" (if existed (concat "a/" path) "/dev/null")
+                        "--label" (concat "b/" path)
+                        a b)
+         :coding 'utf-8-unix
+         :connection-type 'pipe
+         :noquery t
+         :sentinel
+         (lambda (process _event)
+           (unless (process-live-p process)
+             (let ((text (with-current-buffer output (buffer-string)))
+                   (status (process-exit-status process)))
+               (kill-buffer output)
+               (delete-directory dir t)
+               ;; diff exits 1 when the texts differ, 0 when they do not.
+               (funcall callback
+                        (if (memq status '(0 1))
+                            text
+                          (format "(the diff of your text could not be computed: %s)\n"
+                                  (string-trim text))))))))
+      (error
+       (kill-buffer output)
+       (delete-directory dir t)
+       (funcall callback (format "(the diff of your text could not be computed: %s)\n"
+                                 (error-message-string err)))))))
 
 (defun forj-review--ediff (review id file)
-  "Open FILE of call ID in ediff; on quit, record the edit in REVIEW."
+  "Open FILE of call ID in ediff; on quit, record the edit in REVIEW.
+The windows are put back as ediff found them: the review where it was."
   (require 'ediff)
-  (pcase-let ((`(,current . ,proposed) (forj-review-edit-buffers review id file)))
-    (ediff-buffers
-     current proposed
-     (list (lambda ()
-             (add-hook 'ediff-quit-hook
-                       (lambda ()
-                         (when (buffer-live-p proposed)
-                           (forj-review-edit-finish proposed)
-                           (kill-buffer proposed))
-                         (when (buffer-live-p current) (kill-buffer current))
-                         (when (buffer-live-p review) (pop-to-buffer review)))
-                       ;; Run after ediff's own clean-up.
-                       90 t))))))
+  (let ((configuration (current-window-configuration))
+        (frame (selected-frame)))
+    (pcase-let ((`(,current . ,proposed) (forj-review-edit-buffers review id file)))
+      (ediff-buffers
+       current proposed
+       (list (lambda ()
+               (add-hook 'ediff-quit-hook
+                         (lambda ()
+                           (when (buffer-live-p proposed)
+                             (forj-review-edit-finish proposed)
+                             (kill-buffer proposed))
+                           (when (buffer-live-p current) (kill-buffer current))
+                           (when (frame-live-p frame)
+                             (set-window-configuration configuration))
+                           (when (buffer-live-p review)
+                             (let ((window (get-buffer-window review frame)))
+                               (if window (select-window window) (pop-to-buffer review)))))
+                         ;; Run after ediff's own clean-up.
+                         90 t)))))))
 
 (provide 'forj-review)
 ;;; forj-review.el ends here

@@ -186,7 +186,7 @@ elsewhere.")
   "Results longer than this many characters are folded.
 The text stays in the buffer (the model reads it back); only the
 display hides all but its start.  TAB on a folded result shows
-it, as does \<forj-tools-mode-map>\[forj-tools-toggle-fold] on its line."
+it, as does \\<forj-tools-mode-map>\\[forj-tools-toggle-fold] on its line."
   :type 'natnum
   :group 'forj)
 
@@ -332,7 +332,7 @@ are as for `forj-tools-run-region'.  Return the batch."
         (progn
           (forj-tools--render batch)
           (message (substitute-command-keys
-                    "forj: tools are in parse-only mode; give each call its result with \[forj-tool-result]")))
+                    "forj: tools are in parse-only mode; give each call its result with \\[forj-tool-result]")))
       (forj-tools--finish batch))))
 
 (defun forj-tools--manual-entries (batch)
@@ -555,9 +555,12 @@ of the proposal."
 
 (defun forj-tools--start-shell (batch index)
   "The output buffer of the call at INDEX in BATCH, started afresh."
-  (let ((entry (nth index (forj-tools-batch-entries batch))))
+  (let ((entry (nth index (forj-tools-batch-entries batch)))
+        (buffer (forj-tools-batch-buffer batch)))
     (forj-shell-buffer (plist-get (plist-get entry :call) :id)
-                       (forj-tools--header entry 'running nil))))
+                       (forj-tools--header entry 'running nil)
+                       (and (buffer-live-p buffer)
+                            (with-current-buffer buffer (copy-marker (plist-get entry :beg)))))))
 
 ;;; The spinner
 
@@ -654,6 +657,9 @@ The shared timer runs while any spinner turns."
                                        :recovery ["Write each call as one JSON object in its own ```tool-call block, with \"id\", \"name\" and \"args\""]))))
   (cl-loop for index below (length (forj-tools-batch-states batch))
            do (aset (forj-tools-batch-states batch) index 'done))
+  (cl-loop for shell across (forj-tools-batch-shells batch)
+           for result across (forj-tools-batch-results batch)
+           when shell do (forj-shell-finish shell result))
   (forj-tools--spin batch nil)
   (when (forj-tools-batch-batch-id batch)
     (remhash (forj-tools-batch-batch-id batch) forj-tools--batches))
@@ -722,7 +728,7 @@ run."
 (define-minor-mode forj-tools-mode
   "Run fenced tool-call blocks of any buffer through the forj worker.
 
-\{forj-tools-mode-map}"
+\\{forj-tools-mode-map}"
   :lighter " forj-tools"
   :keymap forj-tools-mode-map
   :group 'forj
@@ -962,7 +968,7 @@ buffer, if any; ROOT the project root, for links.  The text carries
                           (forj-tools--buttonize from (point) root cache)
                           (when (buffer-live-p shell)
                             (insert " ")
-                            (insert-text-button "[output]" 'action (lambda (_) (pop-to-buffer shell))
+                            (insert-text-button "[output]" 'action (lambda (_) (forj-shell-display shell))
                                                 'help-echo (format "Show %s" (buffer-name shell))
                                                 'follow-link t))
                           (insert "\n"))

@@ -25,13 +25,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import __version__, process
+from . import __version__
 from .config import ConfigError, load
-from .journal import Journal, JournalError, default_state_dir
-from .registry import Registry
-from .server import ForjServer
 from .service import Worker
+from .store.journal import Journal, JournalError, default_state_dir
+from .system import process
 from .tools import builtin_tools
+from .tools.registry import Registry
+from .transport.server import ForjServer
 
 log = logging.getLogger("forj_py")
 

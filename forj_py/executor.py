@@ -24,16 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors
-from .cmdsandbox import CommandSandbox
 from .errors import ToolFailure
-from .fsops import Backups
-from .journal import Journal
 from .output import dumps, fit_json_text, json_has_controls, sanitize_value
 from .planner import PlannedCall, error_result
 from .protocol import Disposition, Event, ToolResult
-from .registry import Session, ToolContext
-from .sandbox import Sandbox
+from .safety.commands import CommandSandbox
+from .safety.paths import Sandbox
+from .store.backups import Backups
+from .store.journal import Journal
 from .tools._edit import apply_user_text
+from .tools.registry import Session, ToolContext
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from . import errors, policy
-from .cmdsandbox import CommandSandbox
 from .config import Config
 from .errors import ToolFailure
 from .output import count_marks, sanitize, sanitize_value, short_summary, visible_controls
@@ -47,8 +46,9 @@ from .protocol import (
     ToolResult,
     ToolsMode,
 )
-from .registry import Registry, Session, Staged, Tool, ToolContext, format_schema_errors
-from .sandbox import Sandbox
+from .safety.commands import CommandSandbox
+from .safety.paths import Sandbox
+from .tools.registry import Registry, Session, Staged, Tool, ToolContext, format_schema_errors
 
 log = logging.getLogger(__name__)
 

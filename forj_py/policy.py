@@ -18,7 +18,7 @@ from . import errors
 from .config import ApprovalConfig
 from .errors import ToolFailure
 from .protocol import DenialReason
-from .registry import Tool
+from .tools.registry import Tool
 
 
 class Outcome(str, Enum):

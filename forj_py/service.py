@@ -1,6 +1,6 @@
 """The worker's methods, free of any transport: JSON-like dicts in and out.
 
-:mod:`forj_py.server` puts these on the EPC socket; tests and other
+:mod:`forj_py.transport.server` puts these on the EPC socket; tests and other
 programs can drive them directly.  Each method validates its request body
 with a pydantic model and raises :class:`ProtocolError` for a request it
 cannot serve (unknown batch, a batch run twice); tool failures are never
@@ -20,12 +20,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from . import __version__
-from .cmdsandbox import CommandSandbox, probe
 from .config import LoadedConfig, describe
 from .errors import ProtocolError
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
-from .fsops import Backups
-from .journal import Journal
 from .planner import PlanContext, PlannedCall, identify, plan_batch
 from .protocol import (
     PROTOCOL_VERSION,
@@ -36,8 +33,11 @@ from .protocol import (
     ProposalRequest,
     ToolsMode,
 )
-from .registry import Registry, Session
-from .sandbox import Sandbox
+from .safety.commands import CommandSandbox, probe
+from .safety.paths import Sandbox
+from .store.backups import Backups
+from .store.journal import Journal
+from .tools.registry import Registry, Session
 from .watcher import Watcher
 
 log = logging.getLogger(__name__)

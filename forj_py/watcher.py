@@ -19,7 +19,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from .registry import Session
+from .tools.registry import Session
 
 log = logging.getLogger(__name__)
 

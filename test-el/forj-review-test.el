@@ -14,6 +14,7 @@
 (require 'ert)
 (require 'forj-tools)
 (require 'forj-epc-test)
+(require 'ediff)
 
 (defun forj-review-test--plan-review (root calls)
   "Plan CALLS (JSON texts) in ROOT through the real worker; return (REVIEW . RUN).
@@ -231,6 +232,145 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
         (should (equal (get-text-property (point) 'forj-review-id) "n"))
         (forj-review-deny-all)
         (forj-review-commit)))))
+
+;;; Windows: the review puts back what it found
+
+(defun forj-review-test--layout ()
+  "The frame's windows: each one's buffer and edges, and which is selected."
+  (list (mapcar (lambda (window) (list (buffer-name (window-buffer window)) (window-edges window)))
+                (window-list nil 'nomini))
+        (buffer-name (window-buffer (selected-window)))))
+
+(defmacro forj-review-test-with-layout (&rest body)
+  "Run BODY in a frame showing two buffers side by side, `chat' selected.
+`before' is bound to that layout."
+  (declare (indent 0) (debug t))
+  `(save-window-excursion
+     (let ((chat (get-buffer-create "*forj-review-test-chat*"))
+           (other (get-buffer-create "*forj-review-test-other*")))
+       (unwind-protect
+           (progn
+             (delete-other-windows)
+             (switch-to-buffer other)
+             (select-window (split-window-right))
+             (switch-to-buffer chat)
+             ;; A batch Emacs counts its frame's menu bar line only once a
+             ;; configuration is set; set one, so the first layout is final.
+             (set-window-configuration (current-window-configuration))
+             (let ((before (forj-review-test--layout)))
+               ,@body))
+         (kill-buffer chat)
+         (kill-buffer other)))))
+
+(defun forj-review-test--write-call (id path)
+  "A write_file call with ID creating PATH, as JSON."
+  (json-serialize (list :id id :name "write_file" :args (list :path path :content "new\n"))))
+
+(ert-deftest forj-test-review-windows-come-back-after-approve-deny-cancel-and-kill ()
+  "The windows before a review are the windows after it: approved, denied, cancelled or killed."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (forj-review-test-with-layout
+      (dolist (finish (list (lambda () (forj-review-approve-all) (forj-review-commit))
+                            (lambda () (forj-review-deny-all) (forj-review-commit))
+                            (lambda () (forj-review-cancel))
+                            (lambda () (kill-buffer (current-buffer)))))
+        (let* ((run (forj-review-test--plan-review
+                     root (list (forj-review-test--write-call "w" "new.txt"))))
+               (review (car run)))
+          (should review)
+          ;; It opened where `forj-display-review' says: below the selected window.
+          (let ((window (get-buffer-window review)))
+            (should window)
+            (should (eq (selected-window) window))
+            (should (eq (window-in-direction 'above window) (get-buffer-window "*forj-review-test-chat*"))))
+          (should-not (equal (forj-review-test--layout) before))
+          (with-current-buffer review (funcall finish))
+          (should (equal (forj-review-test--layout) before))
+          (should (forj-test--wait-for (cdr run) 30))
+          (dolist (buffer (buffer-list))
+            (when (string-prefix-p "*forj-review-test*" (buffer-name buffer))
+              (kill-buffer buffer))))))))
+
+(ert-deftest forj-test-review-leaves-a-layout-the-user-changed-alone ()
+  "A user who rearranged the windows during the review keeps the new layout."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (forj-review-test-with-layout
+      (let* ((run (forj-review-test--plan-review
+                   root (list (forj-review-test--write-call "w" "new.txt"))))
+             (review (car run))
+             (extra (get-buffer-create "*forj-review-test-extra*")))
+        ;; The user opens one more window while the review waits.
+        (with-selected-window (get-buffer-window "*forj-review-test-other*")
+          (switch-to-buffer extra)
+          (split-window-below))
+        (let ((changed (forj-review-test--layout)))
+          (with-current-buffer review (forj-review-deny-all) (forj-review-commit))
+          (should-not (get-buffer-window review))
+          ;; Only the review's own window went away.
+          (should (= (length (window-list nil 'nomini)) (1- (length (car changed)))))
+          (should (get-buffer-window extra)))
+        (should (forj-test--wait-for (cdr run) 30))
+        (kill-buffer extra)))))
+
+(ert-deftest forj-test-review-ediff-puts-windows-back-and-shows-the-users-diff ()
+  "After ediff the review is back where it was, showing the diff of the user's text.
+After the commit the windows are those before the review."
+  (forj-test-with-project '(("f.py" . "a = 1\nb = 2\n"))
+    (forj-review-test-with-layout
+      (let* ((ediff-window-setup-function #'ediff-setup-windows-plain)
+             (run (forj-review-test--plan-review
+                   root (list "{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"f.py\"}}"
+                              "{\"id\": \"e\", \"name\": \"edit\", \"args\": {\"path\": \"f.py\", \"old_string\": \"b = 2\", \"new_string\": \"b = 3\"}}")))
+             (review (car run))
+             (in-review nil)
+             proposed)
+        (with-current-buffer review
+          (setq in-review (forj-review-test--layout))
+          (should (string-match-p "^\\+b = 3$" (buffer-string)))
+          (goto-char (point-min))
+          (search-forward "b = 3")
+          (forj-review-edit))
+        (should (forj-test--wait-for
+                 (lambda () (setq proposed (get-buffer "*forj-proposed: f.py*"))) 30))
+        (should-not (equal (forj-review-test--layout) in-review))
+        (with-current-buffer proposed
+          (goto-char (point-min))
+          (search-forward "b = 3")
+          (replace-match "b = 30")
+          (goto-char (point-max))
+          (insert "c = 4\n"))
+        (let ((control (cl-find-if (lambda (b) (string-prefix-p "*Ediff Control" (buffer-name b)))
+                                   (buffer-list))))
+          (with-current-buffer control
+            (cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) t)))
+              (ediff-quit nil))))
+        ;; Ediff's windows are gone: the review is where it was, selected.
+        (should (equal (forj-review-test--layout) in-review))
+        (with-current-buffer review
+          ;; The diff shown becomes the user's once it is computed.
+          (should (forj-test--wait-for
+                   (lambda () (string-match-p "^\\+c = 4$" (buffer-string))) 10))
+          (let ((text (buffer-string)))
+            (should (string-match-p "^\\+b = 30$" text))
+            (should-not (string-match-p "^\\+b = 3$" text))
+            (should (string-match-p "^-b = 2$" text))
+            (should (string-match-p "you edited: f.py (the diff below is of your text" text)))
+          (forj-review-commit))
+        (should (equal (forj-review-test--layout) before))
+        (should (forj-test--wait-for (cdr run) 30))
+        (should (equal (with-temp-buffer
+                         (insert-file-contents (expand-file-name "f.py" root))
+                         (buffer-string))
+                       "a = 1\nb = 30\nc = 4\n"))))))
+
+(ert-deftest forj-test-review-user-diff-replaces-only-its-files-piece ()
+  "In a preview of several files, the user's diff replaces the piece of the file edited."
+  (let ((preview "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\nnote: kept\n--- a/g\n+++ b/g\n@@ -1 +1 @@\n-c\n+d\n"))
+    (should (equal (forj-review--with-user-diffs
+                    preview '(("g" . "--- a/g\n+++ b/g\n@@ -1 +1 @@\n-c\n+mine\n")))
+                   "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\nnote: kept\n--- a/g\n+++ b/g\n@@ -1 +1 @@\n-c\n+mine\n"))
+    ;; Still being computed: the proposal stays.
+    (should (equal (forj-review--with-user-diffs preview '(("g" . pending))) preview))))
 
 ;;; Keys meant for another buffer
 

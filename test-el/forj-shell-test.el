@@ -4,7 +4,9 @@
 
 ;; Commands run by the real worker: their output streams into the
 ;; `*forj-shell: ID*' buffer in order while Emacs keeps serving timers;
-;; a time limit and a stop from Emacs kill the whole command.
+;; the buffer shows the last lines, stops its spinner and ends with the
+;; exit code, the duration and a link back to the call; a time limit
+;; and a stop from Emacs kill the whole command.
 
 ;;; Code:
 
@@ -50,7 +52,7 @@
                                  always (< (string-match (format "^line %d$" (1- i)) text)
                                            (string-match (format "^line %d$" i) text))))
                 (should (string-match-p "oops" text))
-                (should (string-match-p "\\[finished\\]" text))))
+                (should (string-match-p "✓ exit code 0 · [0-9.]+ s · back to the call\n\\'" text))))
             ;; The header links to the buffer.
             (with-current-buffer (car run)
               (goto-char (point-min))
@@ -60,6 +62,134 @@
             (should (> ticks 5)))
         (cancel-timer timer)
         (kill-buffer (car run))))))
+
+(defun forj-shell-test--run-command (root id cmd)
+  "Run the shell command CMD as call ID in ROOT, approved; return (BUFFER . RESULT)."
+  (when (get-buffer (format "*forj-shell: %s*" id)) (kill-buffer (format "*forj-shell: %s*" id)))
+  (let ((run (forj-flow-test--run
+              root (format "Running it.\n\n```tool-call\n%s\n```\n"
+                           (json-serialize (list :id id :name "run_shell" :args (list :cmd cmd)))))))
+    (forj-shell-test--approve)
+    (should (forj-test--wait-for (cdr run) 60))
+    (cons (car run) (car (funcall (cdr run))))))
+
+(ert-deftest forj-test-shell-fr-tui-02-ends-with-exit-code-duration-and-a-link ()
+  "FR-TUI-02: the spinner stops; the buffer ends with exit code, duration and a working link."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (pcase-let ((`(,chat . ,result)
+                 (forj-shell-test--run-command root "fail" "echo before; sleep 0.3; exit 3")))
+      (unwind-protect
+          (progn
+            ;; A command that exits non-zero is an error result; its details hold the code.
+            (should (equal (plist-get (plist-get (plist-get result :error) :details) :exit_code) 3))
+            (with-current-buffer "*forj-shell: fail*"
+              (should-not forj-shell--running)
+              ;; Nothing turns any more: no timer, no spinner frame in the header line.
+              (should-not forj-shell--spinner-timer)
+              (let ((header (forj-shell--header-line)))
+                (should (string-match-p "✗ exit code 3 · [0-9.]+ s" header))
+                (should-not (cl-some (lambda (frame) (string-match-p frame header))
+                                     forj-shell--spinner-frames)))
+              (should-not (cl-some (lambda (frame) (string-match-p frame (buffer-string)))
+                                   forj-shell--spinner-frames))
+              ;; The worker's duration: at least the 0.3 s the command slept.
+              (goto-char (point-max))
+              (forward-line -1)
+              (should (looking-at "✗ exit code 3 · \\([0-9.]+\\) s · back to the call$"))
+              (should (>= (string-to-number (match-string 1)) 0.3))
+              (should (memq 'forj-shell-failed (ensure-list (get-text-property (point) 'face))))
+              ;; The link leads to the call's block in the conversation.
+              (search-forward "back to the call")
+              (save-window-excursion
+                (push-button (1- (point)))
+                (should (eq (current-buffer) chat))
+                (should (looking-at-p "```tool-call\n{\"id\":\"fail\""))))
+            ;; The same from the command's key.
+            (with-current-buffer "*forj-shell: fail*"
+              (save-window-excursion
+                (forj-shell-visit-call)
+                (should (eq (current-buffer) chat)))))
+        (kill-buffer chat)))))
+
+(ert-deftest forj-test-shell-fr-tui-03-shows-the-last-lines ()
+  "FR-TUI-03: by default only the last 50 lines show; the rest are a toggle away."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (pcase-let ((`(,chat . ,result)
+                 (forj-shell-test--run-command root "many" "seq 1 300")))
+      (unwind-protect
+          (with-current-buffer "*forj-shell: many*"
+            (should (eq (plist-get result :ok) t))
+            (should (= forj-shell-visible-lines 50))
+            (cl-flet ((shown-p (n)
+                        (save-excursion
+                          (goto-char (point-min))
+                          (re-search-forward (format "^%d$" n))
+                          (not (invisible-p (match-beginning 0))))))
+              ;; Lines 1 to 250 are hidden, 251 to 300 shown, and so is the end.
+              (should-not (shown-p 1))
+              (should-not (shown-p 250))
+              (should (shown-p 251))
+              (should (shown-p 300))
+              (should-not (invisible-p (1- (point-max))))
+              ;; The summary line stays, and the hidden lines are counted.
+              (should-not (invisible-p (point-min)))
+              (should (string-match-p "250 earlier lines hidden"
+                                      (overlay-get forj-shell--fold 'before-string)))
+              (should (string-match-p "last 50 lines shown" (forj-shell--header-line)))
+              ;; Every line stays in the buffer: the toggle shows them.
+              (forj-shell-toggle-all)
+              (should (shown-p 1))
+              (should (shown-p 250))
+              (forj-shell-toggle-all)
+              (should-not (shown-p 1))
+              (let ((forj-shell-visible-lines 10))
+                (forj-shell--update-fold)
+                (should-not (shown-p 290))
+                (should (shown-p 291)))))
+        (kill-buffer chat)))))
+
+(ert-deftest forj-test-shell-opens-where-the-option-says ()
+  "The [output] link shows the output buffer through `forj-display-shell'; q puts the windows back."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (pcase-let ((`(,chat . ,_result) (forj-shell-test--run-command root "where" "echo hi")))
+      (unwind-protect
+          (save-window-excursion
+            (delete-other-windows)
+            (switch-to-buffer chat)
+            (let ((before (window-list)))
+              (goto-char (point-min))
+              (search-forward "[output]")
+              (push-button (1- (point)))
+              (let ((window (get-buffer-window "*forj-shell: where*")))
+                (should window)
+                (should (eq (selected-window) window))
+                (should (eq (window-parameter window 'window-side) 'bottom)))
+              (quit-window)
+              (should (equal (window-list) before))
+              (should (eq (window-buffer (selected-window)) chat))))
+        (kill-buffer chat)))))
+
+(ert-deftest forj-test-shell-max-bytes-keeps-one-count-of-what-it-removed ()
+  "Past `forj-shell-max-bytes' the oldest lines go; one line counts them all."
+  (let ((forj-shell-max-bytes 200)
+        (buffer (forj-shell-buffer "trim-test" "run_shell")))
+    (unwind-protect
+        (progn
+          (dotimes (i 100) (forj-shell-append buffer "stdout" (format "line %d\n" i)))
+          (forj-shell-finish buffer t)
+          (with-current-buffer buffer
+            (let ((text (buffer-substring-no-properties (point-min) (point-max))))
+              (should (<= (buffer-size) 300))
+              (should (= (how-many "older output removed" (point-min) (point-max)) 1))
+              ;; What was removed and what is left add up to all that was written.
+              (should (string-match "\\[\\.\\.\\. \\([0-9]+\\) characters of older output removed" text))
+              (should (= (+ (string-to-number (match-string 1 text))
+                            (length (substring text (string-match "^line " text)
+                                               (string-match "^✓" text))))
+                         (cl-loop for i below 100 sum (length (format "line %d\n" i)))))
+              (should (string-match-p "^line 99\n✓ finished" text))
+              (should (= forj-shell--lines (how-many "^line " (point-min) (point-max)))))))
+      (kill-buffer buffer))))
 
 (ert-deftest forj-test-tools-run-shell-timeout ()
   "Seed 001 `forj-test-tools-run-shell-timeout': the limit kills the command and says so."

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from forj_py.client import Client, WorkerProcess
 from forj_py.config import load
-from forj_py.journal import Journal
 from forj_py.protocol import RiskLevel
-from forj_py.registry import Registry, Tool, ToolContext
 from forj_py.service import Worker
+from forj_py.store.journal import Journal
 from forj_py.tools import builtin_tools
+from forj_py.tools.registry import Registry, Tool, ToolContext
+from forj_py.transport.client import Client, WorkerProcess
 
 
 @pytest.fixture(autouse=True)

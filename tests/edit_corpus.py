@@ -816,10 +816,10 @@ class Runner:
 
     def __init__(self) -> None:
         from forj_py.config import load
-        from forj_py.journal import Journal
-        from forj_py.registry import Registry
         from forj_py.service import Worker
+        from forj_py.store.journal import Journal
         from forj_py.tools import builtin_tools
+        from forj_py.tools.registry import Registry
 
         self._tmp = tempfile.TemporaryDirectory()
         base = Path(self._tmp.name)

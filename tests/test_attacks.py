@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from conftest import MakeWorker, call, running, user_config
 
-from forj_py.client import Client, WorkerProcess
 from forj_py.service import Worker
 from forj_py.tools._shell import scrub_own_environment
+from forj_py.transport.client import Client, WorkerProcess
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forj_py.elcheck import check
+from forj_py.tools._elcheck import check
 
 EMACS = shutil.which("emacs")
 needs_emacs = pytest.mark.skipif(EMACS is None, reason="Emacs is not installed")

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from conftest import MakeWorker, call, project_config, run, user_config, write_tree
 
-from forj_py.client import Client, RemoteError, WorkerProcess
 from forj_py.config import ConfigError, load
 from forj_py.errors import ToolFailure
-from forj_py.sandbox import Sandbox
+from forj_py.safety.paths import Sandbox
 from forj_py.tools.search import find_rg
+from forj_py.transport.client import Client, RemoteError, WorkerProcess
 
 
 def _results(worker: Any, calls: list[dict[str, Any]], **kw: Any) -> list[dict[str, Any]]:
@@ -231,7 +231,7 @@ def test_hello_with_an_unencodable_token_is_refused_and_closed(project: Path) ->
 
 
 def test_odd_uids_get_an_error_and_the_connection_lives(project: Path) -> None:
-    from forj_py import sexp
+    from forj_py.transport import sexp
 
     with WorkerProcess(project) as proc, Client(proc.port) as c:
         c.call("hello", {"token": proc.token})
@@ -375,7 +375,7 @@ def test_insert_into_an_empty_file_ends_with_a_newline(
 def test_elisp_check_survives_long_modifier_chains_and_old_breakage(
     make_worker: MakeWorker, project: Path
 ) -> None:
-    from forj_py.elcheck import check
+    from forj_py.tools._elcheck import check
 
     assert check("?" + "\\C-" * 5000 + "a") is None
     broken = ";; a fixture that is broken on purpose\n(defun f (\n"

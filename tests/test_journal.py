@@ -12,8 +12,8 @@ from typing import Any
 from conftest import MakeWorker, Note, call, run, user_config
 from pydantic import BaseModel, ConfigDict
 
-from forj_py.journal import Journal
-from forj_py.registry import Tool, ToolContext
+from forj_py.store.journal import Journal
+from forj_py.tools.registry import Tool, ToolContext
 
 
 def _journal_path() -> Path:

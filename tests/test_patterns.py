@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forj_py import patterns
-from forj_py.client import Client, WorkerProcess
 from forj_py.config import ConfigError, load
-from forj_py.sandbox import DEFAULT_DENIES, Sandbox
+from forj_py.safety.paths import DEFAULT_DENIES, Sandbox
+from forj_py.system.walk import Walker, _compile
 from forj_py.tools.search import find_rg
-from forj_py.walk import Walker, _compile
+from forj_py.transport.client import Client, WorkerProcess
 
 pytestmark = pytest.mark.skipif(not patterns.HAVE_RE2, reason="google-re2 is not installed")
 

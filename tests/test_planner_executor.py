@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import Boom, Danger, MakeWorker, Note, Sleep, call, run, user_config
 
-from forj_py.registry import DuplicateToolError, Registry
 from forj_py.tools import builtin_tools
+from forj_py.tools.registry import DuplicateToolError, Registry
 
 
 def _kinds(items: list[dict]) -> list[str]:

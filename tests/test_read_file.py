@@ -177,7 +177,7 @@ def test_permission_denied_is_a_file_error(tmp_path: Path) -> None:
     import sys
     import tempfile
 
-    from forj_py.client import Client
+    from forj_py.transport.client import Client
 
     base = Path(tempfile.mkdtemp(dir="/tmp"))
     try:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forj_py.errors import ToolFailure
-from forj_py.sandbox import Sandbox
+from forj_py.safety.paths import Sandbox
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ from epc.handler import ReturnError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forj_py import sexp
-from forj_py.client import Client, ConnectionLost, RemoteError, WorkerProcess
-from forj_py.sexp import Symbol
+from forj_py.transport import sexp
+from forj_py.transport.client import Client, ConnectionLost, RemoteError, WorkerProcess
+from forj_py.transport.sexp import Symbol
 
 
 def _close_epc(client: EPCClient) -> None:

@@ -10,8 +10,8 @@ import sexpdata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forj_py import sexp
-from forj_py.sexp import SexpError, Symbol
+from forj_py.transport import sexp
+from forj_py.transport.sexp import SexpError, Symbol
 
 _text = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=400)
 

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from conftest import MakeWorker, call, project_config, running, user_config
 
-from forj_py import process
-from forj_py.client import Client, WorkerProcess
 from forj_py.config import load
-from forj_py.process import Channel
 from forj_py.service import Worker
+from forj_py.system import process
+from forj_py.system.process import Channel
 from forj_py.tools._shell import BUILTIN_ENV_DENYLIST, clean_environment
+from forj_py.transport.client import Client, WorkerProcess
 
 HANG = 20  # seconds: far beyond any of these commands; reaching it means a hang
 

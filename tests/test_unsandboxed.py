@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import call, user_config
 
-from forj_py.client import Client, WorkerProcess
+from forj_py.transport.client import Client, WorkerProcess
 
 PROGRAMS = ("sh", "ls", "echo", "cat")
 

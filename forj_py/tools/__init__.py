@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..registry import Tool
 from .edit import Edit
 from .edit_region import EditRegion
 from .listing import Glob, ListFiles
 from .multi_edit import MultiEdit
 from .read_file import ReadFile
+from .registry import Tool
 from .run_tests import RunTests
 from .search import Search
 from .shell import RunShell

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors
-from ..elcheck import check as check_elisp
 from ..errors import ToolFailure
-from ..fsops import atomic_write, ensure_parents, read_bytes, sha256
 from ..output import redact_url_credentials, visible_controls
 from ..protocol import ErrorKind, ErrorType
-from ..registry import Staged, ToolContext
-from ..sandbox import SafePath
+from ..safety.files import atomic_write, ensure_parents, read_bytes, sha256
+from ..safety.paths import SafePath
+from ._elcheck import check as check_elisp
+from .registry import Staged, ToolContext
 
 DIFF_CONTEXT = 3
 # Files larger than this are not edited (the whole file is held in memory,

@@ -25,9 +25,9 @@ import itertools
 from dataclasses import dataclass
 
 from .. import errors
-from ..registry import ToolContext
 from . import _guards, _match, _pointer
 from ._edit import Loaded, split_lines, with_newlines
+from .registry import ToolContext
 
 Hunk = tuple[int, int, int]  # first line (1-based), lines replaced, lines written
 KEEP_BATCHES = 16

@@ -30,12 +30,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import errors, process
-from ..cmdsandbox import ProcessCap, Request
+from .. import errors
 from ..output import sanitize
-from ..process import Capture, Channel, Outcome, redact_values
-from ..registry import ToolContext
-from ..sandbox import SafePath
+from ..safety.commands import ProcessCap, Request
+from ..safety.paths import SafePath
+from ..system import process
+from ..system.process import Capture, Channel, Outcome, redact_values
+from .registry import ToolContext
 
 # Seed 000 CFG-ENV-01, plus the Gemini / Google names forj's providers use,
 # plus common secret spellings the seed's patterns miss (PGPASSWORD,

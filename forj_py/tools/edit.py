@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
-from ..registry import Tool, ToolContext
 from . import _edit, _guards, _match, _pointer, _regions
+from .registry import Tool, ToolContext
 
 PASS_NOTES = {
     "trailing": "old_string matched ignoring trailing whitespace",

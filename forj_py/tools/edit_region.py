@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..registry import Tool, ToolContext
 from . import _edit, _regions
+from .registry import Tool, ToolContext
 
 REGION_RULES = (
     "Line numbers are those of the file as you last read it, even after earlier calls "

@@ -1,6 +1,6 @@
 """``list_files`` and ``glob``: what is in the project (seed 001 sections 4.2, 4.9).
 
-Both walk with :class:`forj_py.walk.Walker` (ignore files, hidden files,
+Both walk with :class:`forj_py.system.walk.Walker` (ignore files, hidden files,
 denied patterns, no escape through symlinks), stop at the configured entry
 cap and say so, and return entries ``{path, size, mtime, type}`` with
 paths relative to the project root, sorted by path.
@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from wcmatch import glob as wcglob
 
 from .. import errors
-from ..registry import Tool, ToolContext
-from ..walk import Entry, Walker
+from ..system.walk import Entry, Walker
+from .registry import Tool, ToolContext
 
 _GLOB_FLAGS = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
 # wcmatch compiles globs to backtracking ``re`` expressions.  Stars within

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ToolFailure
 from ..output import visible_controls
-from ..registry import Tool, ToolContext
 from . import _edit, _regions
 from .edit_region import REGION_RULES, describe, notes
+from .registry import Tool, ToolContext
 
 
 class EditItem(BaseModel):

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import errors
 from ..output import redact_url_credentials, say_redacted, truncate_text
-from ..registry import Tool, ToolContext
+from .registry import Tool, ToolContext
 
 SNIFF_BYTES = 8192
 SKIP_CHUNK = 1 << 20

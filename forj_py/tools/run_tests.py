@@ -42,12 +42,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import errors
 from ..output import visible_controls
-from ..process import Outcome
 from ..protocol import RiskLevel
-from ..registry import Tool, ToolContext
-from ..sandbox import SafePath
-from ..walk import Walker
+from ..safety.paths import SafePath
+from ..system.process import Outcome
+from ..system.walk import Walker
 from . import _shell
+from .registry import Tool, ToolContext
 from .shell import command_notes, command_tags, describe_confinement
 
 REPORT = "{forj-report}"  # replaced by a file in a temporary directory outside the project

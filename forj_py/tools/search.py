@@ -2,7 +2,7 @@
 
 Two engines, one answer.  ripgrep (``rg --json``) when it can be found:
 the one in the worker's own environment (the ``ripgrep`` wheel), else on
-``PATH``; otherwise a pure-Python search over :class:`forj_py.walk.Walker`.
+``PATH``; otherwise a pure-Python search over :class:`forj_py.system.walk.Walker`.
 rg is given flags that make it walk exactly as the walker does (ignore
 files, hidden files, ``.git``, denied patterns, size limit, no symlinks,
 no transcoding), and both return the same matches for the same tree: a
@@ -40,16 +40,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
 from ..errors import ToolFailure
-from ..output import (
-    URL_CREDENTIAL_MARK,
-    credential_spans,
-    redact_url_credentials,
-    say_redacted,
-)
+from ..output import URL_CREDENTIAL_MARK, credential_spans, redact_url_credentials, say_redacted
 from ..patterns import PatternTooComplex, gitignore_spec
 from ..protocol import ErrorKind, ErrorType
-from ..registry import Tool, ToolContext
-from ..walk import Walker
+from ..system.walk import Walker
+from .registry import Tool, ToolContext
 
 SIDE_CONTEXT = 200
 # Past this many matches the search stops reading; which matches come back

@@ -30,12 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 
 from .. import errors
 from ..output import visible_controls
-from ..process import Outcome
 from ..protocol import DenialReason, RiskLevel
-from ..registry import Tool, ToolContext
-from ..sandbox import SafePath
+from ..safety.paths import SafePath
+from ..system.process import Outcome
 from . import _shell
 from ._readonly import Verdict, classify_cmd, split_plain_shell
+from .registry import Tool, ToolContext
 
 SHELL = "/bin/sh"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

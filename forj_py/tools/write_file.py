@@ -7,8 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
-from ..registry import Tool, ToolContext
 from . import _edit, _guards, _regions
+from .registry import Tool, ToolContext
 
 
 class WriteFileArgs(BaseModel):

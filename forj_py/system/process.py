@@ -50,7 +50,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .output import REDACTED, sanitize
+from ..output import REDACTED, sanitize
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from pydantic import BaseModel
 
-from . import errors
-from .cmdsandbox import CommandSandbox
-from .config import Config
-from .fsops import Backups
-from .protocol import RiskLevel
-from .sandbox import Sandbox
+from .. import errors
+from ..config import Config
+from ..protocol import RiskLevel
+from ..safety.commands import CommandSandbox
+from ..safety.paths import Sandbox
+from ..store.backups import Backups
 
 A = TypeVar("A", bound=BaseModel)
 

@@ -6,7 +6,7 @@ and method table) with three things done differently, each for a reason:
 - **Replies never interleave.**  python-epc's threaded handler lets every
   thread write to the socket unlocked, so two large replies can mix their
   bytes.  Here every frame is written whole under one lock per connection.
-- **Fast codec.**  Messages are read and printed with :mod:`forj_py.sexp`
+- **Fast codec.**  Messages are read and printed with :mod:`forj_py.transport.sexp`
   instead of ``sexpdata``, which is two orders of magnitude slower on the
   megabyte-sized JSON texts results can be.
 - **Authentication first.**  Until a connection has called ``hello`` with
@@ -41,11 +41,11 @@ from typing import Any
 from epc.handler import EPCHandler
 from epc.server import EPCServer
 
+from ..errors import ProtocolError
+from ..output import sanitize_value
+from ..protocol import Event, HelloRequest
+from ..service import Encoded, Worker, parse_request
 from . import sexp
-from .errors import ProtocolError
-from .output import sanitize_value
-from .protocol import Event, HelloRequest
-from .service import Encoded, Worker, parse_request
 from .sexp import Symbol
 
 log = logging.getLogger(__name__)

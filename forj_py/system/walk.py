@@ -30,8 +30,8 @@ import stat
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .patterns import RegexSet, gitignore_regexes, linear
-from .sandbox import Sandbox
+from ..patterns import RegexSet, gitignore_regexes, linear
+from ..safety.paths import Sandbox
 
 IGNORE_FILES = (".gitignore", ".ignore", ".rgignore")  # lowest precedence first
 MAX_IGNORE_FILE_BYTES = 1 << 20

@@ -29,10 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import errors
-from .errors import ToolFailure
-from .patterns import PatternTooComplex, RegexSet, gitignore_regexes
-from .protocol import DenialReason, ErrorKind, ErrorType
+from .. import errors
+from ..errors import ToolFailure
+from ..patterns import PatternTooComplex, RegexSet, gitignore_regexes
+from ..protocol import DenialReason, ErrorKind, ErrorType
 
 DEFAULT_DENIES = (
     "**/.ssh/**",

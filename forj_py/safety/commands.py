@@ -46,8 +46,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .output import redact, redact_url_credentials
-from .sandbox import Sandbox
+from ..output import redact, redact_url_credentials
+from .paths import Sandbox
 
 log = logging.getLogger(__name__)
 
