@@ -288,7 +288,16 @@
 
 (ert-deftest forj-test-chat-demo-session-runs-on-the-sample-project ()
   "The demo of `make run' without a key: reads, a reviewed edit, a result, the answer."
-  (let* ((forj-provider-scripted-delay 0.001)
+  ;; The worker's config and journal go to a temporary home: the user's
+  ;; own state directory may hold a journal another forj version wrote,
+  ;; which this worker refuses to open.
+  (let* ((home (make-temp-file "forj-home-" t))
+         (process-environment
+          (append (list (concat "FORJ_CONFIG=" (expand-file-name "config.toml" home))
+                        (concat "FORJ_STATE_DIR=" (expand-file-name "state" home)))
+                  process-environment))
+         (forj-worker-python forj-test--python)
+         (forj-provider-scripted-delay 0.001)
          (forj-provider-scripted-chunk 200)
          (chat (forj-demo))
          (root (buffer-local-value 'forj-chat--root chat)))
@@ -311,7 +320,8 @@
       (with-current-buffer chat (set-buffer-modified-p nil))
       (kill-buffer chat)
       (forj-worker-stop root)
-      (delete-directory root t))))
+      (delete-directory root t)
+      (delete-directory home t))))
 
 (ert-deftest forj-test-chat-killing-the-last-chat-stops-the-worker ()
   "The worker lives while a chat (or a forj-tools-mode buffer) of its project does."

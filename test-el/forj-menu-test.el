@@ -241,7 +241,10 @@
   "A code block refontified from a line inside it is still code, not a heading."
   (with-temp-buffer
     (forj-chat-mode)
-    (insert "## Assistant\n\n```sh\necho one\n# comment\necho two\n```\n\n# After\n")
+    ;; The chat's history is read-only; this stands for a drawn reply.
+    (goto-char (point-min))
+    (let ((inhibit-read-only t))
+      (insert "## Assistant\n\n```sh\necho one\n# comment\necho two\n```\n\n# After\n"))
     (font-lock-ensure)
     (should (eq (forj-menu-test--face-at "# comment") 'forj-markdown-code))
     ;; Fontify again from the comment line only, as redisplay would after an edit.
