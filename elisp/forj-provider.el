@@ -616,7 +616,7 @@ nil when the retries are used up or the provider asks for longer than
      (t (min 60 (* forj-provider-retry-backoff (expt 2 attempt)))))))
 
 (defun forj-provider--retry (stream)
-  "Send STREAM's request again later if its failure allows; non-nil if so."
+  "Send STREAM's request again later when its failure is worth it; non-nil if so."
   (let ((delay (and (forj-provider-stream-request stream) (forj-provider--retry-delay stream))))
     (when delay
       (let ((message (forj-provider--http-error stream))
