@@ -77,11 +77,14 @@
 
 (defcustom forj-providers
   '(("gemini" :family gemini :model "gemini-2.5-flash"
+     :models ("gemini-2.5-pro" "gemini-2.5-flash-lite")
      :url "https://generativelanguage.googleapis.com/v1beta"
      :key-env ("GEMINI_API_KEY" "GOOGLE_API_KEY"))
     ("openai" :family openai :model "gpt-4.1"
+     :models ("gpt-5" "gpt-5-mini" "gpt-4.1-mini" "o4-mini")
      :url "https://api.openai.com/v1" :key-env ("OPENAI_API_KEY"))
     ("anthropic" :family anthropic :model "claude-sonnet-4-5"
+     :models ("claude-opus-4-1" "claude-haiku-4-5")
      :url "https://api.anthropic.com/v1" :key-env ("ANTHROPIC_API_KEY"))
     ("openrouter" :family openai :model "openai/gpt-4.1"
      :url "https://openrouter.ai/api/v1" :key-env ("OPENROUTER_API_KEY"))
@@ -97,6 +100,8 @@ Each entry is (NAME . PLIST).  PLIST keys:
                `gemini', or `scripted' (replays a recorded session)
   :url         the API base URL
   :model       the model name
+  :models      other models of the provider `forj-set-model' offers (a
+               local server is also asked for the models it has)
   :key-env     environment variables that may hold the API key, in order
   :local       non-nil: a local server that needs no key
   :native-tools  non-nil: advertise tools through the provider's own
@@ -109,6 +114,7 @@ user: \"apikey\"), then in the :key-env variables."
   :type '(alist :key-type (string :tag "Name")
                 :value-type (plist :tag "Settings"
                                    :key-type (choice (const :family) (const :url) (const :model)
+                                                     (const :models)
                                                      (const :key-env) (const :local)
                                                      (const :native-tools) (const :max-tokens)
                                                      (const :script))

@@ -91,6 +91,16 @@ def openai(case: str) -> list[bytes]:
             openai_chunk({}, "length"),
             sse("[DONE]"),
         ]
+    if case == "lengthcalls":
+        # Fenced calls, as forj asks a model without native tools: one whole,
+        # one cut in the middle.
+        whole = '```tool-call\n{"id": "w1", "name": "list_files", "args": {}}\n```\n'
+        return [
+            openai_chunk({"content": "Two calls.\n\n" + whole}),
+            openai_chunk({"content": '```tool-call\n{"id": "w2", "name": "read_f'}),
+            openai_chunk({}, "length"),
+            sse("[DONE]"),
+        ]
     if case == "cuttool":
         return [
             openai_chunk({"role": "assistant", "content": "Writing."}),

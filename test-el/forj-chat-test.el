@@ -12,6 +12,7 @@
 (require 'ert)
 (require 'forj-chat)
 (require 'forj-epc-test)
+(require 'forj-provider-test)
 
 (defun forj-chat-test--script (replies)
   "Write REPLIES (a list of plists with :text and maybe :calls) to a session file."
@@ -160,13 +161,14 @@
       (should-not (string-match-p "from disk" (buffer-string))))))
 
 (ert-deftest forj-test-chat-iteration-cap ()
-  "FR-RES-03: past the cap, calls are refused and the model resumed once; then it stops."
+  "FR-RES-03: past the cap, calls are refused and the model resumed once; then it stops.
+The chat then offers to go on, and `forj-continue' gives the model as many batches again."
   (let ((forj-chat-max-tool-iterations 2)
         (call (forj-chat-test--block
                "{\"id\": \"l\", \"name\": \"list_files\", \"args\": {}}")))
     (forj-chat-test-with-session '(("a.txt" . "a\n"))
         (list (list :text call) (list :text call) (list :text call) (list :text call)
-              (list :text "never reached"))
+              (list :text call) (list :text "All done."))
       (forj-chat-test--say "Loop.")
       (should (forj-chat-test--wait-idle))
       (let ((text (buffer-string)))
@@ -177,8 +179,213 @@
           (should (= (with-temp-buffer (insert transcript)
                                        (how-many "Max tool iterations reached" (point-min) (point-max)))
                      4)))
-        (should (string-match-p "kept calling tools past the iteration limit" text))
-        (should-not (string-match-p "never reached" text))))))
+        (should (string-match-p "⚠ forj: this message reached its limit of 2 tool batches.  C-c C-j (M-x forj-continue) lets the model go on" text))
+        (should-not (string-match-p "All done" text)))
+      ;; One key goes on; a draft in the input stays.
+      (goto-char (point-max))
+      (insert "my draft")
+      (should (eq (key-binding (kbd "C-c C-j")) #'forj-continue))
+      (forj-continue)
+      (should (forj-chat-test--wait-idle))
+      (should (= (how-many "^✓ list_files" (point-min) (point-max)) 3))
+      (should (string-match-p "## User\n\nGo on with the task: you may use tools for 2 more batches.\n" (buffer-string)))
+      (should (string-match-p "## Assistant\n\nAll done.\n\n## User\n\nmy draft\\'" (buffer-string)))
+      (should (equal (plist-get (car (last (forj-chat-messages) 4)) :text)
+                     "Go on with the task: you may use tools for 2 more batches."))
+      ;; Nothing is left to continue.
+      (should-error (forj-continue) :type 'user-error))))
+
+(ert-deftest forj-test-chat-iteration-cap-follows-the-worker-config ()
+  "With `forj-chat-max-tool-iterations' nil, the limit is the configuration's."
+  (let ((forj-chat-max-tool-iterations nil)
+        (call (forj-chat-test--block
+               "{\"id\": \"l\", \"name\": \"list_files\", \"args\": {}}")))
+    (forj-chat-test-with-session '(("a.txt" . "a\n")
+                                   (".forj/config.toml" . "[tools]\nmax_tool_iterations_per_user_turn = 1\n"))
+        (list (list :text call) (list :text call) (list :text "Stopping here."))
+      (forj-chat-test--say "Loop.")
+      (should (forj-chat-test--wait-idle))
+      (should (= (forj-chat-max-iterations) 1))
+      (should (= (how-many "^✓ list_files" (point-min) (point-max)) 1))
+      (should (string-match-p "Max tool iterations reached (1 per user message)" (buffer-string)))
+      (should (string-match-p "reached its limit of 1 tool batches" (buffer-string)))
+      (let ((forj-chat-max-tool-iterations 3))
+        (should (= (forj-chat-max-iterations) 3))))))
+
+(ert-deftest forj-test-chat-retry-asks-for-the-last-reply-again ()
+  "`forj-retry' takes the last reply and what followed it away and asks again."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text "First answer.") (list :text "Second answer."))
+    (should-error (forj-retry) :type 'user-error)
+    (forj-chat-test--say "Hi.")
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "First answer." (buffer-string)))
+    (goto-char (point-max))
+    (insert "draft")
+    (should (eq (key-binding (kbd "C-c C-a")) #'forj-retry))
+    (forj-retry)
+    (should (forj-chat-test--wait-idle))
+    ;; The scripted model gives its reply by count: the first is gone, so it
+    ;; answers with the first again; the record holds one reply.
+    (should (= (how-many "^## Assistant$" (point-min) (point-max)) 1))
+    (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages)) '("user" "assistant")))
+    (should (string-match-p "## User\n\ndraft\\'" (buffer-string)))
+    ;; Again, with another model.
+    (let* ((other (forj-chat-test--script (list (list :text "Another model's answer."))))
+           (forj-providers (cons (list "other-script" :family 'scripted :script other) forj-providers)))
+      (forj-set-model "other-script" nil)
+      (should (string-match-p "forj · other-script" (forj-chat--header-line)))
+      (forj-retry)
+      (should (forj-chat-test--wait-idle))
+      (should (string-match-p "## Assistant\n\nAnother model's answer.\n" (buffer-string)))
+      (should-not (string-match-p "First answer" (buffer-string)))
+      (delete-file other))))
+
+;;; Against servers speaking each provider's wire format
+
+(defmacro forj-chat-test-with-http (tree providers &rest body)
+  "Run BODY in a chat on a project of TREE talking to PROVIDERS of the fake server.
+PROVIDERS is a list of (NAME FAMILY CASE . MORE); the first is the
+chat's.  `root' is the project, `chat' the chat buffer."
+  (declare (indent 2) (debug t))
+  `(forj-test-with-project ,tree
+     (make-directory (expand-file-name ".git" root))
+     (let* ((process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test-SECRET-123" process-environment))
+            (forj-providers (mapcar (lambda (p)
+                                      (cons (nth 0 p)
+                                            (append (cddr (forj-provider-test--provider (nth 1 p) (nth 2 p)))
+                                                    (nthcdr 3 p))))
+                                    ,providers))
+            (forj-provider (car (car forj-providers)))
+            (chat (forj root)))
+       (unwind-protect
+           (with-current-buffer chat ,@body)
+         (when (buffer-live-p chat)
+           (with-current-buffer chat (set-buffer-modified-p nil))
+           (kill-buffer chat))))))
+
+(defun forj-chat-test--last-request ()
+  "The fake server's last request: (PATH . BODY-AS-PLIST)."
+  (let ((request (forj-provider-test--last-request)))
+    (cons (plist-get request :path)
+          (json-parse-string (plist-get request :body) :object-type 'plist))))
+
+(ert-deftest forj-test-chat-model-switch-changes-the-next-request ()
+  "`forj-set-model' mid-chat: the next request goes to the new provider's URL with its model."
+  (forj-chat-test-with-http '(("a.txt" . "a\n"))
+      '(("fake-openai" openai "text") ("fake-anthropic" anthropic "text" :models ("claude-other")))
+    (should (string-match-p "forj · fake-openai fake-model" (forj-chat--header-line)))
+    (forj-chat-test--say "Hi.")
+    (should (forj-chat-test--wait-idle))
+    (let ((request (forj-chat-test--last-request)))
+      (should (equal (car request) "/openai-text/v1/chat/completions"))
+      (should (equal (plist-get (cdr request) :model) "fake-model")))
+    ;; Both providers' models are offered, the current one first among them.
+    (let ((labels (mapcar #'car (forj-models-candidates))))
+      (should (member "fake-openai/fake-model" labels))
+      (should (member "fake-anthropic/claude-other" labels)))
+    (should (equal (forj-models--current-label) "fake-openai/fake-model"))
+    (forj-set-model "fake-anthropic" "claude-other")
+    (should (string-match-p "forj · fake-anthropic claude-other" (forj-chat--header-line)))
+    (forj-chat-test--say "Again.")
+    (should (forj-chat-test--wait-idle))
+    (let ((request (forj-chat-test--last-request)))
+      (should (equal (car request) "/anthropic-text/v1/messages"))
+      (should (equal (plist-get (cdr request) :model) "claude-other"))
+      ;; The conversation so far went along, in the new provider's shape.
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) (plist-get (cdr request) :messages))
+                     '("user" "assistant" "user"))))
+    (should (string-match-p "⚠ forj: model: fake-anthropic claude-other, from the next request on"
+                            (buffer-string)))))
+
+(ert-deftest forj-test-chat-refusal-shows-the-providers-reason ()
+  "A refusal, with text before it or without, is shown with the provider's reason."
+  (forj-chat-test-with-http '(("a.txt" . "a\n"))
+      '(("fake-anthropic" anthropic "refusal") ("bare" anthropic "refusalbare")
+        ("fake-openai" openai "refusal"))
+    (forj-chat-test--say "Something bad.")
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "## Assistant\n\nHello, world\n" (buffer-string)))
+    (should (string-match-p "⚠ forj: fake-anthropic refused to answer: stop_reason \"refusal\"" (buffer-string)))
+    (should (string-match-p "C-c C-a (M-x forj-retry) asks again" (buffer-string)))
+    (forj-set-model "bare" "fake-model")
+    (forj-retry)
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "⚠ forj: bare refused to answer: stop_reason \"refusal\"" (buffer-string)))
+    (forj-set-model "fake-openai" "fake-model")
+    (forj-retry)
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "⚠ forj: fake-openai refused to answer: I'm sorry, I can't help with that." (buffer-string)))
+    ;; The button in the notice runs the command it names.
+    (goto-char (point-min))
+    (search-forward "M-x forj-retry")
+    (should (button-at (match-beginning 0)))))
+
+(ert-deftest forj-test-chat-cut-tool-call-is-not-run-and-continues ()
+  "A native call cut by max_tokens: shown as cut, not run; `forj-continue' asks the model to go on."
+  (forj-chat-test-with-http '(("a.txt" . "a\n"))
+      '(("fake-anthropic" anthropic "cuttool" :native-tools t))
+    (forj-chat-test--say "Write it.")
+    (should (forj-chat-test--wait-idle))
+    (let ((text (buffer-string)))
+      (should (string-match-p "## Assistant\n\nHello, world\n" text))
+      (should (string-match-p "⚠ forj: the reply was cut off by the output token limit (max_tokens), in the middle of a call to write_file, which was dropped; none of its tool calls ran." text))
+      (should-not (string-match-p "## Tool results" text))
+      (should-not (get-buffer "*forj-review*")))
+    (should (equal (with-temp-buffer (insert-file-contents (expand-file-name "a.txt" root)) (buffer-string))
+                   "a\n"))
+    (forj-continue)
+    (should (forj-chat-test--wait-idle))
+    (let* ((body (cdr (forj-chat-test--last-request)))
+           (last (aref (plist-get body :messages) (1- (length (plist-get body :messages))))))
+      (should (equal (plist-get last :role) "user"))
+      (should (string-match-p "cut off by the output token limit in the middle of a call to write_file"
+                              (plist-get (aref (plist-get last :content) 0) :text))))))
+
+(ert-deftest forj-test-chat-cut-reply-answers-its-whole-calls ()
+  "A fenced reply cut by the token limit: its calls are answered as not run, none runs."
+  (forj-chat-test-with-http '(("a.txt" . "a\n"))
+      '(("fake-openai" openai "lengthcalls"))
+    (forj-chat-test--say "Go.")
+    (should (forj-chat-test--wait-idle))
+    (let ((text (buffer-string)))
+      (should (string-match-p "cut off by the output token limit (finish_reason \"length\"), in the middle of a tool-call block; none of its tool calls ran" text))
+      (should (= (how-many "^✗ " (point-min) (point-max)) 2))
+      (should-not (string-match-p "^✓" text)))
+    ;; The model reads why its calls did not run, one result per call.
+    (let ((transcript (forj-chat--transcript)))
+      (should (string-match-p "\"id\":\"w1\".*Not run: your reply was cut off by the output token limit"
+                              transcript)))
+    (should (eq (plist-get forj-chat--continuation :kind) 'cut))))
+
+(ert-deftest forj-test-chat-429-countdown-then-the-reply ()
+  "HTTP 429 with Retry-After: a countdown shows until the request goes again and the reply comes."
+  (let ((tag (format "ratelimitedonce.%s" (random 1000000))))
+    (forj-chat-test-with-http '(("a.txt" . "a\n"))
+        `(("fake-anthropic" anthropic ,tag))
+      (forj-chat-test--say "Hi.")
+      (should (forj-test--wait-for (lambda () forj-chat--wait) 20))
+      (let ((shown (overlay-get (plist-get forj-chat--wait :overlay) 'before-string)))
+        (should (string-match-p "⏳ HTTP 429 (rate limited): Rate limit reached, slow down.*retry 1 of 4 in 1 s" shown)))
+      (should (string-match-p "retry 1 of 4 in [01] s…  C-c C-k stops" (forj-chat--header-line)))
+      (should (forj-chat-test--wait-idle))
+      (should-not forj-chat--wait)
+      (should (string-match-p "## Assistant\n\nHello, world\n" (buffer-string))))))
+
+(ert-deftest forj-test-chat-stop-during-a-retry-wait ()
+  "C-c C-k while a retry waits: nothing more is sent; the turn ends."
+  (let ((tag (format "overloadedtwice.%s" (random 1000000)))
+        (forj-provider-retry-backoff 30))
+    (forj-chat-test-with-http '(("a.txt" . "a\n"))
+        `(("fake-openai" openai ,tag))
+      (forj-chat-test--say "Hi.")
+      (should (forj-test--wait-for (lambda () forj-chat--wait) 20))
+      (should (string-match-p "HTTP 503" (plist-get forj-chat--wait :message)))
+      (forj-chat-stop)
+      (should (eq forj-chat--state 'idle))
+      (should-not forj-chat--wait)
+      (should (string-match-p "⚠ forj: stopped by the user" (buffer-string)))
+      (should (= (forj-provider-test--requests (concat "openai-" tag)) 1)))))
 
 (ert-deftest forj-test-chat-stop-mid-stream-keeps-text-and-does-not-resume ()
   "Stopping a streaming reply keeps what arrived, says so, runs no tools."
