@@ -419,7 +419,7 @@ its diff) and answers; no key and no network are needed."
 
 ;;;###autoload
 (defun forj-run (&optional directory)
-  "Open the chat on DIRECTORY, the only window; this is what `make run' calls.
+  "Open the chat on DIRECTORY in the only window, for `make run'.
 With no provider set up, the chat's first lines offer `forj-setup'
 and `forj-demo', as buttons."
   (prog1 (forj directory)
@@ -452,11 +452,11 @@ record keeps the order in which the view shows things."
 
 (defconst forj-chat--notice-commands
   '(forj-setup forj-demo forj-continue forj-retry forj-set-model forj-worker-log)
-  "Commands a notice may offer as a button, by \"M-x COMMAND\".
+  "Commands a notice may offer as a button, by naming them after \\[execute-extended-command].
 Only these: a notice can carry text from a project's configuration.")
 
 (defun forj-chat--notice-buttons (beg end)
-  "Make the \"M-x COMMAND\" texts between BEG and END buttons that run COMMAND.
+  "Make buttons of the commands named between BEG and END after \\[execute-extended-command].
 Only the commands of `forj-chat--notice-commands'."
   (save-excursion
     (goto-char beg)
@@ -898,7 +898,7 @@ A reply cut by the token limit or refused runs none of its calls."
     (forj-chat--insert-out "\n")))
 
 (defun forj-chat--reply-cut (stop entries)
-  "The token limit cut the reply (STOP says how): its tool-call ENTRIES do not run.
+  "Show that the token limit cut the reply (STOP has why); do not run its ENTRIES.
 The user may let the model go on with `forj-continue'."
   (let* ((cut-call (plist-get stop :cut-call))
          (open-block (cl-find-if (lambda (e) (plist-get e :error)) entries))
@@ -1101,8 +1101,8 @@ prefix argument."
 ;;; Waiting to retry
 
 (defun forj-chat--waiting (seconds attempt message)
-  "The provider failed with MESSAGE; the request goes again in SECONDS (ATTEMPT).
-Show a countdown above the reply and in the header line."
+  "Show the countdown to retry ATTEMPT, in SECONDS, after the provider's MESSAGE.
+It shows above the reply and in the header line."
   (forj-chat--clear-wait)
   (let ((overlay (make-overlay forj-chat--reply-start forj-chat--reply-start))
         (buffer (current-buffer)))

@@ -92,7 +92,7 @@ The status is nil when nothing answered; the body is then curl's message."
   (concat (string-remove-suffix "/v1" (string-remove-suffix "/" url)) "/api/tags"))
 
 (defun forj-models-list (provider callback)
-  "Ask the local server of PROVIDER which models it offers.
+  "Ask the local server of PROVIDER for the models it has.
 CALLBACK gets the list of names, or nil and a message saying why there
 is none.  URL/models is asked first, then Ollama's /api/tags."
   (let* ((name (plist-get provider :name))
@@ -131,7 +131,7 @@ CALLBACK, if given, is called with each provider's name when it answers."
 ;;; Choosing
 
 (defun forj-models-of (provider)
-  "The models PROVIDER offers, as far as forj knows: its own, then listed ones."
+  "Return the models of PROVIDER as far as forj knows: its own, then listed ones."
   (delete-dups (delq nil (append (list (plist-get provider :model))
                                  (copy-sequence (plist-get provider :models))
                                  (copy-sequence (gethash (plist-get provider :name) forj-models--listed))))))

@@ -86,7 +86,7 @@ The entry has host: the provider's API host, user: \"apikey\"."
       (when old
         (let ((secret (plist-get old :secret)))
           (unless (equal (if (functionp secret) (funcall secret) secret) key)
-            (user-error "auth-source already holds another key for %s (user apikey); change it there, in %s"
+            (user-error "Another key for %s (user apikey) is already in auth-source; change it there, in %s"
                         host (or (plist-get old :source) "your auth-source files"))))))
     (let* ((auth-source-save-behavior t)
            (created (car (auth-source-search :host host :user "apikey" :port "https"

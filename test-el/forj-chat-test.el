@@ -13,6 +13,7 @@
 (require 'forj-chat)
 (require 'forj-epc-test)
 (require 'forj-provider-test)
+(require 'forj-setup)
 
 (defun forj-chat-test--script (replies)
   "Write REPLIES (a list of plists with :text and maybe :calls) to a session file."
@@ -570,6 +571,104 @@ chat's.  `root' is the project, `chat' the chat buffer."
     (accept-process-output nil 0.3)
     (should (= (how-many "^## Assistant$" (point-min) (point-max)) 1))
     (should (string-match-p "## Assistant\n\nfirst reply\n" (buffer-string)))))
+
+;;; Models and setup
+
+(ert-deftest forj-test-chat-local-servers-list-their-models ()
+  "A local server lists its models through /v1/models, or Ollama's /api/tags; asynchronously."
+  (let* ((port (forj-provider-test--server))
+         (forj-providers
+          (list (list "lm" :family 'openai :url (format "http://127.0.0.1:%d/openai-lm/v1" port)
+                      :model "local-coder" :local t)
+                (list "ollama" :family 'openai :url (format "http://127.0.0.1:%d/openai-ollama/v1" port)
+                      :model "qwen2.5-coder" :local t)
+                (list "gone" :family 'openai :url "http://127.0.0.1:9/v1" :model "m" :local t)))
+         (answers nil))
+    (clrhash forj-models--listed)
+    (clrhash forj-models--failed)
+    (dolist (name '("lm" "ollama" "gone"))
+      (forj-models-list (forj-provider-get name)
+                        (lambda (models why) (push (list name models why) answers))))
+    ;; Nothing has arrived yet: the listing does not wait.
+    (should-not answers)
+    (should (forj-test--wait-for (lambda () (= (length answers) 3)) 20))
+    (should (equal (nth 1 (assoc "lm" answers)) '("local-coder" "local-small")))
+    (should (equal (nth 1 (assoc "ollama" answers)) '("qwen2.5-coder:7b" "llama3.2:latest")))
+    (should-not (nth 1 (assoc "gone" answers)))
+    (should (string-match-p "http://127.0.0.1:9/v1 does not answer" (nth 2 (assoc "gone" answers))))
+    ;; Ollama was asked at /v1/models first, then at /api/tags.
+    (should (= (forj-provider-test--requests "openai-ollama") 2))
+    (let ((labels (mapcar #'car (forj-models-candidates))))
+      (should (equal (seq-filter (lambda (l) (string-prefix-p "lm/" l)) labels)
+                     '("lm/local-coder" "lm/local-small")))
+      (should (member "ollama/llama3.2:latest" labels))
+      (should (member "gone/m" labels)))))
+
+(ert-deftest forj-test-chat-setup-stores-a-key-through-auth-source ()
+  "`forj-setup' with a key: stored through auth-source, found again, the chat uses it."
+  (let* ((authinfo (make-temp-file "forj-authinfo-"))
+         (auth-sources (list authinfo))
+         (auth-source-save-behavior nil)
+         (process-environment (cons "FORJ_TEST_NO_KEY=" process-environment))
+         (forj-provider nil)
+         (forj-providers (list (list "hosted" :family 'openai :model "m1"
+                                     :url "https://api.example.test/v1" :key-env '("FORJ_TEST_NO_KEY")))))
+    (unwind-protect
+        (forj-test-with-project '(("a.txt" . "a
+"))
+          (make-directory (expand-file-name ".git" root))
+          (let ((chat (forj-run root)))
+            (unwind-protect
+                (with-current-buffer chat
+                  (should-not forj-chat--provider)
+                  ;; The first screen offers setup and the demo, as buttons.
+                  (let ((text (buffer-string)))
+                    (should (string-match-p "⚠ forj: no language model is set up yet" text))
+                    (should-not (string-match-p "the chat says" text)))
+                  (goto-char (point-min))
+                  (search-forward "M-x forj-setup")
+                  (should (button-at (match-beginning 0)))
+                  (search-forward "M-x forj-demo")
+                  (should (button-at (match-beginning 0)))
+                  (should-not (forj-provider-key (forj-provider-get "hosted")))
+                  (forj-setup-key "hosted" "  sk-pasted-KEY
+")
+                  (should (equal (forj-provider-key (forj-provider-get "hosted")) "sk-pasted-KEY"))
+                  (should (string-match-p "machine api.example.test login apikey .*password sk-pasted-KEY"
+                                          (with-temp-buffer (insert-file-contents authinfo) (buffer-string))))
+                  (should (equal (plist-get forj-chat--provider :name) "hosted"))
+                  (should (equal forj-provider "hosted"))
+                  (should (string-match-p "⚠ forj: hosted is set up" (buffer-string)))
+                  ;; The key is never in the chat.
+                  (should-not (string-match-p "sk-pasted" (buffer-string)))
+                  ;; Another key for the same host is not written over silently.
+                  (should-error (forj-setup-key "hosted" "sk-other") :type 'user-error)
+                  (set-buffer-modified-p nil))
+              (kill-buffer chat))))
+      (auth-source-forget-all-cached)
+      (delete-file authinfo))))
+
+(ert-deftest forj-test-chat-setup-of-a-local-server-uses-its-first-model ()
+  "`forj-setup' with a local URL: the server is asked for its models and the chat uses the first."
+  (let ((forj-providers (list (list "scripted" :family 'scripted)))
+        (forj-provider nil)
+        (url (format "http://127.0.0.1:%d/openai-mine/v1/" (forj-provider-test--server))))
+    (forj-test-with-project '(("a.txt" . "a
+"))
+      (make-directory (expand-file-name ".git" root))
+      (let ((chat (forj root)))
+        (unwind-protect
+            (with-current-buffer chat
+              (forj-setup-local url)
+              (should (equal (plist-get forj-chat--provider :name) "local"))
+              (should (forj-test--wait-for
+                       (lambda () (equal (plist-get forj-chat--provider :model) "local-coder")) 20))
+              (should (equal (plist-get forj-chat--provider :url) (string-remove-suffix "/" url)))
+              (should (string-match-p "forj · local local-coder" (forj-chat--header-line)))
+              (should (string-match-p "has local-coder, local-small; this chat uses local-coder"
+                                      (buffer-string)))
+              (set-buffer-modified-p nil))
+          (kill-buffer chat))))))
 
 ;;; How commands run: said on the first screen
 

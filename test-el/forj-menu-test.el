@@ -65,14 +65,15 @@
     (let ((offered (forj-menu-test--open)))
       (dolist (command '(forj-chat-send forj-chat-set-tools-mode forj-menu-system-prompt forj-save
                          forj-open-chat forj-demo forj-tools-toggle-fold forj-menu-status
-                         forj-menu-restart-worker forj-menu-worker-log forj-menu-settings))
+                         forj-menu-restart-worker forj-menu-worker-log forj-menu-settings
+                         forj-retry forj-continue forj-set-model))
         (should (memq command offered)))
       ;; Nothing runs: no stop, no result to give.
       (should-not (memq 'forj-menu-stop offered))
       (should-not (memq 'forj-tool-result offered))
       ;; Every entry stands for a command that exists.
       (dolist (command offered) (should (commandp command))))
-    (dolist (command '(forj-retry forj-undo forj-rewind forj-set-model forj-tasks))
+    (dolist (command '(forj-undo forj-rewind forj-tasks))
       (should-not (fboundp command))
       (should-not (memq command (forj-menu-test--open))))
     ;; A command defined later gets its entry at once.
