@@ -684,12 +684,20 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
      ((string-empty-p (forj-chat--text-of typed))
       (user-error "Type your message below the last \"## User\" heading"))
      ((null forj-chat--provider)
-      (setq forj-chat--provider (forj-chat--choose-provider))
-      (unless forj-chat--provider
-        (user-error "No language model yet: M-x forj-setup configures one (M-x forj-demo needs none)"))))
+      (setq forj-chat--provider (forj-chat--choose-provider))))
+    (forj-chat--check-provider)
     (forj-chat--confirm-root)
     (forj-chat--start-turn typed "")
     (goto-char (point-max))))
+
+(defun forj-chat--check-provider ()
+  "Signal a `user-error' saying what to do when this chat cannot ask a model."
+  (unless forj-chat--provider
+    (user-error "No language model yet: M-x forj-setup configures one (M-x forj-demo needs none)"))
+  (unless (or (plist-get forj-chat--provider :model)
+              (eq (plist-get forj-chat--provider :family) 'scripted))
+    (user-error "The provider %s has no model yet: choose one with M-x forj-set-model"
+                (plist-get forj-chat--provider :name))))
 
 (defun forj-chat--confirm-root ()
   "Make sure the user chose this chat's project root, or signal a `user-error'."
@@ -1069,8 +1077,7 @@ input stays."
     (user-error "A reply is still under way"))
   (unless forj-chat--continuation
     (user-error "Nothing stopped early here; type your next message"))
-  (unless forj-chat--provider
-    (user-error "No language model yet: M-x forj-setup configures one"))
+  (forj-chat--check-provider)
   (forj-chat--confirm-root)
   (forj-chat--start-turn (plist-get forj-chat--continuation :text) (forj-chat--input-text)))
 
@@ -1088,8 +1095,7 @@ prefix argument."
                             :key (lambda (e) (plist-get e :role)) :test #'equal :from-end t)))
     (unless index (user-error "There is no reply to retry yet"))
     (when other-model (call-interactively #'forj-set-model))
-    (unless forj-chat--provider
-      (user-error "No language model yet: M-x forj-setup configures one"))
+    (forj-chat--check-provider)
     (forj-chat--confirm-root)
     (let ((ran (cl-some (lambda (e) (equal (plist-get e :role) "tool")) (nthcdr index forj-chat--record))))
       (setq forj-chat--record (cl-subseq forj-chat--record 0 index))

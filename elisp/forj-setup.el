@@ -36,7 +36,7 @@
 (require 'forj-models)
 (require 'forj-chat)
 
-(defconst forj-setup--local-choice "a local server (its URL)"
+(defconst forj-setup--local-choice "local-server"
   "The choice of `forj-setup' that sets up a local server.")
 
 (defcustom forj-setup-local-url "http://127.0.0.1:11434/v1"
@@ -57,7 +57,8 @@ CHOICE is a provider name of `forj-providers' or the local server
 choice; interactively, you choose it, then paste the key (stored
 through auth-source) or type the server's URL."
   (interactive
-   (list (completing-read "Set up which provider? "
+   (list (completing-read (format "Set up which provider (%s: a server on your machine)? "
+                                  forj-setup--local-choice)
                           (append (forj-setup--hosted) (list forj-setup--local-choice))
                           nil t)))
   (if (equal choice forj-setup--local-choice)

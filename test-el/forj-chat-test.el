@@ -667,6 +667,18 @@ chat's.  `root' is the project, `chat' the chat buffer."
               (should (string-match-p "forj · local local-coder" (forj-chat--header-line)))
               (should (string-match-p "has local-coder, local-small; this chat uses local-coder"
                                       (buffer-string)))
+              ;; A server that does not answer: the chat says so, and will not
+              ;; send without a model.
+              (forj-setup-local "http://127.0.0.1:9/v1")
+              (should (forj-test--wait-for
+                       (lambda () (string-match-p "http://127.0.0.1:9/v1 did not list its models"
+                                                  (buffer-string)))
+                       20))
+              (should-not (plist-get forj-chat--provider :model))
+              (goto-char (point-max))
+              (insert "Hello?")
+              (should-error (forj-chat-send) :type 'user-error)
+              (should (eq forj-chat--state 'idle))
               (set-buffer-modified-p nil))
           (kill-buffer chat))))))
 
