@@ -745,7 +745,7 @@ counted again from zero."
          (with-current-buffer buffer
            (forj-chat--notice (format "the tool worker could not start: %s"
                                       (or (plist-get err :message) err)))
-           (forj-chat--end-turn)))))))
+           (forj-chat--end-turn (list :kind 'failed))))))))
 
 (defun forj-chat--insert-out (text)
   "Insert TEXT in the view at the output marker, as history.
@@ -897,10 +897,13 @@ A reply cut by the token limit or refused runs none of its calls."
         (and (natnump limit) (> limit 0) limit))
       4))
 
-(defun forj-chat--answer-unrun (entries message)
-  "Answer the tool-call ENTRIES, which will not run, with MESSAGE; record it."
+(defun forj-chat--answer-unrun (entries message recovery)
+  "Answer the tool-call ENTRIES, which will not run, with MESSAGE; record it.
+RECOVERY is the step the model reads next."
   (forj-chat--results-heading)
-  (let ((batch (forj-tools-refuse-entries entries forj-chat--out message)))
+  (let ((batch (forj-tools--new-batch entries forj-chat--out nil)))
+    (forj-tools--fail-all batch (list :type "validation-error" :message message
+                                      :recovery (vector recovery)))
     (set-marker forj-chat--out (forj-tools-batch-end batch))
     (forj-chat--record-results entries (append (forj-tools-batch-results batch) nil))
     (forj-chat--insert-out "\n")))
@@ -915,7 +918,8 @@ The user may let the model go on with `forj-continue'."
                       (t ""))))
     (when entries
       (forj-chat--answer-unrun
-       entries "Not run: your reply was cut off by the output token limit; make the call again, whole"))
+       entries "Not run: your reply was cut off by the output token limit"
+       "Write the call again, whole, when you go on"))
     (forj-chat--notice
      (concat (format "the reply was cut off by the output token limit (%s)%s; none of its tool calls ran."
                      (plist-get stop :reason) where)
@@ -930,7 +934,8 @@ The user may let the model go on with `forj-continue'."
   "The model or its provider refused to answer (STOP gives the reason).
 Its tool-call ENTRIES, if any, do not run."
   (when entries
-    (forj-chat--answer-unrun entries "Not run: the reply was stopped by the provider's safety system"))
+    (forj-chat--answer-unrun entries "Not run: the reply was stopped by the provider's safety system"
+                             "Answer the user without this call"))
   (forj-chat--notice
    (concat (format "%s refused to answer: %s."
                    (or (plist-get forj-chat--provider :name) "the provider")
@@ -1091,18 +1096,24 @@ prefix argument."
   (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
   (unless (eq forj-chat--state 'idle)
     (user-error "A reply is still under way; stop it first"))
-  (let ((index (cl-position "assistant" forj-chat--record
-                            :key (lambda (e) (plist-get e :role)) :test #'equal :from-end t)))
-    (unless index (user-error "There is no reply to retry yet"))
+  (let* ((role (lambda (e) (plist-get e :role)))
+         (index (cl-position "assistant" forj-chat--record :key role :test #'equal :from-end t))
+         (unanswered (cl-position "user" forj-chat--record :key role :test #'equal
+                                  :start (if index (1+ index) 0))))
+    ;; A message of yours after the last reply was never answered: that
+    ;; is the reply to ask for, and nothing leaves the chat.
+    (when unanswered (setq index nil))
+    (unless (or index unanswered) (user-error "There is no reply to retry yet"))
     (when other-model (call-interactively #'forj-set-model))
     (forj-chat--check-provider)
     (forj-chat--confirm-root)
-    (let ((ran (cl-some (lambda (e) (equal (plist-get e :role) "tool")) (nthcdr index forj-chat--record))))
-      (setq forj-chat--record (cl-subseq forj-chat--record 0 index))
-      (forj-chat--redraw (forj-chat--input-text))
-      (when ran
-        (forj-chat--notice "retrying a reply whose tool calls ran: the files they changed stay as they are"))
-      (forj-chat--start-turn nil nil))))
+    (when index
+      (let ((ran (cl-some (lambda (e) (equal (plist-get e :role) "tool")) (nthcdr index forj-chat--record))))
+        (setq forj-chat--record (cl-subseq forj-chat--record 0 index))
+        (forj-chat--redraw (forj-chat--input-text))
+        (when ran
+          (forj-chat--notice "retrying a reply whose tool calls ran: the files they changed stay as they are"))))
+    (forj-chat--start-turn nil nil)))
 
 ;;; Waiting to retry
 

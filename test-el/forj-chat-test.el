@@ -355,9 +355,31 @@ chat's.  `root' is the project, `chat' the chat buffer."
       (should-not (string-match-p "^✓" text)))
     ;; The model reads why its calls did not run, one result per call.
     (let ((transcript (forj-chat--transcript)))
-      (should (string-match-p "\"id\":\"w1\".*Not run: your reply was cut off by the output token limit"
+      (should (string-match-p "\"id\":\"w1\".*Not run: your reply was cut off by the output token limit.*Write the call again, whole"
                               transcript)))
     (should (eq (plist-get forj-chat--continuation :kind) 'cut))))
+
+(ert-deftest forj-test-chat-failed-reply-continues-and-retries ()
+  "A reply that failed (HTTP 401): `forj-continue' asks again; `forj-retry' keeps the unanswered message."
+  (let ((forj-provider-retries 0))
+    (forj-chat-test-with-http '(("a.txt" . "a\n"))
+        '(("refused-key" openai "unauthorized") ("fake-openai" openai "text"))
+      (forj-chat-test--say "Hi.")
+      (should (forj-chat-test--wait-idle))
+      (should (string-match-p "⚠ forj: HTTP 401 (the API key was refused): Incorrect API key provided.*C-c C-j (M-x forj-continue) tries again"
+                              (buffer-string)))
+      (should (eq (plist-get forj-chat--continuation :kind) 'failed))
+      ;; The message was never answered: retrying keeps it.
+      (forj-retry)
+      (should (forj-chat-test--wait-idle))
+      (should (= (how-many "^Hi\\.$" (point-min) (point-max)) 1))
+      (should (eq (plist-get forj-chat--continuation :kind) 'failed))
+      (forj-set-model "fake-openai" "fake-model")
+      (forj-continue)
+      (should (forj-chat-test--wait-idle))
+      (should (string-match-p "## Assistant\n\nHello, world\n" (buffer-string)))
+      ;; Nothing was said before the failure, so no message was added.
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages)) '("user" "assistant"))))))
 
 (ert-deftest forj-test-chat-429-countdown-then-the-reply ()
   "HTTP 429 with Retry-After: a countdown shows until the request goes again and the reply comes."
