@@ -48,10 +48,15 @@
 ;; one batch through forj-tools.el (plan,
 ;; review, execute, results drawn under `## Tool results') and the
 ;; model is resumed with the results, at most
-;; `forj-chat-max-tool-iterations' times per user message; past that,
-;; new calls are answered "Max tool iterations reached" and the model
-;; is resumed once more to answer.  `C-c C-k' stops the stream or the
-;; batch and does not resume.  The tools mode (`forj-chat-tools-mode')
+;; `forj-chat-max-tool-iterations' times per user message (the worker's
+;; configuration when nil); past that, new calls are answered "Max tool
+;; iterations reached" and the model is resumed once more to answer,
+;; and `forj-continue' (`C-c C-j') lets it go on.  A reply cut by the
+;; token limit runs none of its calls and `forj-continue' asks the model
+;; to go on from the cut; a refusal is shown with the provider's reason.
+;; `forj-retry' (`C-c C-a') asks for the last reply again, with another
+;; model after `forj-set-model' (or with a prefix argument).  `C-c C-k'
+;; stops the stream, a retry's wait, or the batch, and does not resume.  The tools mode (`forj-chat-tools-mode')
 ;; may also be parse-only (calls wait for `M-x forj-tool-result') or
 ;; disabled (no tools advertised; calls answered as invalid).
 ;;
@@ -74,9 +79,11 @@
 (require 'forj-provider-gemini)
 (require 'forj-provider-scripted)
 (require 'forj-markdown)
+(require 'forj-models)
 
 (autoload 'forj-menu "forj-menu" "Open the menu of everything forj can do from here." t)
 (autoload 'forj-tasks "forj-tasks" "Show the project's todos and tasks in a side window." t)
+(autoload 'forj-setup "forj-setup" "Set up a language model provider: a hosted one's API key, or a local server." t)
 
 ;;; Options
 
@@ -91,11 +98,14 @@ each its result with `forj-tool-result'.
                  (const :tag "Disabled" disabled))
   :group 'forj)
 
-(defcustom forj-chat-max-tool-iterations 4
-  "How many tool batches one user message may lead to.
-Past it, new calls are answered that the limit is reached, and the
-model is asked once more to answer without tools."
-  :type 'natnum
+(defcustom forj-chat-max-tool-iterations nil
+  "How many tool batches one user message may lead to; nil: the worker's config.
+nil follows max_tool_iterations_per_user_turn in the [tools] section
+of forj's configuration (4 unless set).  Past the limit, new calls are
+answered that the limit is reached, the model is asked once more to
+answer without tools, and `forj-continue' lets it go on."
+  :type '(choice (const :tag "As the worker's configuration says" nil)
+                 (natnum :tag "Batches"))
   :group 'forj)
 
 (defcustom forj-chat-extra-instructions nil
@@ -170,6 +180,14 @@ the model reads is parsed from the concatenated texts.")
   "The text of the reply being streamed, as the model wrote it so far.")
 (defvar-local forj-chat--reply-view nil
   "Marker: where the view of the reply being streamed starts.")
+(defvar-local forj-chat--continuation nil
+  "What `forj-continue' does: nil, or a plist (:kind KIND :text TEXT).")
+(defvar-local forj-chat--stop-info nil
+  "Why the reply being streamed ended early, as its provider said.
+See :on-stop in `forj-provider-start'.")
+(defvar-local forj-chat--wait nil
+  "A retry being waited for, or nil.
+A plist (:at TIME :attempt N :message M :overlay O :timer T).")
 (defvar-local forj-chat--held-notices nil
   "Notices that arrived while a reply streamed, shown after it (newest first).")
 
@@ -191,10 +209,12 @@ the model reads is parsed from the concatenated texts.")
     (define-key map (kbd "C-c C-k") #'forj-chat-stop)
     (define-key map (kbd "C-c C-r") #'forj-tool-result)
     (define-key map (kbd "C-c C-o") #'forj-tools-toggle-fold)
+    (define-key map (kbd "C-c C-j") #'forj-continue)
+    (define-key map (kbd "C-c C-a") #'forj-retry)
     ;; In a terminal C-c C-m is C-c RET: both open the menu.
     (define-key map (kbd "C-c C-m") #'forj-menu)
     (define-key map (kbd "C-c ?") #'forj-menu)
-    (define-key map (kbd "C-c C-j") #'forj-tasks)
+    (define-key map (kbd "C-c C-v") #'forj-tasks)
     map)
   "Keymap of `forj-chat-mode'.")
 
@@ -290,6 +310,7 @@ line of its command's docstring."
             "commands: no project")
           forj-chat-tools-mode
           (pcase forj-chat--state
+            ((guard forj-chat--wait) (forj-chat--wait-text))
             ('streaming "receiving…")
             ('tools "running tools…")
             (_ (substitute-command-keys "\\<forj-chat-mode-map>\\[forj-chat-send] to send")))))
@@ -371,7 +392,7 @@ An existing chat of the project is shown again."
   (or (forj-provider-pick)
       (progn
         (forj-chat--notice
-         (format "no provider is configured.  Set one of %s (or add the key to auth-source), or choose one with M-x customize-variable RET forj-provider (local servers: \"ollama\", \"llama.cpp\").  M-x forj-demo replays a recorded session on a sample project, with no key and no network."
+         (format "no language model is set up yet.  M-x forj-setup: choose a provider and paste its key (stored through auth-source), or give a local server's URL (Ollama, llama.cpp).  M-x forj-demo: a recorded session on a sample project, with no key and no network.  (Keys are also read from %s.)"
                  (string-join (forj-provider-key-variables) ", ")))
         nil)))
 
@@ -400,11 +421,11 @@ its diff) and answers; no key and no network are needed."
 
 ;;;###autoload
 (defun forj-run (&optional directory)
-  "Open the chat on DIRECTORY, or offer the demo when no provider is configured.
-This is what `make run' calls."
-  (if (or (forj-provider-pick) (not (y-or-n-p "No language model provider is configured (the chat says how to set one).  Open the demo instead? ")))
-      (forj directory)
-    (forj-demo)))
+  "Open the chat on DIRECTORY in the only window, for `make run'.
+With no provider set up, the chat's first lines offer `forj-setup'
+and `forj-demo', as buttons."
+  (prog1 (forj directory)
+    (delete-other-windows)))
 
 ;;; Notices
 
@@ -430,6 +451,24 @@ record keeps the order in which the view shows things."
                                                  ""
                                                "\n")
                                              line)))))
+
+(defconst forj-chat--notice-commands
+  '(forj-setup forj-demo forj-continue forj-retry forj-set-model forj-worker-log)
+  "Commands a notice may offer as a button, by naming them after \\[execute-extended-command].
+Only these: a notice can carry text from a project's configuration.")
+
+(defun forj-chat--notice-buttons (beg end)
+  "Make buttons of the commands named between BEG and END after \\[execute-extended-command].
+Only the commands of `forj-chat--notice-commands'."
+  (save-excursion
+    (goto-char beg)
+    (while (re-search-forward "M-x \\(forj-[a-z-]+\\)" end t)
+      (let ((command (intern-soft (match-string-no-properties 1))))
+        (when (memq command forj-chat--notice-commands)
+          (make-text-button (match-beginning 0) (match-end 0)
+                            'action (lambda (_button) (call-interactively command))
+                            'help-echo (format "Run %s" command)
+                            'follow-link t))))))
 
 (defun forj-chat--flush-notices ()
   "Show the notices held while a reply streamed."
@@ -647,25 +686,47 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
      ((string-empty-p (forj-chat--text-of typed))
       (user-error "Type your message below the last \"## User\" heading"))
      ((null forj-chat--provider)
-      (setq forj-chat--provider (forj-chat--choose-provider))
-      (unless forj-chat--provider (user-error "No provider; see the notice in the chat"))))
-    (unless (or forj-chat--root-confirmed
-                (yes-or-no-p (format "This chat file names the project %s; let the model work there? "
-                                     forj-chat--root)))
-      (user-error "Not sent; open a chat on your project with M-x forj"))
-    (setq forj-chat--root-confirmed t)
-    (cl-incf forj-chat--turn)
-    (setq forj-chat--iterations 0 forj-chat--capped nil forj-chat--cancelled nil)
+      (setq forj-chat--provider (forj-chat--choose-provider))))
+    (forj-chat--check-provider)
+    (forj-chat--confirm-root)
+    (forj-chat--start-turn typed "")
+    (goto-char (point-max))))
+
+(defun forj-chat--check-provider ()
+  "Signal a `user-error' saying what to do when this chat cannot ask a model."
+  (unless forj-chat--provider
+    (user-error "No language model yet: M-x forj-setup configures one (M-x forj-demo needs none)"))
+  (unless (or (plist-get forj-chat--provider :model)
+              (eq (plist-get forj-chat--provider :family) 'scripted))
+    (user-error "The provider %s has no model yet: choose one with M-x forj-set-model"
+                (plist-get forj-chat--provider :name))))
+
+(defun forj-chat--confirm-root ()
+  "Make sure the user chose this chat's project root, or signal a `user-error'."
+  (unless (or forj-chat--root-confirmed
+              (yes-or-no-p (format "This chat file names the project %s; let the model work there? "
+                                   forj-chat--root)))
+    (user-error "Not sent; open a chat on your project with M-x forj"))
+  (setq forj-chat--root-confirmed t))
+
+(defun forj-chat--start-turn (text draft)
+  "Start a turn: add TEXT as the user's message (unless nil), ask the model.
+DRAFT is what the input holds afterwards.  A turn starts with each
+user message, `forj-continue' and `forj-retry': the tool batches are
+counted again from zero."
+  (cl-incf forj-chat--turn)
+  (setq forj-chat--iterations 0 forj-chat--capped nil forj-chat--cancelled nil
+        forj-chat--continuation nil)
+  (when text
     (let ((entry (forj-chat--record-add
                   "user" (concat "\n## User\n\n"
-                                 (replace-regexp-in-string "[ \t\n]+\\'" "" (forj-chat--escape typed))
+                                 (replace-regexp-in-string "[ \t\n]+\\'" "" (forj-chat--escape text))
                                  "\n\n"))))
       (let ((inhibit-read-only t))
         (delete-region forj-chat--out (point-max)))
       (forj-chat--view-entry entry)
-      (forj-chat--insert-prompt ""))
-    (goto-char (point-max))
-    (forj-chat--with-worker #'forj-chat--request)))
+      (forj-chat--insert-prompt draft)))
+  (forj-chat--with-worker #'forj-chat--request))
 
 (defun forj-chat--with-worker (then)
   "Start the project's worker if needed, learn its tools, then call THEN."
@@ -686,7 +747,7 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
          (with-current-buffer buffer
            (forj-chat--notice (format "the tool worker could not start: %s"
                                       (or (plist-get err :message) err)))
-           (forj-chat--end-turn)))))))
+           (forj-chat--end-turn (list :kind 'failed))))))))
 
 (defun forj-chat--insert-out (text)
   "Insert TEXT in the view at the output marker, as history.
@@ -702,6 +763,7 @@ The user's point stays where it is."
   "Start the model's next reply under a new \"## Assistant\" heading."
   (let ((buffer (current-buffer))
         (messages (forj-chat-messages)))
+    (setq forj-chat--stop-info nil)
     (setq forj-chat--reply-view (copy-marker forj-chat--out))
     (forj-chat--insert-out (forj-chat--heading "## Assistant"))
     (forj-chat--insert-out "\n\n")
@@ -716,6 +778,13 @@ The user's point stays where it is."
            (list :on-text (lambda (text)
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-chat--reply-text text))))
+                 :on-stop (lambda (info)
+                            (when (buffer-live-p buffer)
+                              (with-current-buffer buffer (setq forj-chat--stop-info info))))
+                 :on-wait (lambda (seconds attempt message)
+                            (when (buffer-live-p buffer)
+                              (with-current-buffer buffer
+                                (forj-chat--waiting seconds attempt message))))
                  :on-call (lambda (call)
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-chat--insert-call call))))
@@ -729,6 +798,7 @@ The user's point stays where it is."
 
 (defun forj-chat--reply-text (text)
   "Add TEXT, streamed by the model, to the reply and show it."
+  (forj-chat--clear-wait)
   (when forj-chat--reply-start
     (setq forj-chat--reply (concat forj-chat--reply text))
     (forj-chat--insert-out text)))
@@ -763,6 +833,7 @@ Headings in it are escaped; it ends with a newline."
   (let* ((reply (forj-chat--escape forj-chat--reply))
          (reply (if (or (string-empty-p reply) (string-suffix-p "\n" reply)) reply (concat reply "\n")))
          (entry (forj-chat--record-add "assistant" (concat "## Assistant\n\n" reply))))
+    (forj-chat--clear-wait)
     (let ((inhibit-read-only t))
       (delete-region forj-chat--reply-view forj-chat--out))
     (forj-chat--view-entry entry)
@@ -777,9 +848,20 @@ Headings in it are escaped; it ends with a newline."
 
 (defun forj-chat--reply-failed (message)
   "The reply ended in MESSAGE: keep the text, say what happened, end the turn."
-  (when forj-chat--reply-start (forj-chat--finish-reply))
-  (forj-chat--notice (concat message "  (the text so far is kept; send \"continue\" to try again)"))
-  (forj-chat--end-turn))
+  (let* ((entry (and forj-chat--reply-start (forj-chat--finish-reply)))
+         (said (and entry (not (string-blank-p
+                                (cdr (forj-chat--split-heading (plist-get entry :text))))))))
+    (forj-chat--notice
+     (concat message
+             (if said "  (the text so far is kept)" "")
+             (substitute-command-keys
+              "  \\<forj-chat-mode-map>\\[forj-continue] (M-x forj-continue) tries again")))
+    (forj-chat--end-turn
+     (if said
+         (list :kind 'failed
+               :text (format "Your last reply was interrupted (%s).  Go on from where it stopped."
+                             message))
+       (list :kind 'failed)))))
 
 (defun forj-chat--entry-calls (entry)
   "The tool-call blocks of the record's ENTRY, parsed in the transcript.
@@ -792,14 +874,77 @@ Line numbers in error messages count from the start of the transcript."
       (forj-tools-parse-region (+ 1 (length before) (length "## Assistant\n\n")) (point-max)))))
 
 (defun forj-chat--reply-done ()
-  "Finish a complete reply: run the tool-call blocks in it, or end the turn."
-  (let* ((entry (forj-chat--finish-reply))
+  "Finish a complete reply: run the tool-call blocks in it, or end the turn.
+A reply cut by the token limit or refused runs none of its calls."
+  (let* ((stop forj-chat--stop-info)
+         (entry (forj-chat--finish-reply))
          (calls (forj-chat--entry-calls entry)))
+    (setq forj-chat--stop-info nil)
     (cond
+     ((eq (plist-get stop :kind) 'length) (forj-chat--reply-cut stop calls))
+     ((eq (plist-get stop :kind) 'refusal) (forj-chat--reply-refused stop calls))
      ((null calls) (forj-chat--end-turn))
-     ((>= forj-chat--iterations forj-chat-max-tool-iterations)
+     ((>= forj-chat--iterations (forj-chat-max-iterations))
       (forj-chat--refuse-batch calls))
      (t (forj-chat--run-batch calls)))))
+
+(defun forj-chat-max-iterations ()
+  "How many tool batches one user message may lead to in this chat.
+`forj-chat-max-tool-iterations', else the worker's configuration."
+  (or forj-chat-max-tool-iterations
+      (let* ((worker (and forj-chat--root (forj-worker-get forj-chat--root)))
+             (config (and worker (plist-get (forj-worker-hello worker) :config)))
+             (limit (plist-get (plist-get (plist-get config :effective) :tools)
+                               :max_tool_iterations_per_user_turn)))
+        (and (natnump limit) (> limit 0) limit))
+      4))
+
+(defun forj-chat--answer-unrun (entries message recovery)
+  "Answer the tool-call ENTRIES, which will not run, with MESSAGE; record it.
+RECOVERY is the step the model reads next."
+  (forj-chat--results-heading)
+  (let ((batch (forj-tools--new-batch entries forj-chat--out nil)))
+    (forj-tools--fail-all batch (list :type "validation-error" :message message
+                                      :recovery (vector recovery)))
+    (set-marker forj-chat--out (forj-tools-batch-end batch))
+    (forj-chat--record-results entries (append (forj-tools-batch-results batch) nil))
+    (forj-chat--insert-out "\n")))
+
+(defun forj-chat--reply-cut (stop entries)
+  "Show that the token limit cut the reply (STOP has why); do not run its ENTRIES.
+The user may let the model go on with `forj-continue'."
+  (let* ((cut-call (plist-get stop :cut-call))
+         (open-block (cl-find-if (lambda (e) (plist-get e :error)) entries))
+         (where (cond (cut-call (format ", in the middle of a call to %s, which was dropped" cut-call))
+                      (open-block ", in the middle of a tool-call block")
+                      (t ""))))
+    (when entries
+      (forj-chat--answer-unrun
+       entries "Not run: your reply was cut off by the output token limit"
+       "Write the call again, whole, when you go on"))
+    (forj-chat--notice
+     (concat (format "the reply was cut off by the output token limit (%s)%s; none of its tool calls ran."
+                     (plist-get stop :reason) where)
+             (substitute-command-keys
+              "  \\<forj-chat-mode-map>\\[forj-continue] (M-x forj-continue) lets the model go on; a larger :max-tokens in `forj-providers' gives it more room")))
+    (forj-chat--end-turn
+     (list :kind 'cut
+           :text (format "Your last reply was cut off by the output token limit%s.  No tool call of it ran.  Go on from exactly where it stopped, and write any tool call again, whole."
+                         (if cut-call (format " in the middle of a call to %s" cut-call) ""))))))
+
+(defun forj-chat--reply-refused (stop entries)
+  "The model or its provider refused to answer (STOP gives the reason).
+Its tool-call ENTRIES, if any, do not run."
+  (when entries
+    (forj-chat--answer-unrun entries "Not run: the reply was stopped by the provider's safety system"
+                             "Answer the user without this call"))
+  (forj-chat--notice
+   (concat (format "%s refused to answer: %s."
+                   (or (plist-get forj-chat--provider :name) "the provider")
+                   (plist-get stop :reason))
+           (substitute-command-keys
+            "  \\<forj-chat-mode-map>\\[forj-retry] (M-x forj-retry) asks again; with C-u, another model")))
+  (forj-chat--end-turn))
 
 (defvar-local forj-chat--results-view nil
   "Marker: where the view of the tool results being drawn starts.")
@@ -894,26 +1039,123 @@ Resume the model once more at most."
     (let ((batch (forj-tools-refuse-entries
                   entries forj-chat--out
                   (format "Max tool iterations reached (%d per user message); no call was run"
-                          forj-chat-max-tool-iterations))))
+                          (forj-chat-max-iterations)))))
       (set-marker forj-chat--out (forj-tools-batch-end batch))
       (forj-chat--record-results entries (append (forj-tools-batch-results batch) nil))
       (forj-chat--insert-out "\n")
       (if again
-          (progn
-            (forj-chat--notice "the model kept calling tools past the iteration limit; stopped.  Send a message to go on.")
-            (forj-chat--end-turn))
+          (forj-chat--end-turn)
         (with-current-buffer buffer (forj-chat--request))))))
 
-(defun forj-chat--end-turn ()
-  "The turn is over: the prompt is the user's again."
+(defun forj-chat--end-turn (&optional continuation)
+  "The turn is over: the prompt is the user's again.
+CONTINUATION, a plist (:kind KIND :text TEXT), is what `forj-continue'
+does next: send TEXT as a message (or, without TEXT, ask the model
+again).  A turn that reached the iteration limit offers to go on."
   (setq forj-chat--state 'idle
         forj-chat--reply-start nil
         forj-chat--stream nil
-        forj-chat--batch nil)
+        forj-chat--batch nil
+        forj-chat--continuation continuation)
+  (forj-chat--clear-wait)
   (forj-chat--flush-notices)
+  (when (and forj-chat--capped (not forj-chat--cancelled) (null continuation))
+    (let ((limit (forj-chat-max-iterations)))
+      (setq forj-chat--continuation
+            (list :kind 'capped
+                  :text (format "Go on with the task: you may use tools for %d more batches." limit)))
+      (forj-chat--notice
+       (concat (format "this message reached its limit of %d tool batches." limit)
+               (substitute-command-keys
+                "  \\<forj-chat-mode-map>\\[forj-continue] (M-x forj-continue) lets the model go on")))))
   (force-mode-line-update)
   (when (and (get-buffer-window (current-buffer)) (not noninteractive))
     (message "forj: your turn")))
+
+(defun forj-continue ()
+  "Let the model go on where it stopped.
+After the iteration limit, the model gets as many tool batches again;
+after a reply the token limit cut, it is asked to go on from the cut;
+after a failed or stopped reply, it is asked again.  Your draft in the
+input stays."
+  (interactive)
+  (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
+  (unless (eq forj-chat--state 'idle)
+    (user-error "A reply is still under way"))
+  (unless forj-chat--continuation
+    (user-error "Nothing stopped early here; type your next message"))
+  (forj-chat--check-provider)
+  (forj-chat--confirm-root)
+  (forj-chat--start-turn (plist-get forj-chat--continuation :text) (forj-chat--input-text)))
+
+(defun forj-retry (&optional other-model)
+  "Ask the model for its last reply again; OTHER-MODEL: choose the model first.
+The last reply and what followed it (its tool results, notices) leave
+the chat, and the model answers again from there.  Files its tool
+calls changed stay as they are.  Interactively, OTHER-MODEL is the
+prefix argument."
+  (interactive "P")
+  (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
+  (unless (eq forj-chat--state 'idle)
+    (user-error "A reply is still under way; stop it first"))
+  (let* ((role (lambda (e) (plist-get e :role)))
+         (index (cl-position "assistant" forj-chat--record :key role :test #'equal :from-end t))
+         (unanswered (cl-position "user" forj-chat--record :key role :test #'equal
+                                  :start (if index (1+ index) 0))))
+    ;; A message of yours after the last reply was never answered: that
+    ;; is the reply to ask for, and nothing leaves the chat.
+    (when unanswered (setq index nil))
+    (unless (or index unanswered) (user-error "There is no reply to retry yet"))
+    (when other-model (call-interactively #'forj-set-model))
+    (forj-chat--check-provider)
+    (forj-chat--confirm-root)
+    (when index
+      (let ((ran (cl-some (lambda (e) (equal (plist-get e :role) "tool")) (nthcdr index forj-chat--record))))
+        (setq forj-chat--record (cl-subseq forj-chat--record 0 index))
+        (forj-chat--redraw (forj-chat--input-text))
+        (when ran
+          (forj-chat--notice "retrying a reply whose tool calls ran: the files they changed stay as they are"))))
+    (forj-chat--start-turn nil nil)))
+
+;;; Waiting to retry
+
+(defun forj-chat--waiting (seconds attempt message)
+  "Show the countdown to retry ATTEMPT, in SECONDS, after the provider's MESSAGE.
+It shows above the reply and in the header line."
+  (forj-chat--clear-wait)
+  (let ((overlay (make-overlay forj-chat--reply-start forj-chat--reply-start))
+        (buffer (current-buffer)))
+    (setq forj-chat--wait (list :at (+ (float-time) seconds) :attempt attempt :message message
+                                :overlay overlay))
+    (plist-put forj-chat--wait :timer
+               (run-at-time 1 1 (lambda ()
+                                  (when (buffer-live-p buffer)
+                                    (with-current-buffer buffer (forj-chat--show-wait))))))
+    (forj-chat--show-wait)))
+
+(defun forj-chat--wait-text ()
+  "The countdown of the retry being waited for."
+  (let ((left (max 0 (ceiling (- (plist-get forj-chat--wait :at) (float-time))))))
+    (substitute-command-keys
+     (format "retry %d of %d in %d s…  \\<forj-chat-mode-map>\\[forj-chat-stop] stops"
+             (plist-get forj-chat--wait :attempt) forj-provider-retries left))))
+
+(defun forj-chat--show-wait ()
+  "Show the countdown of the retry being waited for."
+  (when forj-chat--wait
+    (overlay-put (plist-get forj-chat--wait :overlay) 'before-string
+                 (propertize (format "⏳ %s: %s\n" (plist-get forj-chat--wait :message) (forj-chat--wait-text))
+                             'face 'forj-chat-notice))
+    (force-mode-line-update)))
+
+(defun forj-chat--clear-wait ()
+  "Take the countdown of a retry away: it was sent, or the turn ended."
+  (when forj-chat--wait
+    (let ((timer (plist-get forj-chat--wait :timer)))
+      (when (timerp timer) (cancel-timer timer)))
+    (delete-overlay (plist-get forj-chat--wait :overlay))
+    (setq forj-chat--wait nil)
+    (force-mode-line-update)))
 
 (defun forj-chat-stop ()
   "Stop the reply being streamed or the tools running; do not resume."
@@ -923,9 +1165,13 @@ Resume the model once more at most."
   (pcase forj-chat--state
     ('streaming
      (forj-provider-stop forj-chat--stream)
-     (when forj-chat--reply-start (forj-chat--finish-reply))
-     (forj-chat--notice "stopped by the user")
-     (forj-chat--end-turn))
+     (let* ((entry (and forj-chat--reply-start (forj-chat--finish-reply)))
+            (said (and entry (not (string-blank-p
+                                   (cdr (forj-chat--split-heading (plist-get entry :text))))))))
+       (forj-chat--notice "stopped by the user")
+       (forj-chat--end-turn (if said
+                                (list :kind 'stopped :text "Go on from where you stopped.")
+                              (list :kind 'stopped)))))
     ('tools
      (let ((batch forj-chat--batch))
        (cond
@@ -1088,7 +1334,9 @@ Return (ENTRIES . DRAFT).  The last \"## User\" section is the prompt."
       (add-text-properties (match-beginning 0) (match-end 0)
                            (if (eq (char-after (match-beginning 0)) ?#)
                                (list 'face 'forj-chat-heading 'forj-heading t 'forj-rendered t)
-                             (list 'face 'forj-chat-notice 'forj-rendered t))))))
+                             (list 'face 'forj-chat-notice 'forj-rendered t)))
+      (unless (eq (char-after (match-beginning 0)) ?#)
+        (forj-chat--notice-buttons (match-beginning 0) (match-end 0))))))
 
 (defun forj-chat--split-heading (text)
   "TEXT of an entry as (HEADING-LINE . REST), REST after the heading's newline."

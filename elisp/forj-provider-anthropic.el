@@ -24,6 +24,11 @@
 ;; message_delta, message_stop; `error' events carry the provider's
 ;; own message.  Roles must alternate, so consecutive messages of one
 ;; role are merged.
+;;
+;; Native calls are held until message_delta says why the reply ended:
+;; with stop_reason "max_tokens" the last call's arguments may be cut,
+;; and a cut call is reported as such, never as a call.  "refusal" (with
+;; or without text before it) is reported as a refusal.
 
 ;;; Code:
 
@@ -110,11 +115,43 @@
        (let ((tool (forj-provider-state stream :tool)))
          (when tool
            (forj-provider-set-state stream :tool nil)
-           (list (list :call (list :id (plist-get tool :id) :name (plist-get tool :name)
-                                   :args (forj-provider-parse-args (plist-get tool :json))))))))
-      ("message_stop" (list (list :done)))
+           (forj-provider-set-state stream :calls
+                                    (append (forj-provider-state stream :calls) (list tool))))
+         nil))
+      ("message_delta"
+       (let ((reason (plist-get (plist-get json :delta) :stop_reason)))
+         (when (stringp reason)
+           (forj-provider-anthropic--ended stream reason))))
+      ("message_stop"
+       (append (forj-provider-anthropic--ended stream nil) (list (list :done))))
       ("error" (list (list :error (or (forj-provider-error-message data) data))))
       (_ nil))))
+
+(defun forj-provider-anthropic--ended (stream reason)
+  "The actions for the end of STREAM's reply, which ended for REASON.
+The calls held are released, but a call the token limit cut is not."
+  (let* ((calls (forj-provider-state stream :calls))
+         (open (forj-provider-state stream :tool))
+         (cut (and (member reason '("max_tokens" "model_context_window_exceeded"))
+                   (or open
+                       (let ((last (car (last calls))))
+                         (and last (stringp (forj-provider-parse-args (plist-get last :json)))
+                              last)))))
+         (whole (remq cut calls)))
+    (forj-provider-set-state stream :calls nil)
+    (forj-provider-set-state stream :tool nil)
+    (append
+     (mapcar (lambda (tool)
+               (list :call (list :id (plist-get tool :id) :name (plist-get tool :name)
+                                 :args (forj-provider-parse-args (plist-get tool :json)))))
+             whole)
+     (pcase reason
+       ((or "max_tokens" "model_context_window_exceeded")
+        (list (list :stop (append (list :kind 'length :reason reason)
+                                  (and cut (list :cut-call (plist-get cut :name)))))))
+       ("refusal"
+        (list (list :stop (list :kind 'refusal
+                                :reason "stop_reason \"refusal\": Anthropic's safety system stopped the reply"))))))))
 
 (forj-provider-register-family
  'anthropic

@@ -22,6 +22,11 @@
 ;; candidates[0].content.parts[].text, native calls whole in
 ;; parts[].functionCall; the last one carries a finishReason.  The key
 ;; travels in the x-goog-api-key header, never in the URL.
+;;
+;; finishReason MAX_TOKENS is a reply cut by the token limit; SAFETY,
+;; RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII and IMAGE_SAFETY are
+;; refusals, shown with the safety categories that blocked; a prompt
+;; blocked outright comes as promptFeedback.blockReason.
 
 ;;; Code:
 
@@ -78,6 +83,24 @@
                                                        :parametersJsonSchema (plist-get tool :parameters)))
                                                tools))))))))))
 
+(defconst forj-provider-gemini--refusals
+  '("SAFETY" "RECITATION" "BLOCKLIST" "PROHIBITED_CONTENT" "SPII" "IMAGE_SAFETY" "LANGUAGE")
+  "The finish reasons that mean Gemini refused to answer.")
+
+(defun forj-provider-gemini--categories (object)
+  "The safety categories that blocked, from OBJECT's safetyRatings, as \" (A, B)\".
+A rating counts when it says blocked, else when its probability is
+MEDIUM or HIGH; nothing when none does."
+  (let* ((ratings (append (plist-get object :safetyRatings) nil))
+         (blocked (cl-remove-if-not (lambda (r) (eq (plist-get r :blocked) t)) ratings))
+         (likely (or blocked
+                     (cl-remove-if-not (lambda (r) (member (plist-get r :probability) '("MEDIUM" "HIGH")))
+                                       ratings)))
+         (names (delq nil (mapcar (lambda (r) (let ((c (plist-get r :category)))
+                                                 (and (stringp c) (string-remove-prefix "HARM_CATEGORY_" c))))
+                                  likely))))
+    (if names (format " (%s)" (string-join names ", ")) "")))
+
 (defun forj-provider-gemini--event (stream _event data)
   "Turn one event's DATA of STREAM into actions."
   (let* ((json (forj-provider-json data))
@@ -87,9 +110,16 @@
          (actions nil))
     (when (plist-get json :error)
       (push (list :error (or (forj-provider-error-message data) data)) actions))
-    (let ((blocked (plist-get (plist-get json :promptFeedback) :blockReason)))
+    (let* ((feedback (plist-get json :promptFeedback))
+           (blocked (plist-get feedback :blockReason)))
       (when (stringp blocked)
-        (push (list :error (format "Gemini blocked the prompt (%s)" blocked)) actions)))
+        (push (list :stop (list :kind 'refusal
+                                :reason (concat "the prompt was blocked: blockReason " blocked
+                                                (forj-provider-gemini--categories feedback)
+                                                (let ((why (plist-get feedback :blockReasonMessage)))
+                                                  (if (stringp why) (concat ": " why) "")))))
+              actions)
+        (push (list :done) actions)))
     (when (vectorp parts)
       (cl-loop for part across parts
                do (cond
@@ -106,8 +136,18 @@
                             actions))))))
     (let ((finish (plist-get candidate :finishReason)))
       (when (stringp finish)
-        (unless (member finish '("STOP" "MAX_TOKENS"))
-          (push (list :error (format "Gemini stopped the reply (%s)" finish)) actions))
+        (cond
+         ((equal finish "STOP"))
+         ((equal finish "MAX_TOKENS")
+          (push (list :stop (list :kind 'length :reason "finishReason MAX_TOKENS")) actions))
+         ((member finish forj-provider-gemini--refusals)
+          (push (list :stop (list :kind 'refusal
+                                  :reason (concat "finishReason " finish
+                                                  (forj-provider-gemini--categories candidate)
+                                                  (let ((why (plist-get candidate :finishMessage)))
+                                                    (if (stringp why) (concat ": " why) "")))))
+                actions))
+         (t (push (list :error (format "Gemini stopped the reply (%s)" finish)) actions)))
         (push (list :done) actions)))
     (nreverse actions)))
 

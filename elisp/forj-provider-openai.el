@@ -22,7 +22,10 @@
 ;; server, vLLM, OpenRouter).  Events are `data: {json}' lines ending
 ;; with `data: [DONE]'; text arrives in choices[0].delta.content, native
 ;; function calls in choices[0].delta.tool_calls, their arguments in
-;; pieces keyed by index.
+;; pieces keyed by index.  A refusal arrives in delta.refusal; the
+;; finish_reason "length" means the token limit cut the reply (a call
+;; whose arguments were cut is reported as cut, not as a call), and
+;; "content_filter" that the provider's filter stopped it.
 
 ;;; Code:
 
@@ -78,16 +81,38 @@
                                                                 :parameters (plist-get tool :parameters))))
                                         tools))))))))
 
-(defun forj-provider-openai--flush-calls (stream)
-  "Return a :call action for each function call gathered in STREAM."
-  (prog1 (mapcar (lambda (entry)
-                   (let ((call (cdr entry)))
-                     (list :call (list :id (or (plist-get call :id) (format "call-%d" (car entry)))
-                                       :name (or (plist-get call :name) "")
-                                       :args (forj-provider-parse-args (plist-get call :arguments))))))
-                 (sort (copy-sequence (forj-provider-state stream :calls))
-                       (lambda (a b) (< (car a) (car b)))))
-    (forj-provider-set-state stream :calls nil)))
+(defun forj-provider-openai--flush-calls (stream &optional cut)
+  "Return a :call action for each function call gathered in STREAM.
+CUT non-nil: the token limit cut the reply, and the last call is left
+out when its arguments are not whole JSON; its name is kept in the
+state as :cut-call."
+  (let* ((calls (sort (copy-sequence (forj-provider-state stream :calls))
+                      (lambda (a b) (< (car a) (car b)))))
+         (last (cdr (car (last calls)))))
+    (when (and cut last (stringp (forj-provider-parse-args (plist-get last :arguments))))
+      (forj-provider-set-state stream :cut-call (or (plist-get last :name) "a function"))
+      (setq calls (butlast calls)))
+    (forj-provider-set-state stream :calls nil)
+    (mapcar (lambda (entry)
+              (let ((call (cdr entry)))
+                (list :call (list :id (or (plist-get call :id) (format "call-%d" (car entry)))
+                                  :name (or (plist-get call :name) "")
+                                  :args (forj-provider-parse-args (plist-get call :arguments))))))
+            calls)))
+
+(defun forj-provider-openai--stop (stream finish)
+  "The :stop action for STREAM's FINISH reason, or nil for a normal end."
+  (let ((refusal (forj-provider-state stream :refusal)))
+    (cond
+     ((equal finish "length")
+      (list :stop (append (list :kind 'length :reason "finish_reason \"length\"")
+                          (let ((cut (forj-provider-state stream :cut-call)))
+                            (and cut (list :cut-call cut))))))
+     ((and refusal (not (string-empty-p refusal)))
+      (list :stop (list :kind 'refusal :reason (string-trim refusal))))
+     ((equal finish "content_filter")
+      (list :stop (list :kind 'refusal
+                        :reason "finish_reason \"content_filter\": the provider's content filter stopped the reply"))))))
 
 (defun forj-provider-openai--gather (stream piece)
   "Add PIECE, one tool call fragment of a delta, to what STREAM has gathered."
@@ -118,13 +143,21 @@
         (push (list :error (or (forj-provider-error-message data) data)) actions))
       (let ((content (plist-get delta :content)))
         (when (stringp content) (push (list :text content) actions)))
+      (let ((refusal (plist-get delta :refusal)))
+        (when (stringp refusal)
+          (forj-provider-set-state stream :refusal
+                                   (concat (forj-provider-state stream :refusal) refusal))))
       (let ((pieces (plist-get delta :tool_calls)))
         (when (vectorp pieces)
           (cl-loop for piece across pieces
                    do (forj-provider-openai--gather stream piece))))
       (let ((finish (plist-get choice :finish_reason)))
         (when (stringp finish)
-          (setq actions (append (reverse (forj-provider-openai--flush-calls stream)) actions))
+          (setq actions (append (reverse (forj-provider-openai--flush-calls
+                                          stream (equal finish "length")))
+                                actions))
+          (let ((stop (forj-provider-openai--stop stream finish)))
+            (when stop (push stop actions)))
           (push (list :done) actions)))
       (nreverse actions))))
 

@@ -28,17 +28,34 @@
 ;; headers, the JSON body, and a function that turns each server-sent
 ;; event into actions.  This file runs curl, reads the HTTP status and
 ;; headers, splits the body into server-sent events, and reports to the
-;; caller through four callbacks:
+;; caller through these callbacks:
 ;;
 ;;   :on-text  (lambda (string))     a piece of the assistant's text
 ;;   :on-call  (lambda (call))       a native function call, normalized to
 ;;                                   a tool-call plist (:id :name :args)
+;;   :on-stop  (lambda (info))       optional: the reply ended for another
+;;                                   reason than its end (see below)
+;;   :on-wait  (lambda (seconds attempt message))
+;;                                   optional: the provider answered 429
+;;                                   or 5xx (MESSAGE says so) and the
+;;                                   request is sent again in SECONDS, for
+;;                                   the ATTEMPTth time
 ;;   :on-done  (lambda ())           the reply is complete
 ;;   :on-error (lambda (message))    anything else: HTTP errors with the
 ;;                                   provider's own message, a cut stream,
 ;;                                   curl's own failures
 ;;
-;; Exactly one of :on-done and :on-error is called, once.  The secret
+;; Exactly one of :on-done and :on-error is called, once.  :on-stop
+;; comes before :on-done, with a plist: (:kind length :reason R) when
+;; the output token limit cut the reply (:cut-call NAME when it cut a
+;; native call, which is then not reported), or (:kind refusal :reason R)
+;; when the model or the provider's safety system refused, R being the
+;; provider's own words.
+;;
+;; A request answered 429 or 5xx before any event is sent again, up to
+;; `forj-provider-retries' times, after the delay the provider asks for
+;; (Retry-After) or else an exponential backoff; `forj-provider-stop'
+;; stops the wait too.  The secret
 ;; header reaches curl through its standard input (curl's -K -), the
 ;; body through a file only the user can read, deleted when curl ends.
 ;;
@@ -53,17 +70,21 @@
 (require 'subr-x)
 (require 'auth-source)
 (require 'url-parse)
+(require 'time-date)
 (require 'forj)
 
 ;;; Options
 
 (defcustom forj-providers
   '(("gemini" :family gemini :model "gemini-2.5-flash"
+     :models ("gemini-2.5-pro" "gemini-2.5-flash-lite")
      :url "https://generativelanguage.googleapis.com/v1beta"
      :key-env ("GEMINI_API_KEY" "GOOGLE_API_KEY"))
     ("openai" :family openai :model "gpt-4.1"
+     :models ("gpt-5" "gpt-5-mini" "gpt-4.1-mini" "o4-mini")
      :url "https://api.openai.com/v1" :key-env ("OPENAI_API_KEY"))
     ("anthropic" :family anthropic :model "claude-sonnet-4-5"
+     :models ("claude-opus-4-1" "claude-haiku-4-5")
      :url "https://api.anthropic.com/v1" :key-env ("ANTHROPIC_API_KEY"))
     ("openrouter" :family openai :model "openai/gpt-4.1"
      :url "https://openrouter.ai/api/v1" :key-env ("OPENROUTER_API_KEY"))
@@ -79,6 +100,8 @@ Each entry is (NAME . PLIST).  PLIST keys:
                `gemini', or `scripted' (replays a recorded session)
   :url         the API base URL
   :model       the model name
+  :models      other models of the provider `forj-set-model' offers (a
+               local server is also asked for the models it has)
   :key-env     environment variables that may hold the API key, in order
   :local       non-nil: a local server that needs no key
   :native-tools  non-nil: advertise tools through the provider's own
@@ -91,6 +114,7 @@ user: \"apikey\"), then in the :key-env variables."
   :type '(alist :key-type (string :tag "Name")
                 :value-type (plist :tag "Settings"
                                    :key-type (choice (const :family) (const :url) (const :model)
+                                                     (const :models)
                                                      (const :key-env) (const :local)
                                                      (const :native-tools) (const :max-tokens)
                                                      (const :script))
@@ -112,6 +136,25 @@ scripted provider."
 
 (defcustom forj-provider-connect-timeout 20
   "Seconds curl may take to connect to a provider."
+  :type 'natnum
+  :group 'forj)
+
+(defcustom forj-provider-retries 4
+  "How many times a request answered 429 or 5xx is sent again.
+Each retry waits as long as the provider's Retry-After asks, else
+`forj-provider-retry-backoff' seconds, doubled at each retry (at most
+60)."
+  :type 'natnum
+  :group 'forj)
+
+(defcustom forj-provider-retry-backoff 2
+  "Seconds before the first retry when the provider does not say how long."
+  :type 'number
+  :group 'forj)
+
+(defcustom forj-provider-retry-max-wait 120
+  "The longest wait, in seconds, before retrying a request.
+A provider that asks for longer ends the reply with its message."
   :type 'natnum
   :group 'forj)
 
@@ -202,7 +245,10 @@ environment variables of :key-env."
   (seen nil :documentation "Non-nil once any event arrived.")
   (ended nil :documentation "Non-nil once a final callback was called.")
   (files nil :documentation "Temporary files to delete when curl ends.")
-  (stderr nil :documentation "The buffer that gets curl's own messages."))
+  (stderr nil :documentation "The buffer that gets curl's own messages.")
+  (request nil :documentation "The family's request plist, kept to send it again.")
+  (attempt 0 :documentation "How many times the request was sent again.")
+  (timer nil :documentation "The timer of a retry being waited for."))
 
 (defun forj-provider--end (stream kind &optional message)
   "Call STREAM's final callback once: KIND is :done or :error with MESSAGE."
@@ -222,6 +268,8 @@ environment variables of :key-env."
           (:text (when (and (cadr action) (not (string-empty-p (cadr action))))
                    (funcall (plist-get callbacks :on-text) (cadr action))))
           (:call (funcall (plist-get callbacks :on-call) (cadr action)))
+          (:stop (when (plist-get callbacks :on-stop)
+                   (funcall (plist-get callbacks :on-stop) (cadr action))))
           (:done (setf (forj-provider-stream-finished stream) t))
           (:error (forj-provider--stop-process stream)
                   (forj-provider--end stream :error (cadr action))))))))
@@ -250,9 +298,11 @@ stream; `forj-provider-stop' stops it."
                                  (plist-get provider :name)
                                  (string-join (plist-get provider :key-env) ", ")
                                  (forj-provider--host (plist-get provider :url))))
-          (forj-provider--curl stream (funcall (plist-get family :request)
-                                               (plist-put (copy-sequence provider) :key key)
-                                               system messages tools)))))
+          (setf (forj-provider-stream-request stream)
+                (funcall (plist-get family :request)
+                         (plist-put (copy-sequence provider) :key key)
+                         system messages tools))
+          (forj-provider--curl stream (forj-provider-stream-request stream)))))
     stream))
 
 (defun forj-provider--curl-quote (string)
@@ -456,7 +506,13 @@ can act on."
       (cond
        ((forj-provider-stream-ended stream))
        ((and (forj-provider-stream-status stream) (not (forj-provider--ok-p stream)))
-        (forj-provider--end stream :error (forj-provider--http-error stream)))
+        (unless (forj-provider--retry stream)
+          (forj-provider--end stream :error
+                              (concat (forj-provider--http-error stream)
+                                      (let ((tries (forj-provider-stream-attempt stream)))
+                                        (if (> tries 0)
+                                            (format " (sent %d times)" (1+ tries))
+                                          ""))))))
        ((forj-provider-stream-finished stream)
         (forj-provider--end stream :done))
        ((not (zerop code))
@@ -531,9 +587,74 @@ A stderr pipe process may still be attached; its output is taken as is."
                     (or own (forj-provider--excerpt body)))
             (if retry (format "; the provider asks to retry after %s seconds" retry) ""))))
 
+(defun forj-provider--retryable-p (stream)
+  "Whether STREAM's failed HTTP status is worth sending the request again for.
+429 (rate limited) and 5xx (the provider failed, 529 overloaded)."
+  (let ((status (forj-provider-stream-status stream)))
+    (and status (or (= status 429) (>= status 500)))))
+
+(defun forj-provider--retry-after (stream)
+  "The seconds STREAM's failed response asks to wait, or nil.
+Reads retry-after-ms, then Retry-After as seconds or as an HTTP date."
+  (let* ((headers (forj-provider-stream-headers stream))
+         (ms (cdr (assoc "retry-after-ms" headers)))
+         (value (cdr (assoc "retry-after" headers))))
+    (cond
+     ((and ms (string-match-p "\\`[0-9.]+\\'" (string-trim ms)))
+      (/ (string-to-number ms) 1000.0))
+     ((null value) nil)
+     ((string-match-p "\\`[0-9.]+\\'" (string-trim value))
+      (string-to-number value))
+     (t (let ((time (ignore-errors (date-to-time value))))
+          (and time (max 0 (float-time (time-subtract time nil)))))))))
+
+(defun forj-provider--retry-delay (stream)
+  "Seconds to wait before sending STREAM's request again, or nil not to.
+nil when the retries are used up or the provider asks for longer than
+`forj-provider-retry-max-wait'."
+  (let ((attempt (forj-provider-stream-attempt stream))
+        (asked (forj-provider--retry-after stream)))
+    (cond
+     ((not (forj-provider--retryable-p stream)) nil)
+     ((>= attempt forj-provider-retries) nil)
+     ((and asked (> asked forj-provider-retry-max-wait)) nil)
+     (asked (max asked 0.1))
+     (t (min 60 (* forj-provider-retry-backoff (expt 2 attempt)))))))
+
+(defun forj-provider--retry (stream)
+  "Send STREAM's request again later when its failure is worth it; non-nil if so."
+  (let ((delay (and (forj-provider-stream-request stream) (forj-provider--retry-delay stream))))
+    (when delay
+      (let ((message (forj-provider--http-error stream))
+            (callbacks (forj-provider-stream-callbacks stream)))
+        (cl-incf (forj-provider-stream-attempt stream))
+        (setf (forj-provider-stream-pending stream) ""
+              (forj-provider-stream-status stream) nil
+              (forj-provider-stream-headers stream) nil
+              (forj-provider-stream-body stream) nil
+              (forj-provider-stream-event stream) nil
+              (forj-provider-stream-data stream) nil
+              (forj-provider-stream-state stream) nil
+              (forj-provider-stream-finished stream) nil
+              (forj-provider-stream-seen stream) nil
+              (forj-provider-stream-process stream) nil
+              (forj-provider-stream-timer stream)
+              (run-at-time delay nil
+                           (lambda ()
+                             (setf (forj-provider-stream-timer stream) nil)
+                             (unless (forj-provider-stream-ended stream)
+                               (forj-provider--curl stream (forj-provider-stream-request stream))))))
+        (when (plist-get callbacks :on-wait)
+          (funcall (plist-get callbacks :on-wait)
+                   delay (forj-provider-stream-attempt stream) message))
+        t))))
+
 (defun forj-provider-stop (stream)
   "Stop STREAM without calling any of its callbacks again."
   (when stream
+    (when (timerp (forj-provider-stream-timer stream))
+      (cancel-timer (forj-provider-stream-timer stream))
+      (setf (forj-provider-stream-timer stream) nil))
     (setf (forj-provider-stream-ended stream) t)
     (forj-provider--stop-process stream)
     (when (forj-provider-stream-stop stream)

@@ -12,7 +12,9 @@ stop through ``ctx.cancel``; tools check it between steps and writing tools
 check it before they commit, so a call that timed out never lands late.
 
 Every result is sanitized and fitted to the output budget, then journaled
-before the next call starts.
+before the next call starts.  The budget belongs to the batch: the capacity
+the caller gives is what the model's context has left for all the batch's
+results together, and each result spends from it.
 """
 
 from __future__ import annotations
@@ -99,13 +101,18 @@ class Runner:
         emit: EmitFn,
         modified: dict[str, dict[str, str]] | None = None,
     ) -> list[Finished]:
-        limit = min(self.config.tools.output.max_bytes, capacity or DEFAULT_CAPACITY_BYTES)
+        per_call = self.config.tools.output.max_bytes
+        # seed 000 FR-REG-04b: the capacity is what is left of the model's
+        # context for this whole batch, so every result spends from it: four
+        # large reads share it instead of each getting all of it.
+        room = capacity or DEFAULT_CAPACITY_BYTES
         # The whole reply must fit one EPC frame, escaping included.
         budget = MAX_BATCH_REPLY_BYTES
         self._journal(batch, lambda: self.journal.record_state(batch.batch_id, "executing"))
         for index, planned in enumerate(batch.calls):
+            # Each later call keeps enough room for an error or a short answer.
             reserve = MIN_RESULT_BYTES * (len(batch.calls) - index - 1)
-            call_limit = max(min(limit, budget - reserve), MIN_RESULT_BYTES)
+            call_limit = max(min(per_call, room - reserve, budget - reserve), MIN_RESULT_BYTES)
             wire, truncatable = self._one(
                 batch,
                 planned,
@@ -116,7 +123,9 @@ class Runner:
                 (modified or {}).get(planned.call_id),
             )
             finished = _finish(wire, call_limit, truncatable)
-            budget -= len(finished.text.encode("utf-8"))
+            spent = len(finished.text.encode("utf-8"))
+            budget -= spent
+            room -= spent
             self._journal(
                 batch,
                 functools.partial(

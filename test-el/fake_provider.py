@@ -3,8 +3,12 @@
 The ERT tests of forj-provider*.el start it, point a provider's URL at it,
 and let forj's real curl requests hit it.  The first path segment picks the
 scenario, ``<family>-<case>``: ``http://127.0.0.1:PORT/openai-text/v1``.
+A scenario may end in ``.TAG`` (``openai-ratelimitedonce.7``): scenarios
+that answer differently the second time count requests per tag.
 Every request is appended to the log file (argv[1]) as one JSON line with
 its method, path, headers and body, so tests can check what was sent.
+``GET .../models`` and ``GET /api/tags`` list models as an
+OpenAI-compatible server and Ollama do.
 
 The event streams follow each provider's published streaming format:
 OpenAI chat completions (``data: {chunk}`` ... ``data: [DONE]``),
@@ -16,11 +20,15 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 LOG = sys.argv[1]
+SEEN: Counter[str] = Counter()
+SEEN_LOCK = threading.Lock()
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
@@ -69,12 +77,65 @@ def openai(case: str) -> list[bytes]:
                 }
             ),
             openai_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"pa'}}]}),
-            openai_chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'th": "a.txt"}'}}]}),
+            openai_chunk(
+                {"tool_calls": [{"index": 0, "function": {"arguments": 'th": "a.txt"}'}}]}
+            ),
             openai_chunk({}, "tool_calls"),
             sse("[DONE]"),
         ]
     if case == "cut":
         return [openai_chunk({"content": "Half a"}), b'data: {"id": "chatcmpl-1", "choi']
+    if case == "length":
+        return [
+            openai_chunk({"content": "A long answer that"}),
+            openai_chunk({}, "length"),
+            sse("[DONE]"),
+        ]
+    if case == "lengthcalls":
+        # Fenced calls, as forj asks a model without native tools: one whole,
+        # one cut in the middle.
+        whole = '```tool-call\n{"id": "w1", "name": "list_files", "args": {}}\n```\n'
+        return [
+            openai_chunk({"content": "Two calls.\n\n" + whole}),
+            openai_chunk({"content": '```tool-call\n{"id": "w2", "name": "read_f'}),
+            openai_chunk({}, "length"),
+            sse("[DONE]"),
+        ]
+    if case == "cuttool":
+        return [
+            openai_chunk({"role": "assistant", "content": "Writing."}),
+            openai_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_cut",
+                            "type": "function",
+                            "function": {
+                                "name": "write_file",
+                                "arguments": '{"path": "a.txt", "con',
+                            },
+                        }
+                    ]
+                }
+            ),
+            openai_chunk({}, "length"),
+            sse("[DONE]"),
+        ]
+    if case == "refusal":
+        return [
+            openai_chunk({"role": "assistant", "content": None, "refusal": ""}),
+            openai_chunk({"refusal": "I'm sorry, I can't help"}),
+            openai_chunk({"refusal": " with that."}),
+            openai_chunk({}, "stop"),
+            sse("[DONE]"),
+        ]
+    if case == "filter":
+        return [
+            openai_chunk({"content": "Here is"}),
+            openai_chunk({}, "content_filter"),
+            sse("[DONE]"),
+        ]
     if case == "badutf8":
         return [
             openai_chunk({"content": "ok "}),
@@ -117,12 +178,20 @@ def anthropic(case: str) -> list[bytes]:
     ]
     text_block = [
         sse(
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
             "content_block_start",
         ),
         sse({"type": "ping"}, "ping"),
         sse(
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}},
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Hello"},
+            },
             "content_block_delta",
         ),
         sse(
@@ -182,6 +251,55 @@ def anthropic(case: str) -> list[bytes]:
         ]
     if case == "cut":
         return [start, *text_block[:3]]
+
+    def ended(reason: str) -> list[bytes]:
+        return [
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reason, "stop_sequence": None},
+                    "usage": {"output_tokens": 5},
+                },
+                "message_delta",
+            ),
+            sse({"type": "message_stop"}, "message_stop"),
+        ]
+
+    if case == "refusal":
+        return [start, *text_block, *ended("refusal")]
+    if case == "refusalbare":
+        return [start, *ended("refusal")]
+    if case == "maxtokens":
+        return [start, *text_block, *ended("max_tokens")]
+    if case == "cuttool":
+        cut = [
+            sse(
+                {
+                    "type": "content_block_start",
+                    "index": 1,
+                    "content_block": {
+                        "type": "tool_use",
+                        "id": "toolu_02",
+                        "name": "write_file",
+                        "input": {},
+                    },
+                },
+                "content_block_start",
+            ),
+            sse(
+                {
+                    "type": "content_block_delta",
+                    "index": 1,
+                    "delta": {
+                        "type": "input_json_delta",
+                        "partial_json": '{"path": "a.txt", "cont',
+                    },
+                },
+                "content_block_delta",
+            ),
+            sse({"type": "content_block_stop", "index": 1}, "content_block_stop"),
+        ]
+        return [start, *text_block, *cut, *ended("max_tokens")]
     if case == "badutf8":
         return [
             start,
@@ -228,6 +346,48 @@ def gemini(case: str) -> list[bytes]:
             b"\n\n",
             gemini_chunk([{"text": "!"}], "STOP"),
         ]
+    if case == "maxtokens":
+        return [gemini_chunk([{"text": "Hello"}]), gemini_chunk([{"text": ", wor"}], "MAX_TOKENS")]
+    if case == "safety":
+        return [
+            gemini_chunk([{"text": "Here"}]),
+            sse(
+                {
+                    "candidates": [
+                        {
+                            "content": {"parts": [], "role": "model"},
+                            "finishReason": "SAFETY",
+                            "index": 0,
+                            "safetyRatings": [
+                                {
+                                    "category": "HARM_CATEGORY_HARASSMENT",
+                                    "probability": "NEGLIGIBLE",
+                                },
+                                {
+                                    "category": "HARM_CATEGORY_DANGEROUS_CONTENT",
+                                    "probability": "HIGH",
+                                    "blocked": True,
+                                },
+                            ],
+                        }
+                    ]
+                }
+            ),
+        ]
+    if case == "blocked":
+        return [
+            sse(
+                {
+                    "promptFeedback": {
+                        "blockReason": "PROHIBITED_CONTENT",
+                        "safetyRatings": [
+                            {"category": "HARM_CATEGORY_HATE_SPEECH", "probability": "HIGH"}
+                        ],
+                    },
+                    "usageMetadata": {"promptTokenCount": 10, "totalTokenCount": 10},
+                }
+            )
+        ]
     raise KeyError(case)
 
 
@@ -258,14 +418,32 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length).decode("utf-8", "replace")
         with open(LOG, "a", encoding="utf-8") as log:
             log.write(
-                json.dumps(
-                    {"path": self.path, "headers": dict(self.headers.items()), "body": body}
-                )
+                json.dumps({"path": self.path, "headers": dict(self.headers.items()), "body": body})
                 + "\n"
             )
         scenario = self.path.strip("/").split("/")[0]
-        family, _, case = scenario.partition("-")
-        if case == "unauthorized":
+        with SEEN_LOCK:
+            SEEN[scenario] += 1
+            seen = SEEN[scenario]
+        family, _, case = scenario.partition(".")[0].partition("-")
+        if case == "ratelimitedonce" and seen == 1:
+            self._json(
+                429,
+                ERROR_BODIES[family]("Rate limit reached, slow down", "rate_limit_error"),
+                {"Retry-After": "1"},
+            )
+        elif case == "overloadedtwice" and seen <= 2:
+            status = 529 if family == "anthropic" else 503
+            self._json(status, ERROR_BODIES[family]("Overloaded", "overloaded_error"))
+        elif case in ("ratelimitedonce", "overloadedtwice"):
+            self._stream(STREAMS[family]("text"))
+        elif case == "ratelimitedlong":
+            self._json(
+                429,
+                ERROR_BODIES[family]("Daily quota used up", "rate_limit_error"),
+                {"Retry-After": "3600"},
+            )
+        elif case == "unauthorized":
             self._json(401, ERROR_BODIES[family]("Incorrect API key provided", "invalid_key"))
         elif case == "ratelimited":
             self._json(
@@ -282,6 +460,52 @@ class Handler(BaseHTTPRequestHandler):
             self._raw(200, "text/html", b"<html><body>Sign in to continue</body></html>")
         else:
             self._stream(STREAMS[family](case))
+
+    def do_GET(self) -> None:
+        with open(LOG, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"path": self.path, "headers": dict(self.headers.items())}) + "\n")
+        scenario = self.path.strip("/").split("/")[0]
+        if self.path.endswith("/api/tags"):
+            # Ollama's own listing.
+            self._json(
+                200,
+                {
+                    "models": [
+                        {
+                            "name": "qwen2.5-coder:7b",
+                            "model": "qwen2.5-coder:7b",
+                            "size": 4683087332,
+                        },
+                        {"name": "llama3.2:latest", "model": "llama3.2:latest", "size": 2019393189},
+                    ]
+                },
+            )
+        elif self.path.endswith("/models") and scenario.startswith("openai-ollama"):
+            # An Ollama too old for /v1/models.
+            self._raw(404, "text/plain", b"404 page not found")
+        elif self.path.endswith("/models"):
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": "local-coder",
+                            "object": "model",
+                            "created": 1700000000,
+                            "owned_by": "me",
+                        },
+                        {
+                            "id": "local-small",
+                            "object": "model",
+                            "created": 1700000000,
+                            "owned_by": "me",
+                        },
+                    ],
+                },
+            )
+        else:
+            self._raw(404, "text/plain", b"not found")
 
     def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self._raw(status, "application/json", json.dumps(body).encode(), headers)

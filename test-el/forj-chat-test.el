@@ -12,6 +12,8 @@
 (require 'ert)
 (require 'forj-chat)
 (require 'forj-epc-test)
+(require 'forj-provider-test)
+(require 'forj-setup)
 
 (defun forj-chat-test--script (replies)
   "Write REPLIES (a list of plists with :text and maybe :calls) to a session file."
@@ -160,13 +162,14 @@
       (should-not (string-match-p "from disk" (buffer-string))))))
 
 (ert-deftest forj-test-chat-iteration-cap ()
-  "FR-RES-03: past the cap, calls are refused and the model resumed once; then it stops."
+  "FR-RES-03: past the cap, calls are refused and the model resumed once; then it stops.
+The chat then offers to go on, and `forj-continue' gives the model as many batches again."
   (let ((forj-chat-max-tool-iterations 2)
         (call (forj-chat-test--block
                "{\"id\": \"l\", \"name\": \"list_files\", \"args\": {}}")))
     (forj-chat-test-with-session '(("a.txt" . "a\n"))
         (list (list :text call) (list :text call) (list :text call) (list :text call)
-              (list :text "never reached"))
+              (list :text call) (list :text "All done."))
       (forj-chat-test--say "Loop.")
       (should (forj-chat-test--wait-idle))
       (let ((text (buffer-string)))
@@ -177,8 +180,235 @@
           (should (= (with-temp-buffer (insert transcript)
                                        (how-many "Max tool iterations reached" (point-min) (point-max)))
                      4)))
-        (should (string-match-p "kept calling tools past the iteration limit" text))
-        (should-not (string-match-p "never reached" text))))))
+        (should (string-match-p "⚠ forj: this message reached its limit of 2 tool batches.  C-c C-j (M-x forj-continue) lets the model go on" text))
+        (should-not (string-match-p "All done" text)))
+      ;; One key goes on; a draft in the input stays.
+      (goto-char (point-max))
+      (insert "my draft")
+      (should (eq (key-binding (kbd "C-c C-j")) #'forj-continue))
+      (forj-continue)
+      (should (forj-chat-test--wait-idle))
+      (should (= (how-many "^✓ list_files" (point-min) (point-max)) 3))
+      (should (string-match-p "## User\n\nGo on with the task: you may use tools for 2 more batches.\n" (buffer-string)))
+      (should (string-match-p "## Assistant\n\nAll done.\n\n## User\n\nmy draft\\'" (buffer-string)))
+      (should (equal (plist-get (car (last (forj-chat-messages) 4)) :text)
+                     "Go on with the task: you may use tools for 2 more batches."))
+      ;; Nothing is left to continue.
+      (should-error (forj-continue) :type 'user-error))))
+
+(ert-deftest forj-test-chat-iteration-cap-follows-the-worker-config ()
+  "With `forj-chat-max-tool-iterations' nil, the limit is the configuration's."
+  (let ((forj-chat-max-tool-iterations nil)
+        (call (forj-chat-test--block
+               "{\"id\": \"l\", \"name\": \"list_files\", \"args\": {}}")))
+    (forj-chat-test-with-session '(("a.txt" . "a\n")
+                                   (".forj/config.toml" . "[tools]\nmax_tool_iterations_per_user_turn = 1\n"))
+        (list (list :text call) (list :text call) (list :text "Stopping here."))
+      (forj-chat-test--say "Loop.")
+      (should (forj-chat-test--wait-idle))
+      (should (= (forj-chat-max-iterations) 1))
+      (should (= (how-many "^✓ list_files" (point-min) (point-max)) 1))
+      (should (string-match-p "Max tool iterations reached (1 per user message)" (buffer-string)))
+      (should (string-match-p "reached its limit of 1 tool batches" (buffer-string)))
+      (let ((forj-chat-max-tool-iterations 3))
+        (should (= (forj-chat-max-iterations) 3))))))
+
+(ert-deftest forj-test-chat-retry-asks-for-the-last-reply-again ()
+  "`forj-retry' takes the last reply and what followed it away and asks again."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text "First answer.") (list :text "Second answer."))
+    (should-error (forj-retry) :type 'user-error)
+    (forj-chat-test--say "Hi.")
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "First answer." (buffer-string)))
+    (goto-char (point-max))
+    (insert "draft")
+    (should (eq (key-binding (kbd "C-c C-a")) #'forj-retry))
+    (forj-retry)
+    (should (forj-chat-test--wait-idle))
+    ;; The scripted model gives its reply by count: the first is gone, so it
+    ;; answers with the first again; the record holds one reply.
+    (should (= (how-many "^## Assistant$" (point-min) (point-max)) 1))
+    (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages)) '("user" "assistant")))
+    (should (string-match-p "## User\n\ndraft\\'" (buffer-string)))
+    ;; Again, with another model.
+    (let* ((other (forj-chat-test--script (list (list :text "Another model's answer."))))
+           (forj-providers (cons (list "other-script" :family 'scripted :script other) forj-providers)))
+      (forj-set-model "other-script" nil)
+      (should (string-match-p "forj · other-script" (forj-chat--header-line)))
+      (forj-retry)
+      (should (forj-chat-test--wait-idle))
+      (should (string-match-p "## Assistant\n\nAnother model's answer.\n" (buffer-string)))
+      (should-not (string-match-p "First answer" (buffer-string)))
+      (delete-file other))))
+
+;;; Against servers speaking each provider's wire format
+
+(defmacro forj-chat-test-with-http (tree providers &rest body)
+  "Run BODY in a chat on a project of TREE talking to PROVIDERS of the fake server.
+PROVIDERS is a list of (NAME FAMILY CASE . MORE); the first is the
+chat's.  `root' is the project, `chat' the chat buffer."
+  (declare (indent 2) (debug t))
+  `(forj-test-with-project ,tree
+     (make-directory (expand-file-name ".git" root))
+     (let* ((process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test-SECRET-123" process-environment))
+            (forj-providers (mapcar (lambda (p)
+                                      (cons (nth 0 p)
+                                            (append (cddr (forj-provider-test--provider (nth 1 p) (nth 2 p)))
+                                                    (nthcdr 3 p))))
+                                    ,providers))
+            (forj-provider (car (car forj-providers)))
+            (chat (forj root)))
+       (unwind-protect
+           (with-current-buffer chat ,@body)
+         (when (buffer-live-p chat)
+           (with-current-buffer chat (set-buffer-modified-p nil))
+           (kill-buffer chat))))))
+
+(defun forj-chat-test--last-request ()
+  "The fake server's last request: (PATH . BODY-AS-PLIST)."
+  (let ((request (forj-provider-test--last-request)))
+    (cons (plist-get request :path)
+          (json-parse-string (plist-get request :body) :object-type 'plist))))
+
+(ert-deftest forj-test-chat-model-switch-changes-the-next-request ()
+  "`forj-set-model' mid-chat: the next request goes to the new provider's URL with its model."
+  (forj-chat-test-with-http '(("a.txt" . "a\n"))
+      '(("fake-openai" openai "text") ("fake-anthropic" anthropic "text" :models ("claude-other")))
+    (should (string-match-p "forj · fake-openai fake-model" (forj-chat--header-line)))
+    (forj-chat-test--say "Hi.")
+    (should (forj-chat-test--wait-idle))
+    (let ((request (forj-chat-test--last-request)))
+      (should (equal (car request) "/openai-text/v1/chat/completions"))
+      (should (equal (plist-get (cdr request) :model) "fake-model")))
+    ;; Both providers' models are offered, the current one first among them.
+    (let ((labels (mapcar #'car (forj-models-candidates))))
+      (should (member "fake-openai/fake-model" labels))
+      (should (member "fake-anthropic/claude-other" labels)))
+    (should (equal (forj-models--current-label) "fake-openai/fake-model"))
+    (forj-set-model "fake-anthropic" "claude-other")
+    (should (string-match-p "forj · fake-anthropic claude-other" (forj-chat--header-line)))
+    (forj-chat-test--say "Again.")
+    (should (forj-chat-test--wait-idle))
+    (let ((request (forj-chat-test--last-request)))
+      (should (equal (car request) "/anthropic-text/v1/messages"))
+      (should (equal (plist-get (cdr request) :model) "claude-other"))
+      ;; The conversation so far went along, in the new provider's shape.
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) (plist-get (cdr request) :messages))
+                     '("user" "assistant" "user"))))
+    (should (string-match-p "⚠ forj: model: fake-anthropic claude-other, from the next request on"
+                            (buffer-string)))))
+
+(ert-deftest forj-test-chat-refusal-shows-the-providers-reason ()
+  "A refusal, with text before it or without, is shown with the provider's reason."
+  (forj-chat-test-with-http '(("a.txt" . "a\n"))
+      '(("fake-anthropic" anthropic "refusal") ("bare" anthropic "refusalbare")
+        ("fake-openai" openai "refusal"))
+    (forj-chat-test--say "Something bad.")
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "## Assistant\n\nHello, world\n" (buffer-string)))
+    (should (string-match-p "⚠ forj: fake-anthropic refused to answer: stop_reason \"refusal\"" (buffer-string)))
+    (should (string-match-p "C-c C-a (M-x forj-retry) asks again" (buffer-string)))
+    (forj-set-model "bare" "fake-model")
+    (forj-retry)
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "⚠ forj: bare refused to answer: stop_reason \"refusal\"" (buffer-string)))
+    (forj-set-model "fake-openai" "fake-model")
+    (forj-retry)
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "⚠ forj: fake-openai refused to answer: I'm sorry, I can't help with that." (buffer-string)))
+    ;; The button in the notice runs the command it names.
+    (goto-char (point-min))
+    (search-forward "M-x forj-retry")
+    (should (button-at (match-beginning 0)))))
+
+(ert-deftest forj-test-chat-cut-tool-call-is-not-run-and-continues ()
+  "A native call cut by max_tokens: shown as cut, not run; `forj-continue' asks the model to go on."
+  (forj-chat-test-with-http '(("a.txt" . "a\n"))
+      '(("fake-anthropic" anthropic "cuttool" :native-tools t))
+    (forj-chat-test--say "Write it.")
+    (should (forj-chat-test--wait-idle))
+    (let ((text (buffer-string)))
+      (should (string-match-p "## Assistant\n\nHello, world\n" text))
+      (should (string-match-p "⚠ forj: the reply was cut off by the output token limit (max_tokens), in the middle of a call to write_file, which was dropped; none of its tool calls ran." text))
+      (should-not (string-match-p "## Tool results" text))
+      (should-not (get-buffer "*forj-review*")))
+    (should (equal (with-temp-buffer (insert-file-contents (expand-file-name "a.txt" root)) (buffer-string))
+                   "a\n"))
+    (forj-continue)
+    (should (forj-chat-test--wait-idle))
+    (let* ((body (cdr (forj-chat-test--last-request)))
+           (last (aref (plist-get body :messages) (1- (length (plist-get body :messages))))))
+      (should (equal (plist-get last :role) "user"))
+      (should (string-match-p "cut off by the output token limit in the middle of a call to write_file"
+                              (plist-get (aref (plist-get last :content) 0) :text))))))
+
+(ert-deftest forj-test-chat-cut-reply-answers-its-whole-calls ()
+  "A fenced reply cut by the token limit: its calls are answered as not run, none runs."
+  (forj-chat-test-with-http '(("a.txt" . "a\n"))
+      '(("fake-openai" openai "lengthcalls"))
+    (forj-chat-test--say "Go.")
+    (should (forj-chat-test--wait-idle))
+    (let ((text (buffer-string)))
+      (should (string-match-p "cut off by the output token limit (finish_reason \"length\"), in the middle of a tool-call block; none of its tool calls ran" text))
+      (should (= (how-many "^✗ " (point-min) (point-max)) 2))
+      (should-not (string-match-p "^✓" text)))
+    ;; The model reads why its calls did not run, one result per call.
+    (let ((transcript (forj-chat--transcript)))
+      (should (string-match-p "\"id\":\"w1\".*Not run: your reply was cut off by the output token limit.*Write the call again, whole"
+                              transcript)))
+    (should (eq (plist-get forj-chat--continuation :kind) 'cut))))
+
+(ert-deftest forj-test-chat-failed-reply-continues-and-retries ()
+  "A reply that failed (HTTP 401): `forj-continue' asks again; `forj-retry' keeps the unanswered message."
+  (let ((forj-provider-retries 0))
+    (forj-chat-test-with-http '(("a.txt" . "a\n"))
+        '(("refused-key" openai "unauthorized") ("fake-openai" openai "text"))
+      (forj-chat-test--say "Hi.")
+      (should (forj-chat-test--wait-idle))
+      (should (string-match-p "⚠ forj: HTTP 401 (the API key was refused): Incorrect API key provided.*C-c C-j (M-x forj-continue) tries again"
+                              (buffer-string)))
+      (should (eq (plist-get forj-chat--continuation :kind) 'failed))
+      ;; The message was never answered: retrying keeps it.
+      (forj-retry)
+      (should (forj-chat-test--wait-idle))
+      (should (= (how-many "^Hi\\.$" (point-min) (point-max)) 1))
+      (should (eq (plist-get forj-chat--continuation :kind) 'failed))
+      (forj-set-model "fake-openai" "fake-model")
+      (forj-continue)
+      (should (forj-chat-test--wait-idle))
+      (should (string-match-p "## Assistant\n\nHello, world\n" (buffer-string)))
+      ;; Nothing was said before the failure, so no message was added.
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages)) '("user" "assistant"))))))
+
+(ert-deftest forj-test-chat-429-countdown-then-the-reply ()
+  "HTTP 429 with Retry-After: a countdown shows until the request goes again and the reply comes."
+  (let ((tag (format "ratelimitedonce.%s" (random 1000000))))
+    (forj-chat-test-with-http '(("a.txt" . "a\n"))
+        `(("fake-anthropic" anthropic ,tag))
+      (forj-chat-test--say "Hi.")
+      (should (forj-test--wait-for (lambda () forj-chat--wait) 20))
+      (let ((shown (overlay-get (plist-get forj-chat--wait :overlay) 'before-string)))
+        (should (string-match-p "⏳ HTTP 429 (rate limited): Rate limit reached, slow down.*retry 1 of 4 in 1 s" shown)))
+      (should (string-match-p "retry 1 of 4 in [01] s…  C-c C-k stops" (forj-chat--header-line)))
+      (should (forj-chat-test--wait-idle))
+      (should-not forj-chat--wait)
+      (should (string-match-p "## Assistant\n\nHello, world\n" (buffer-string))))))
+
+(ert-deftest forj-test-chat-stop-during-a-retry-wait ()
+  "C-c C-k while a retry waits: nothing more is sent; the turn ends."
+  (let ((tag (format "overloadedtwice.%s" (random 1000000)))
+        (forj-provider-retry-backoff 30))
+    (forj-chat-test-with-http '(("a.txt" . "a\n"))
+        `(("fake-openai" openai ,tag))
+      (forj-chat-test--say "Hi.")
+      (should (forj-test--wait-for (lambda () forj-chat--wait) 20))
+      (should (string-match-p "HTTP 503" (plist-get forj-chat--wait :message)))
+      (forj-chat-stop)
+      (should (eq forj-chat--state 'idle))
+      (should-not forj-chat--wait)
+      (should (string-match-p "⚠ forj: stopped by the user" (buffer-string)))
+      (should (= (forj-provider-test--requests (concat "openai-" tag)) 1)))))
 
 (ert-deftest forj-test-chat-stop-mid-stream-keeps-text-and-does-not-resume ()
   "Stopping a streaming reply keeps what arrived, says so, runs no tools."
@@ -288,7 +518,16 @@
 
 (ert-deftest forj-test-chat-demo-session-runs-on-the-sample-project ()
   "The demo of `make run' without a key: reads, a reviewed edit, a result, the answer."
-  (let* ((forj-provider-scripted-delay 0.001)
+  ;; The worker's config and journal go to a temporary home: the user's
+  ;; own state directory may hold a journal another forj version wrote,
+  ;; which this worker refuses to open.
+  (let* ((home (make-temp-file "forj-home-" t))
+         (process-environment
+          (append (list (concat "FORJ_CONFIG=" (expand-file-name "config.toml" home))
+                        (concat "FORJ_STATE_DIR=" (expand-file-name "state" home)))
+                  process-environment))
+         (forj-worker-python forj-test--python)
+         (forj-provider-scripted-delay 0.001)
          (forj-provider-scripted-chunk 200)
          (chat (forj-demo))
          (root (buffer-local-value 'forj-chat--root chat)))
@@ -311,7 +550,8 @@
       (with-current-buffer chat (set-buffer-modified-p nil))
       (kill-buffer chat)
       (forj-worker-stop root)
-      (delete-directory root t))))
+      (delete-directory root t)
+      (delete-directory home t))))
 
 (ert-deftest forj-test-chat-killing-the-last-chat-stops-the-worker ()
   "The worker lives while a chat (or a forj-tools-mode buffer) of its project does."
@@ -353,6 +593,116 @@
     (accept-process-output nil 0.3)
     (should (= (how-many "^## Assistant$" (point-min) (point-max)) 1))
     (should (string-match-p "## Assistant\n\nfirst reply\n" (buffer-string)))))
+
+;;; Models and setup
+
+(ert-deftest forj-test-chat-local-servers-list-their-models ()
+  "A local server lists its models through /v1/models, or Ollama's /api/tags; asynchronously."
+  (let* ((port (forj-provider-test--server))
+         (forj-providers
+          (list (list "lm" :family 'openai :url (format "http://127.0.0.1:%d/openai-lm/v1" port)
+                      :model "local-coder" :local t)
+                (list "ollama" :family 'openai :url (format "http://127.0.0.1:%d/openai-ollama/v1" port)
+                      :model "qwen2.5-coder" :local t)
+                (list "gone" :family 'openai :url "http://127.0.0.1:9/v1" :model "m" :local t)))
+         (answers nil))
+    (clrhash forj-models--listed)
+    (clrhash forj-models--failed)
+    (dolist (name '("lm" "ollama" "gone"))
+      (forj-models-list (forj-provider-get name)
+                        (lambda (models why) (push (list name models why) answers))))
+    ;; Nothing has arrived yet: the listing does not wait.
+    (should-not answers)
+    (should (forj-test--wait-for (lambda () (= (length answers) 3)) 20))
+    (should (equal (nth 1 (assoc "lm" answers)) '("local-coder" "local-small")))
+    (should (equal (nth 1 (assoc "ollama" answers)) '("qwen2.5-coder:7b" "llama3.2:latest")))
+    (should-not (nth 1 (assoc "gone" answers)))
+    (should (string-match-p "http://127.0.0.1:9/v1 does not answer" (nth 2 (assoc "gone" answers))))
+    ;; Ollama was asked at /v1/models first, then at /api/tags.
+    (should (= (forj-provider-test--requests "openai-ollama") 2))
+    (let ((labels (mapcar #'car (forj-models-candidates))))
+      (should (equal (seq-filter (lambda (l) (string-prefix-p "lm/" l)) labels)
+                     '("lm/local-coder" "lm/local-small")))
+      (should (member "ollama/llama3.2:latest" labels))
+      (should (member "gone/m" labels)))))
+
+(ert-deftest forj-test-chat-setup-stores-a-key-through-auth-source ()
+  "`forj-setup' with a key: stored through auth-source, found again, the chat uses it."
+  (let* ((authinfo (make-temp-file "forj-authinfo-"))
+         (auth-sources (list authinfo))
+         (auth-source-save-behavior nil)
+         (process-environment (cons "FORJ_TEST_NO_KEY=" process-environment))
+         (forj-provider nil)
+         (forj-providers (list (list "hosted" :family 'openai :model "m1"
+                                     :url "https://api.example.test/v1" :key-env '("FORJ_TEST_NO_KEY")))))
+    (unwind-protect
+        (forj-test-with-project '(("a.txt" . "a
+"))
+          (make-directory (expand-file-name ".git" root))
+          (let ((chat (forj-run root)))
+            (unwind-protect
+                (with-current-buffer chat
+                  (should-not forj-chat--provider)
+                  ;; The first screen offers setup and the demo, as buttons.
+                  (let ((text (buffer-string)))
+                    (should (string-match-p "⚠ forj: no language model is set up yet" text))
+                    (should-not (string-match-p "the chat says" text)))
+                  (goto-char (point-min))
+                  (search-forward "M-x forj-setup")
+                  (should (button-at (match-beginning 0)))
+                  (search-forward "M-x forj-demo")
+                  (should (button-at (match-beginning 0)))
+                  (should-not (forj-provider-key (forj-provider-get "hosted")))
+                  (forj-setup-key "hosted" "  sk-pasted-KEY
+")
+                  (should (equal (forj-provider-key (forj-provider-get "hosted")) "sk-pasted-KEY"))
+                  (should (string-match-p "machine api.example.test login apikey .*password sk-pasted-KEY"
+                                          (with-temp-buffer (insert-file-contents authinfo) (buffer-string))))
+                  (should (equal (plist-get forj-chat--provider :name) "hosted"))
+                  (should (equal forj-provider "hosted"))
+                  (should (string-match-p "⚠ forj: hosted is set up" (buffer-string)))
+                  ;; The key is never in the chat.
+                  (should-not (string-match-p "sk-pasted" (buffer-string)))
+                  ;; Another key for the same host is not written over silently.
+                  (should-error (forj-setup-key "hosted" "sk-other") :type 'user-error)
+                  (set-buffer-modified-p nil))
+              (kill-buffer chat))))
+      (auth-source-forget-all-cached)
+      (delete-file authinfo))))
+
+(ert-deftest forj-test-chat-setup-of-a-local-server-uses-its-first-model ()
+  "`forj-setup' with a local URL: the server is asked for its models and the chat uses the first."
+  (let ((forj-providers (list (list "scripted" :family 'scripted)))
+        (forj-provider nil)
+        (url (format "http://127.0.0.1:%d/openai-mine/v1/" (forj-provider-test--server))))
+    (forj-test-with-project '(("a.txt" . "a
+"))
+      (make-directory (expand-file-name ".git" root))
+      (let ((chat (forj root)))
+        (unwind-protect
+            (with-current-buffer chat
+              (forj-setup-local url)
+              (should (equal (plist-get forj-chat--provider :name) "local"))
+              (should (forj-test--wait-for
+                       (lambda () (equal (plist-get forj-chat--provider :model) "local-coder")) 20))
+              (should (equal (plist-get forj-chat--provider :url) (string-remove-suffix "/" url)))
+              (should (string-match-p "forj · local local-coder" (forj-chat--header-line)))
+              (should (string-match-p "has local-coder, local-small; this chat uses local-coder"
+                                      (buffer-string)))
+              ;; A server that does not answer: the chat says so, and will not
+              ;; send without a model.
+              (forj-setup-local "http://127.0.0.1:9/v1")
+              (should (forj-test--wait-for
+                       (lambda () (string-match-p "http://127.0.0.1:9/v1 did not list its models"
+                                                  (buffer-string)))
+                       20))
+              (should-not (plist-get forj-chat--provider :model))
+              (goto-char (point-max))
+              (insert "Hello?")
+              (should-error (forj-chat-send) :type 'user-error)
+              (should (eq forj-chat--state 'idle))
+              (set-buffer-modified-p nil))
+          (kill-buffer chat))))))
 
 ;;; How commands run: said on the first screen
 

@@ -70,7 +70,8 @@
     (let ((offered (forj-menu-test--open)))
       (dolist (command '(forj-chat-send forj-chat-set-tools-mode forj-menu-system-prompt forj-save
                          forj-open-chat forj-demo forj-tools-toggle-fold forj-menu-status
-                         forj-menu-restart-worker forj-menu-worker-log forj-menu-settings))
+                         forj-menu-restart-worker forj-menu-worker-log forj-menu-settings
+                         forj-retry forj-continue forj-set-model))
         (should (memq command offered)))
       ;; Nothing runs: no stop, no result to give.
       (should-not (memq 'forj-menu-stop offered))
@@ -249,7 +250,8 @@
   "A code block refontified from a line inside it is still code, not a heading."
   (with-temp-buffer
     (forj-chat-mode)
-    ;; The chat's history is read-only; this test draws a reply directly.
+    ;; The chat's history is read-only; this stands for a drawn reply.
+    (goto-char (point-min))
     (let ((inhibit-read-only t))
       (insert "## Assistant\n\n```sh\necho one\n# comment\necho two\n```\n\n# After\n"))
     (font-lock-ensure)

@@ -44,21 +44,33 @@
                 :key-env '("FORJ_TEST_PROVIDER_KEY"))
           more))
 
-(defun forj-provider-test--run (provider &optional tools)
-  "Run one request to PROVIDER; return (:text :calls :error :done :command)."
-  (let* ((text "") (calls nil) (error nil) (done nil)
-         (process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test-SECRET-123" process-environment))
-         (stream (forj-provider-start
+(defun forj-provider-test--run (provider &optional tools on-wait)
+  "Run one request to PROVIDER; return (:text :calls :error :done :stop :waits :command).
+ON-WAIT, if given, is also called with the stream and each wait's arguments."
+  (let* ((text "") (calls nil) (error nil) (done nil) (stop nil) (waits nil) (stream nil)
+         (process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test-SECRET-123" process-environment)))
+    (setq stream (forj-provider-start
                   provider "You are a test." (list (list :role "user" :text "Hi"))
                   tools
                   (list :on-text (lambda (s) (setq text (concat text s)))
                         :on-call (lambda (c) (push c calls))
+                        :on-stop (lambda (info) (setq stop info))
+                        :on-wait (lambda (seconds attempt message)
+                                   (push (list seconds attempt message) waits)
+                                   (when on-wait (funcall on-wait stream seconds attempt message)))
                         :on-done (lambda () (setq done t))
-                        :on-error (lambda (m) (setq error m))))))
-    (forj-test--wait-for (lambda () (or done error)) 20)
-    (list :text text :calls (nreverse calls) :error error :done done
+                        :on-error (lambda (m) (setq error m)))))
+    (forj-test--wait-for (lambda () (or done error (not (forj-provider-stream-live-p stream)))) 20)
+    (list :text text :calls (nreverse calls) :error error :done done :stop stop
+          :waits (nreverse waits)
           :command (and (forj-provider-stream-process stream)
                         (process-command (forj-provider-stream-process stream))))))
+
+(defun forj-provider-test--requests (scenario)
+  "How many requests the fake server logged for SCENARIO (a path's first segment)."
+  (with-temp-buffer
+    (insert-file-contents forj-provider-test--log)
+    (how-many (concat "\"path\": \"/" (regexp-quote scenario) "/") (point-min) (point-max))))
 
 (defun forj-provider-test--last-request ()
   "The last request the fake server logged, as a plist."
@@ -131,6 +143,7 @@
 (ert-deftest forj-test-provider-http-errors-show-the-providers-message ()
   "401, 429 with Retry-After, an HTML 502: the provider's own words reach the user."
   (dolist (family '(openai anthropic gemini))
+   (let ((forj-provider-retries 0))
     (let ((err (plist-get (forj-provider-test--run (forj-provider-test--provider family "unauthorized"))
                           :error)))
       (should (string-match-p "HTTP 401 (the API key was refused): Incorrect API key provided" err)))
@@ -140,7 +153,7 @@
       (should (string-match-p "retry after 7 seconds" err)))
     (let ((err (plist-get (forj-provider-test--run (forj-provider-test--provider family "html")) :error)))
       (should (string-match-p "HTTP 502 (the provider failed): 502 Bad Gateway" err))
-      (should-not (string-match-p "<h1>" err)))))
+      (should-not (string-match-p "<h1>" err))))))
 
 (ert-deftest forj-test-provider-broken-streams ()
   "An empty body, a page that is not a stream, a stream cut mid-event: each is a clear error."
@@ -181,6 +194,93 @@
                                :local t))
                         :error)))
     (should (string-match-p "curl exit 7" err))))
+
+(ert-deftest forj-test-provider-refusals-show-the-providers-reason ()
+  "Refusals and safety blocks of each family end the reply with the provider's reason."
+  (pcase-dolist (`(,family ,case ,text ,reason)
+                 '((anthropic "refusal" "Hello, world" "stop_reason \"refusal\"")
+                   (anthropic "refusalbare" "" "stop_reason \"refusal\"")
+                   (openai "refusal" "" "\\`I'm sorry, I can't help with that.\\'")
+                   (openai "filter" "Here is" "content_filter")
+                   (gemini "safety" "Here" "finishReason SAFETY (DANGEROUS_CONTENT)")
+                   (gemini "blocked" "" "blockReason PROHIBITED_CONTENT (HATE_SPEECH)")))
+    (let* ((run (forj-provider-test--run (forj-provider-test--provider family case)))
+           (stop (plist-get run :stop)))
+      (should (plist-get run :done))
+      (should-not (plist-get run :error))
+      (should (equal (plist-get run :text) text))
+      (should (eq (plist-get stop :kind) 'refusal))
+      (should (string-match-p reason (plist-get stop :reason))))))
+
+(ert-deftest forj-test-provider-token-limit-cuts-are-reported-and-cut-calls-dropped ()
+  "A reply cut by the token limit says so; a native call cut in the middle is not a call."
+  (pcase-dolist (`(,family ,case ,text ,reason)
+                 '((anthropic "maxtokens" "Hello, world" "max_tokens")
+                   (openai "length" "A long answer that" "length")
+                   (gemini "maxtokens" "Hello, wor" "MAX_TOKENS")))
+    (let* ((run (forj-provider-test--run (forj-provider-test--provider family case)))
+           (stop (plist-get run :stop)))
+      (should (plist-get run :done))
+      (should (equal (plist-get run :text) text))
+      (should (eq (plist-get stop :kind) 'length))
+      (should (string-match-p reason (plist-get stop :reason)))
+      (should-not (plist-get stop :cut-call))))
+  (dolist (family '(anthropic openai))
+    (let* ((run (forj-provider-test--run (forj-provider-test--provider family "cuttool" :native-tools t)
+                                         forj-provider-test--tools))
+           (stop (plist-get run :stop)))
+      (should (plist-get run :done))
+      (should (eq (plist-get stop :kind) 'length))
+      (should (equal (plist-get stop :cut-call) "write_file"))
+      (should-not (plist-get run :calls))))
+  ;; A whole call before the end is still a call, with no stop.
+  (let ((run (forj-provider-test--run (forj-provider-test--provider 'anthropic "tools" :native-tools t)
+                                      forj-provider-test--tools)))
+    (should (= (length (plist-get run :calls)) 1))
+    (should-not (plist-get run :stop))))
+
+(ert-deftest forj-test-provider-429-and-5xx-are-retried-honouring-retry-after ()
+  "429 with Retry-After waits that long and tries again; 5xx backs off; a long wait is not taken."
+  (dolist (family '(openai anthropic gemini))
+    (let* ((tag (format "ratelimitedonce.%s" (random 1000000)))
+           (scenario (format "%s-%s" family tag))
+           (run (forj-provider-test--run (forj-provider-test--provider family tag))))
+      (should (plist-get run :done))
+      (should (equal (plist-get run :text) "Hello, world"))
+      (should (equal (mapcar #'butlast (plist-get run :waits)) '((1 1))))
+      (should (string-match-p "HTTP 429 (rate limited): Rate limit reached"
+                              (nth 2 (car (plist-get run :waits)))))
+      (should (= (forj-provider-test--requests scenario) 2))))
+  (let* ((forj-provider-retry-backoff 0.05)
+         (tag (format "overloadedtwice.%s" (random 1000000)))
+         (run (forj-provider-test--run (forj-provider-test--provider 'anthropic tag))))
+    (should (plist-get run :done))
+    ;; Exponential: the second wait is twice the first.
+    (should (equal (mapcar #'butlast (plist-get run :waits)) '((0.05 1) (0.1 2))))
+    (should (string-match-p "HTTP 529 (the provider failed): Overloaded" (nth 2 (car (plist-get run :waits))))))
+  (let ((run (forj-provider-test--run (forj-provider-test--provider 'openai "ratelimitedlong"))))
+    (should-not (plist-get run :waits))
+    (should (string-match-p "HTTP 429 (rate limited): Daily quota used up.*retry after 3600 seconds"
+                            (plist-get run :error))))
+  (let* ((forj-provider-retries 1)
+         (forj-provider-retry-backoff 0.05)
+         (run (forj-provider-test--run (forj-provider-test--provider 'openai "html"))))
+    (should (= (length (plist-get run :waits)) 1))
+    (should (string-match-p "HTTP 502 .*(sent 2 times)" (plist-get run :error)))))
+
+(ert-deftest forj-test-provider-stopping-a-retry-wait-sends-nothing-more ()
+  "Stopping while a retry waits: no more requests, no callback."
+  (let* ((tag (format "ratelimitedonce.%s" (random 1000000)))
+         (scenario (concat "openai-" tag))
+         (run (forj-provider-test--run
+               (forj-provider-test--provider 'openai tag)
+               nil
+               (lambda (stream &rest _) (forj-provider-stop stream)))))
+    (should (= (length (plist-get run :waits)) 1))
+    (accept-process-output nil 1.5)
+    (should-not (plist-get run :done))
+    (should-not (plist-get run :error))
+    (should (= (forj-provider-test--requests scenario) 1))))
 
 (provide 'forj-provider-test)
 ;;; forj-provider-test.el ends here
