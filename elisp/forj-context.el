@@ -104,7 +104,7 @@ and :truncated.")
                     (and (eq (buffer-local-value 'major-mode b) 'forj-chat-mode)
                          (equal (buffer-local-value 'forj-chat--root b) root)))
                   (buffer-list))
-      (save-window-excursion (forj root))))
+      (save-current-buffer (save-window-excursion (forj root)))))
 
 (defun forj-context--cut (text)
   "TEXT cut to `forj-context-max-bytes', and whether it was: (TEXT . CUT)."
@@ -350,18 +350,18 @@ message."
      (lambda ()
        (let ((chat (forj-context--chat root)))
          (with-current-buffer chat
-           (unless (eq forj-chat--state 'idle)
-             (user-error "The chat is busy; try again when the reply is done"))
-           (let ((draft (forj-chat--input-text))
-                 (inhibit-read-only t))
-             (unless (string-blank-p draft)
-               (kill-new draft)
-               (message "forj: your draft in the chat is in the kill ring"))
-             (delete-region forj-chat--input (point-max))
-             (goto-char (point-max))
-             (insert question "\n\n" title ":\n\n" fence language "\n" text
-                     (if (string-suffix-p "\n" text) "" "\n") fence "\n"))
-           (forj-chat-send))
+           (if (not (eq forj-chat--state 'idle))
+               (message "forj: not sent: the chat is busy; try again when the reply is done")
+             (let ((draft (forj-chat--input-text))
+                   (inhibit-read-only t))
+               (unless (string-blank-p draft)
+                 (kill-new draft)
+                 (message "forj: your draft in the chat is in the kill ring"))
+               (delete-region forj-chat--input (point-max))
+               (goto-char (point-max))
+               (insert question "\n\n" title ":\n\n" fence language "\n" text
+                       (if (string-suffix-p "\n" text) "" "\n") fence "\n"))
+             (forj-chat-send)))
          (display-buffer chat))))))
 
 ;;; @path completion

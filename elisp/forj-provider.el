@@ -46,7 +46,8 @@
 ;; body through a file only the user can read, deleted when curl ends.
 ;;
 ;; Messages handed to a family are provider-neutral plists:
-;;   (:role "user" :text S)
+;;   (:role "user" :text S)                           ; :context (ITEM ...) may come
+;;                                                    ; first, ITEM: (:title :text)
 ;;   (:role "assistant" :text S :calls (CALL ...))   ; CALL: (:id :name :args)
 ;;   (:role "tool" :results (RESULT ...))            ; RESULT: (:id :name :content)
 
