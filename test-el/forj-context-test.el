@@ -15,6 +15,7 @@
 (require 'forj-epc-test)
 (require 'forj-provider-test)
 (require 'forj-usage-test)
+(require 'dired)
 
 (defun forj-context-test--wait-items (n)
   "Wait until this chat's context holds N items."
@@ -110,6 +111,23 @@
             (should (equal (plist-get (cadr forj-context-items) :text) "remember the milk\n")))
         (kill-buffer notes)
         (kill-buffer scratch)))))
+
+(ert-deftest forj-test-context-dired-marked-files ()
+  "In Dired, the marked files go to the chat of their project; a denied one is refused."
+  (forj-usage-test-with-chat (forj-provider-test--provider 'anthropic "text")
+    (with-temp-file (expand-file-name "todo.txt" root) (insert "buy bread\n"))
+    (let ((dired (dired-noselect root)))
+      (unwind-protect
+          (with-current-buffer dired
+            (dolist (name '("notes.txt" "todo.txt" ".env"))
+              (dired-goto-file (expand-file-name name root))
+              (dired-mark 1))
+            (call-interactively #'forj-add-context))
+        (kill-buffer dired)))
+    (should (forj-context-test--wait-items 2))
+    (forj-test--wait-for (lambda () nil) 1)
+    (should (equal (sort (mapcar (lambda (i) (plist-get i :title)) forj-context-items) #'string<)
+                   '("notes.txt" "todo.txt")))))
 
 (ert-deftest forj-test-context-send-region ()
   "`forj-send-region' asks about a region of a file in the project's chat."
