@@ -325,10 +325,22 @@ SUMMARY_ASK = "Write a summary that replaces"
 SUMMARY = "SUMMARY-OF-EARLIER: the user asked what notes.txt says; it says remember the milk."
 
 
-def compact(family: str, body: str) -> list[bytes]:
+READ_CALL = (
+    "Reading.\n\n```tool-call\n"
+    '{"id": "r1", "name": "read_file", "args": {"path": "notes.txt"}}\n```\n'
+)
+
+
+def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
     if family != "openai":
         raise KeyError(family)
-    text = SUMMARY if SUMMARY_ASK in body else "Answered."
+    if SUMMARY_ASK in body:
+        text = SUMMARY
+    elif with_tools and "remember the milk" not in body:
+        # Until the model has read notes.txt, it asks to.
+        text = READ_CALL
+    else:
+        text = "Answered."
     usage = {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}
     return [
         openai_chunk({"role": "assistant", "content": text}),
@@ -385,6 +397,8 @@ class Handler(BaseHTTPRequestHandler):
             self._raw(200, "text/event-stream", b"")
         elif case == "compact":
             self._stream(compact(family, body))
+        elif case == "compacttools":
+            self._stream(compact(family, body, with_tools=True))
         elif case == "notsse":
             self._raw(200, "text/html", b"<html><body>Sign in to continue</body></html>")
         else:

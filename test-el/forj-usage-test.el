@@ -152,6 +152,28 @@
                        (concat "**Summary of the earlier conversation**, written by the model to replace it:\n\n"
                                "SUMMARY-OF-EARLIER: the user asked what notes.txt says; it says remember the milk.")))))))
 
+(ert-deftest forj-test-usage-compaction-between-tool-batches ()
+  "Over the threshold after a tool batch, the model is resumed from a summary."
+  (let ((forj-compact-threshold 0.8))
+    (forj-usage-test-with-chat (forj-provider-test--provider 'openai "compacttools" :context-window 1000)
+      (let ((before (length (forj-usage-test--requests))))
+        (forj-usage-test--say "What does notes.txt say?")
+        (let* ((requests (mapcar (lambda (r) (plist-get r :body))
+                                 (nthcdr before (forj-usage-test--requests)))))
+          ;; The question, the summary asked for after the read, the resumed request.
+          (should (= (length requests) 3))
+          (should (string-match-p "Write a summary that replaces" (nth 1 requests)))
+          (should (string-match-p "remember the milk" (nth 1 requests)))
+          (should (string-match-p "SUMMARY-OF-EARLIER" (nth 2 requests)))
+          (should-not (string-match-p "What does notes.txt say" (nth 2 requests)))))
+      ;; The summary follows the results in the record; the reply follows it.
+      (let ((transcript (forj-chat--transcript)))
+        (should (< (string-match "## Tool results" transcript)
+                   (string-match "SUMMARY-OF-EARLIER" transcript)
+                   (string-match "Answered." transcript))))
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages))
+                     '("user" "assistant"))))))
+
 (ert-deftest forj-test-usage-compact-on-demand ()
   "`forj-compact' summarises the conversation now; below the threshold nothing is compacted."
   (let ((forj-compact-threshold 0.8))
