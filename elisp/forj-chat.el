@@ -80,6 +80,9 @@
 (require 'forj-provider-scripted)
 (require 'forj-markdown)
 (require 'forj-models)
+(require 'forj-usage)
+(require 'forj-context)
+(require 'forj-compact)
 
 (autoload 'forj-menu "forj-menu" "Open the menu of everything forj can do from here." t)
 (autoload 'forj-tasks "forj-tasks" "Show the project's todos and tasks in a side window." t)
@@ -237,6 +240,7 @@ Type below the last \"## User\" heading and send with \\[forj-chat-send].
                                 (,(concat "^" forj-chat--notice-prefix ".*$") 0 'forj-chat-notice t)))
   (unless (derived-mode-p 'markdown-mode) (forj-markdown-setup))
   (setq-local header-line-format '(:eval (forj-chat--header-line)))
+  (add-hook 'completion-at-point-functions #'forj-context-complete-at-point nil t)
   (forj-chat--setup-view)
   (forj-chat--read-metadata))
 
@@ -301,14 +305,16 @@ line of its command's docstring."
 (put 'forj-chat-mode 'function-documentation '(forj-chat--mode-documentation))
 
 (defun forj-chat--header-line ()
-  "The chat's header line: provider, model, tools mode, sandbox, what is going on."
-  (format " forj · %s %s · %s · tools: %s · %s"
+  "The chat's header line: provider, model, tools mode, sandbox, what is going on.
+Then tokens, cost and context use (`forj-compact-header')."
+  (format " forj · %s %s · %s · tools: %s · %s · %s"
           (or (plist-get forj-chat--provider :name) "no provider")
           (or (plist-get forj-chat--provider :model) "")
           (if forj-chat--root
               (forj-worker-sandbox-description (forj-worker-get forj-chat--root))
             "commands: no project")
           forj-chat-tools-mode
+          (forj-compact-header)
           (pcase forj-chat--state
             ((guard forj-chat--wait) (forj-chat--wait-text))
             ('streaming "receiving…")
@@ -540,12 +546,16 @@ the user write are escaped instead (`forj-chat--escape-headings')."
     entry))
 
 (defun forj-chat-messages ()
-  "The conversation as provider-neutral messages, read from the record."
+  "The conversation as provider-neutral messages, read from the record.
+The context the user added comes first; a summary replaces what it
+summarises (`forj-compact-messages')."
   (let ((native (forj-chat--native-p))
         (transcript (forj-chat--transcript)))
-    (with-temp-buffer
-      (insert transcript)
-      (forj-chat--parse-messages native))))
+    (forj-context-messages
+     (forj-compact-messages
+      (with-temp-buffer
+        (insert transcript)
+        (forj-chat--parse-messages native))))))
 
 (defun forj-chat--parse-messages (native)
   "The messages of the transcript in the current buffer.
@@ -760,6 +770,11 @@ The user's point stays where it is."
         (forj-chat--seal from (point))))))
 
 (defun forj-chat--request ()
+  "Start the model's next reply, compacting the conversation first if it is due."
+  (unless (forj-compact-before-request #'forj-chat--request)
+    (forj-chat--request-now)))
+
+(defun forj-chat--request-now ()
   "Start the model's next reply under a new \"## Assistant\" heading."
   (let ((buffer (current-buffer))
         (messages (forj-chat-messages)))
@@ -788,6 +803,7 @@ The user's point stays where it is."
                  :on-call (lambda (call)
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-chat--insert-call call))))
+                 :on-usage (forj-usage-recorder buffer forj-chat--provider)
                  :on-done (lambda ()
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-chat--reply-done))))
@@ -1296,7 +1312,8 @@ Return (ENTRIES . DRAFT).  The last \"## User\" section is the prompt."
         (set-marker forj-chat--out (point-min))
       (setq forj-chat--out (copy-marker (point-min) t)))
     (dolist (entry forj-chat--record) (forj-chat--view-entry entry))
-    (forj-chat--insert-prompt draft)))
+    (forj-chat--insert-prompt draft)
+    (forj-context-draw)))
 
 (defun forj-chat--insert-prompt (draft)
   "Draw the prompt heading after the history, then DRAFT as the input."

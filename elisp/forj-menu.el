@@ -136,7 +136,11 @@ define yet once they exist."
      :if forj-menu--in-chat-p)
     ("y" "System prompt" forj-menu-system-prompt :if forj-menu--in-chat-p)]
    ["Context and tasks"
-    ("x" "Context" forj-context :if (lambda () (commandp 'forj-context)))
+    ("x" "Add context" forj-add-context :if (lambda () (commandp 'forj-add-context)))
+    ("X" "Remove context" forj-context-remove
+     :if (lambda () (and (forj-menu--in-chat-p) forj-context-items)))
+    ("z" "Compact the conversation" forj-compact
+     :if (lambda () (and (commandp 'forj-compact) (forj-menu--chat-idle-p))))
     ("j" "Tasks" forj-tasks :if (lambda () (commandp 'forj-tasks)))
     ("u" "Undo" forj-undo :if (lambda () (commandp 'forj-undo)))
     ("w" "Rewind" forj-rewind :if (lambda () (commandp 'forj-rewind)))]]

@@ -34,11 +34,13 @@
 
 (require 'cl-lib)
 (require 'forj-provider)
+(require 'forj-usage)
 
 (defun forj-provider-anthropic--content (message)
   "The content blocks of MESSAGE."
   (pcase (plist-get message :role)
-    ("user" (list (list :type "text" :text (plist-get message :text))))
+    ("user" (append (mapcar #'forj-provider-anthropic--document (plist-get message :context))
+                    (list (list :type "text" :text (plist-get message :text)))))
     ("assistant"
      (append (unless (string-empty-p (or (plist-get message :text) ""))
                (list (list :type "text" :text (plist-get message :text))))
@@ -76,11 +78,12 @@
                (append (list :model (plist-get provider :model)
                              :max_tokens (or (plist-get provider :max-tokens) 8192)
                              :stream t
-                             :system system
-                             :messages (forj-provider-anthropic--messages messages))
+                             :system (forj-provider-anthropic--system system)
+                             :messages (forj-provider-anthropic--cache-last
+                                        (forj-provider-anthropic--messages messages)))
                        (when tools
                          (list :tools
-                               (vconcat
+                               (forj-provider-anthropic--cache-last
                                 (mapcar (lambda (tool)
                                           (list :name (plist-get tool :name)
                                                 :description (plist-get tool :description)
@@ -153,10 +156,68 @@ The calls held are released, but a call the token limit cut is not."
         (list (list :stop (list :kind 'refusal
                                 :reason "stop_reason \"refusal\": Anthropic's safety system stopped the reply"))))))))
 
+(defconst forj-provider-anthropic--breakpoint '(:type "ephemeral")
+  "The cache_control of a prompt caching breakpoint.")
+
+(defun forj-provider-anthropic--document (item)
+  "The context ITEM (:title :text) as a document block with a text source."
+  (list :type "document"
+        :source (list :type "text" :media_type "text/plain" :data (plist-get item :text))
+        :title (plist-get item :title)))
+
+(defun forj-provider-anthropic--system (system)
+  "SYSTEM as one text block, cached: it is the same on every request."
+  (vector (list :type "text" :text system :cache_control forj-provider-anthropic--breakpoint)))
+
+(defun forj-provider-anthropic--cache-last (items)
+  "ITEMS (a list or vector) as a vector whose last element is a cache breakpoint.
+For the tools, the breakpoint caches all of them; for the messages,
+it is put on the last content block, so the whole conversation so far
+is cached and the next request reads it back at the cache price."
+  (let ((items (vconcat items)))
+    (when (> (length items) 0)
+      (let* ((index (1- (length items)))
+             (last (aref items index)))
+        (aset items index
+              (if (plist-get last :role)
+                  (let ((content (vconcat (plist-get last :content))))
+                    (when (> (length content) 0)
+                      (aset content (1- (length content))
+                            (append (aref content (1- (length content)))
+                                    (list :cache_control forj-provider-anthropic--breakpoint))))
+                    (list :role (plist-get last :role) :content content))
+                (append last (list :cache_control forj-provider-anthropic--breakpoint))))))
+    items))
+
+(defun forj-provider-anthropic--usage (stream json)
+  "The usage action for the event JSON of STREAM, if it reports usage.
+message_start carries the prompt's tokens (input_tokens excludes what
+was read from or written to the cache), message_delta the reply's
+output so far; STREAM keeps what both said."
+  (let ((usage (or (plist-get (plist-get json :message) :usage) (plist-get json :usage))))
+    (when (consp usage)
+      (let ((known (forj-provider-state stream :usage)))
+        (dolist (key '(:input_tokens :output_tokens :cache_read_input_tokens
+                                     :cache_creation_input_tokens))
+          (when (numberp (plist-get usage key))
+            (setq known (plist-put known key (plist-get usage key)))))
+        (forj-provider-set-state stream :usage known)
+        (list (list :usage (forj-usage-make
+                            :input (plist-get known :input_tokens)
+                            :output (plist-get known :output_tokens)
+                            :cache-read (plist-get known :cache_read_input_tokens)
+                            :cache-write (plist-get known :cache_creation_input_tokens))))))))
+
+(defun forj-provider-anthropic--event-and-usage (stream event data)
+  "The actions of STREAM's EVENT with DATA, the reply's usage included."
+  (append (forj-provider-anthropic--event stream event data)
+          (and (string-match-p "\"usage\"" data)
+               (forj-provider-anthropic--usage stream (ignore-errors (forj-provider-json data))))))
+
 (forj-provider-register-family
  'anthropic
  :request #'forj-provider-anthropic--request
- :event #'forj-provider-anthropic--event
+ :event #'forj-provider-anthropic--event-and-usage
  :error-message #'forj-provider-error-message)
 
 (provide 'forj-provider-anthropic)

@@ -32,6 +32,7 @@
 
 (require 'cl-lib)
 (require 'forj-provider)
+(require 'forj-usage)
 
 (defun forj-provider-gemini--contents (messages)
   "MESSAGES as Gemini contents."
@@ -39,7 +40,12 @@
    (cl-loop
     for message in messages
     for parts = (pcase (plist-get message :role)
-                  ("user" (list (list :text (plist-get message :text))))
+                  ("user" (append (mapcar (lambda (item)
+                                            (list :text (format "<context source=\"%s\">\n%s\n</context>"
+                                                                (plist-get item :title)
+                                                                (plist-get item :text))))
+                                          (plist-get message :context))
+                                  (list (list :text (plist-get message :text)))))
                   ("assistant"
                    (append (unless (string-empty-p (or (plist-get message :text) ""))
                              (list (list :text (plist-get message :text))))
@@ -151,10 +157,31 @@ MEDIUM or HIGH; nothing when none does."
         (push (list :done) actions)))
     (nreverse actions)))
 
+(defun forj-provider-gemini--usage (data)
+  "The usage action of an event's DATA, from its usageMetadata.
+Each event repeats the reply's usage so far; promptTokenCount counts
+the cached tokens too, and thinking tokens are billed as output."
+  (when (string-match-p "\"usageMetadata\"" data)
+    (let ((usage (plist-get (ignore-errors (forj-provider-json data)) :usageMetadata))
+          (number (lambda (v) (if (numberp v) v 0))))
+      (when (consp usage)
+        (list (list :usage
+                    (forj-usage-make
+                     :input (funcall number (plist-get usage :promptTokenCount))
+                     :output (+ (funcall number (plist-get usage :candidatesTokenCount))
+                                (funcall number (plist-get usage :thoughtsTokenCount)))
+                     :cache-read (funcall number (plist-get usage :cachedContentTokenCount))
+                     :input-includes-cache t)))))))
+
+(defun forj-provider-gemini--event-and-usage (stream event data)
+  "The actions of STREAM's EVENT with DATA, the reply's usage included."
+  (append (forj-provider-gemini--event stream event data)
+          (forj-provider-gemini--usage data)))
+
 (forj-provider-register-family
  'gemini
  :request #'forj-provider-gemini--request
- :event #'forj-provider-gemini--event
+ :event #'forj-provider-gemini--event-and-usage
  :error-message #'forj-provider-error-message)
 
 (provide 'forj-provider-gemini)

@@ -31,6 +31,7 @@
 
 (require 'cl-lib)
 (require 'forj-provider)
+(require 'forj-usage)
 
 (defun forj-provider-openai--messages (system messages)
   "SYSTEM and MESSAGES as chat completions messages."
@@ -40,7 +41,7 @@
     for message in messages
     append
     (pcase (plist-get message :role)
-      ("user" (list (list :role "user" :content (plist-get message :text))))
+      ("user" (list (list :role "user" :content (forj-provider-openai--user-content message))))
       ("assistant"
        (list (append (list :role "assistant" :content (or (plist-get message :text) ""))
                      (when (plist-get message :calls)
@@ -69,6 +70,8 @@
                (append (list :model (plist-get provider :model)
                              :stream t
                              :messages (forj-provider-openai--messages system messages))
+                       (unless (plist-get provider :no-stream-usage)
+                         (list :stream_options (list :include_usage t)))
                        (when (plist-get provider :max-tokens)
                          (list :max_tokens (plist-get provider :max-tokens)))
                        (when tools
@@ -161,10 +164,45 @@ state as :cut-call."
           (push (list :done) actions)))
       (nreverse actions))))
 
+(defun forj-provider-openai--user-content (message)
+  "The content of the user MESSAGE: its text, after its context as text parts.
+Chat completions take documents only as PDF files, so each piece of
+context is a text part that names its source."
+  (let ((context (plist-get message :context)))
+    (if (null context)
+        (plist-get message :text)
+      (vconcat (mapcar (lambda (item)
+                         (list :type "text"
+                               :text (format "<context source=\"%s\">\n%s\n</context>"
+                                             (plist-get item :title) (plist-get item :text))))
+                       context)
+               (list (list :type "text" :text (plist-get message :text)))))))
+
+(defun forj-provider-openai--usage (data)
+  "The usage action of an event's DATA, when it is the chunk that carries it.
+With stream_options.include_usage the last chunk before [DONE] has
+\"usage\" and no choices; prompt_tokens counts the cached tokens too."
+  (when (string-match-p "\"usage\"" data)
+    (let ((usage (plist-get (ignore-errors (forj-provider-json data)) :usage)))
+      (when (consp usage)
+        (let ((number (lambda (v) (if (numberp v) v 0))))
+          (list (list :usage
+                      (forj-usage-make
+                       :input (funcall number (plist-get usage :prompt_tokens))
+                       :output (funcall number (plist-get usage :completion_tokens))
+                       :cache-read (funcall number (plist-get (plist-get usage :prompt_tokens_details)
+                                                              :cached_tokens))
+                       :input-includes-cache t))))))))
+
+(defun forj-provider-openai--event-and-usage (stream event data)
+  "The actions of STREAM's EVENT with DATA, the reply's usage included."
+  (append (forj-provider-openai--event stream event data)
+          (forj-provider-openai--usage data)))
+
 (forj-provider-register-family
  'openai
  :request #'forj-provider-openai--request
- :event #'forj-provider-openai--event
+ :event #'forj-provider-openai--event-and-usage
  :error-message #'forj-provider-error-message)
 
 (provide 'forj-provider-openai)

@@ -44,6 +44,9 @@
 ;;   :on-error (lambda (message))    anything else: HTTP errors with the
 ;;                                   provider's own message, a cut stream,
 ;;                                   curl's own failures
+;;   :on-usage (lambda (usage))      optional: the tokens of the reply so
+;;                                   far, as `forj-usage-make' shapes them;
+;;                                   each report replaces the one before
 ;;
 ;; Exactly one of :on-done and :on-error is called, once.  :on-stop
 ;; comes before :on-done, with a plist: (:kind length :reason R) when
@@ -60,7 +63,8 @@
 ;; body through a file only the user can read, deleted when curl ends.
 ;;
 ;; Messages handed to a family are provider-neutral plists:
-;;   (:role "user" :text S)
+;;   (:role "user" :text S)                           ; :context (ITEM ...) may come
+;;                                                    ; first, ITEM: (:title :text)
 ;;   (:role "assistant" :text S :calls (CALL ...))   ; CALL: (:id :name :args)
 ;;   (:role "tool" :results (RESULT ...))            ; RESULT: (:id :name :content)
 
@@ -107,6 +111,10 @@ Each entry is (NAME . PLIST).  PLIST keys:
   :native-tools  non-nil: advertise tools through the provider's own
                function calling instead of the fenced protocol
   :max-tokens  the reply's token limit (Anthropic requires one)
+  :context-window  the model's context window in tokens, when
+               `forj-usage-context-windows' does not know it (local servers)
+  :no-stream-usage  non-nil: do not ask an OpenAI-compatible server for
+               token usage (`stream_options'), for servers that refuse it
   :script      for `scripted': the session file, relative to the forj
                checkout unless absolute.
 API keys are looked up in auth-source first (host: the URL's host,
@@ -117,7 +125,8 @@ user: \"apikey\"), then in the :key-env variables."
                                                      (const :models)
                                                      (const :key-env) (const :local)
                                                      (const :native-tools) (const :max-tokens)
-                                                     (const :script))
+                                                     (const :script) (const :context-window)
+                                                     (const :no-stream-usage))
                                    :value-type sexp))
   :group 'forj)
 
@@ -167,8 +176,8 @@ A provider that asks for longer ends the reply with its message."
   native function calling is on.
 :event (lambda (STREAM EVENT DATA)) handles one server-sent event (its
   name, or nil, and its data) and returns a list of actions: (:text S),
-  (:call CALL), (:done), (:error S).  A family keeps its own state in
-  the stream's state slot (`forj-provider-state').
+  (:call CALL), (:usage USAGE), (:done), (:error S).  A family keeps
+  its own state in the stream's state slot (`forj-provider-state').
 :error-message (lambda (BODY)) extracts the provider's message from an
   error response body, or nil.
 :start (lambda (PROVIDER SYSTEM MESSAGES TOOLS CALLBACKS)) for a family
@@ -270,6 +279,8 @@ environment variables of :key-env."
           (:call (funcall (plist-get callbacks :on-call) (cadr action)))
           (:stop (when (plist-get callbacks :on-stop)
                    (funcall (plist-get callbacks :on-stop) (cadr action))))
+          (:usage (when (plist-get callbacks :on-usage)
+                    (funcall (plist-get callbacks :on-usage) (cadr action))))
           (:done (setf (forj-provider-stream-finished stream) t))
           (:error (forj-provider--stop-process stream)
                   (forj-provider--end stream :error (cadr action))))))))

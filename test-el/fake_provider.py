@@ -136,6 +136,31 @@ def openai(case: str) -> list[bytes]:
             openai_chunk({}, "content_filter"),
             sse("[DONE]"),
         ]
+    if case == "usage":
+        # With stream_options.include_usage the last chunk before [DONE] has
+        # the usage and an empty choices list; prompt_tokens includes the
+        # cached tokens.
+        return [
+            openai_chunk({"role": "assistant", "content": "Hello"}),
+            openai_chunk({}, "stop"),
+            sse(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "created": 1700000000,
+                    "model": "fake",
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 1200,
+                        "completion_tokens": 50,
+                        "total_tokens": 1250,
+                        "prompt_tokens_details": {"cached_tokens": 1024},
+                        "completion_tokens_details": {"reasoning_tokens": 0},
+                    },
+                }
+            ),
+            sse("[DONE]"),
+        ]
     if case == "badutf8":
         return [
             openai_chunk({"content": "ok "}),
@@ -300,6 +325,38 @@ def anthropic(case: str) -> list[bytes]:
             sse({"type": "content_block_stop", "index": 1}, "content_block_stop"),
         ]
         return [start, *text_block, *cut, *ended("max_tokens")]
+    if case == "usage":
+        # Prompt tokens in three parts: full price, read from the cache and
+        # written to it; the output count grows in message_delta.
+        cached_start = sse(
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": "fake",
+                    "stop_reason": None,
+                    "usage": {
+                        "input_tokens": 20,
+                        "cache_creation_input_tokens": 1500,
+                        "cache_read_input_tokens": 3000,
+                        "output_tokens": 1,
+                    },
+                },
+            },
+            "message_start",
+        )
+        end = sse(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 42},
+            },
+            "message_delta",
+        )
+        return [cached_start, *text_block, end, stop[1]]
     if case == "badutf8":
         return [
             start,
@@ -340,6 +397,31 @@ def gemini(case: str) -> list[bytes]:
         ]
     if case == "cut":
         return [gemini_chunk([{"text": "Half a"}]), b'data: {"candidates": [{"content": ']
+    if case == "usage":
+        # Every chunk repeats the usage so far; promptTokenCount includes
+        # the cached tokens, thinking tokens are counted apart.
+        def chunk(text: str, output: int, finish: str | None = None) -> bytes:
+            candidate: dict[str, Any] = {
+                "content": {"parts": [{"text": text}], "role": "model"},
+                "index": 0,
+            }
+            if finish:
+                candidate["finishReason"] = finish
+            return sse(
+                {
+                    "candidates": [candidate],
+                    "usageMetadata": {
+                        "promptTokenCount": 1200,
+                        "cachedContentTokenCount": 1000,
+                        "candidatesTokenCount": output,
+                        "thoughtsTokenCount": 8,
+                        "totalTokenCount": 1200 + output + 8,
+                    },
+                    "modelVersion": "fake",
+                }
+            )
+
+        return [chunk("Hello", 5), chunk(", world", 40, "STOP")]
     if case == "badutf8":
         return [
             b'data: {"candidates":[{"content":{"parts":[{"text":"caf\xe9 \xff"}],"role":"model"}}]}'
@@ -392,6 +474,41 @@ def gemini(case: str) -> list[bytes]:
 
 
 STREAMS = {"openai": openai, "anthropic": anthropic, "gemini": gemini}
+
+# --- A model with a small window, for compaction ------------------------------------
+#
+# Every reply reports a prompt of 900 tokens, so a second request in a
+# 1000-token window is over forj's threshold.  A request that asks for a
+# summary gets one.
+
+SUMMARY_ASK = "Write a summary that replaces"
+SUMMARY = "SUMMARY-OF-EARLIER: the user asked what notes.txt says; it says remember the milk."
+
+
+READ_CALL = (
+    "Reading.\n\n```tool-call\n"
+    '{"id": "r1", "name": "read_file", "args": {"path": "notes.txt"}}\n```\n'
+)
+
+
+def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
+    if family != "openai":
+        raise KeyError(family)
+    if SUMMARY_ASK in body:
+        text = SUMMARY
+    elif with_tools and "remember the milk" not in body:
+        # Until the model has read notes.txt, it asks to.
+        text = READ_CALL
+    else:
+        text = "Answered."
+    usage = {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}
+    return [
+        openai_chunk({"role": "assistant", "content": text}),
+        openai_chunk({}, "stop"),
+        sse({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage}),
+        sse("[DONE]"),
+    ]
+
 
 ERROR_BODIES = {
     "openai": lambda message, kind: {
@@ -456,6 +573,10 @@ class Handler(BaseHTTPRequestHandler):
             self._raw(502, "text/html", page)
         elif case == "empty":
             self._raw(200, "text/event-stream", b"")
+        elif case == "compact":
+            self._stream(compact(family, body))
+        elif case == "compacttools":
+            self._stream(compact(family, body, with_tools=True))
         elif case == "notsse":
             self._raw(200, "text/html", b"<html><body>Sign in to continue</body></html>")
         else:

@@ -1,0 +1,282 @@
+;;; forj-compact.el --- Keeping a long chat inside the model's context window  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The forj authors
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; Before each request, the chat estimates the tokens it will send:
+;; the prompt and reply tokens the provider counted for the last
+;; request, plus what was added since (in bytes, converted with
+;; `forj-usage-bytes-per-token'), or the bytes of everything when no
+;; count describes the conversation.  When that reaches
+;; `forj-compact-threshold' of the model's context window, the
+;; conversation is compacted first: the model is asked, with the same
+;; system prompt, tools and messages (so a provider's cache serves
+;; them), to summarise it into one message, and that summary replaces
+;; every earlier message in what is sent.  The user's message that
+;; started the turn stays as it was written, after the summary.
+;;
+;; The record keeps everything: the summary is one more entry, a
+;; "## User" section that starts with `forj-compact-marker', and the
+;; chat, its view and its saved file still hold the whole history.
+;; Reading the record for the model (`forj-compact-messages') drops
+;; what comes before the last summary.  `forj-compact' compacts on
+;; demand.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'forj)
+(require 'forj-provider)
+(require 'forj-usage)
+
+(declare-function forj-chat-messages "forj-chat")
+(declare-function forj-chat-system-prompt "forj-chat")
+(declare-function forj-chat--view-entry "forj-chat")
+(declare-function forj-chat--redraw "forj-chat")
+(declare-function forj-chat--input-text "forj-chat")
+(declare-function forj-chat--escape "forj-chat")
+(declare-function forj-chat--end-turn "forj-chat")
+(declare-function forj-chat--with-worker "forj-chat")
+(declare-function forj-chat--notice "forj-chat")
+(declare-function forj-context-bytes "forj-context")
+
+(defvar forj-chat--record)
+(defvar forj-chat--provider)
+(defvar forj-chat--stream)
+(defvar forj-chat--state)
+(defvar forj-chat--turn)
+(defvar forj-chat--tools)
+(defvar forj-chat-tools-mode)
+(defvar forj-chat--notice-prefix)
+
+(defcustom forj-compact-threshold 0.8
+  "Compact the conversation when a request would fill this share of the window.
+A number between 0 and 1 of the model's context window (see
+`forj-usage-context-windows'), or nil to compact only on demand
+\(`forj-compact')."
+  :type '(choice (const :tag "Only on demand" nil)
+                 (number :tag "Share of the context window"))
+  :group 'forj)
+
+(defconst forj-compact-marker "<!-- forj-summary -->"
+  "The first line of a summary entry: the model reads nothing before it.")
+
+(defconst forj-compact-instruction
+  "Write a summary that replaces the whole conversation above: forj will send it to you instead of those messages, and you will go on from it with no other memory of them.  Keep: what the user asked for and the decisions taken (their words where short), every file path you read, created or changed with what you learned from it or changed in it, the commands run and what came of them, errors met and how they were solved, the state of the work and the next step.  Reduce tool results to what was learned from them; leave out file contents that can be read again.  Do not call any tool.  Answer with the summary only, in Markdown."
+  "What the model is asked to write when the conversation is compacted.")
+
+;;; Reading the record
+
+(defun forj-compact--summary-entry-p (entry)
+  "Non-nil if the record's ENTRY is a summary."
+  (and (equal (plist-get entry :role) "user")
+       (string-match-p (concat "\\`\n*## User\n\n" (regexp-quote forj-compact-marker))
+                       (plist-get entry :text))))
+
+(defun forj-compact-messages (messages)
+  "Return MESSAGES for the model: from the last summary on."
+  (let ((tail nil))
+    (cl-loop for rest on messages
+             when (forj-compact--summary-message-p (car rest)) do (setq tail rest))
+    (if (null tail)
+        messages
+      (cons (list :role "user"
+                  :text (string-trim (substring (plist-get (car tail) :text)
+                                                (length forj-compact-marker))))
+            (cdr tail)))))
+
+(defun forj-compact--summary-message-p (message)
+  "Non-nil if MESSAGE is the user message of a summary."
+  (and (equal (plist-get message :role) "user")
+       (string-prefix-p forj-compact-marker (or (plist-get message :text) ""))))
+
+;;; Estimates
+
+(defvar-local forj-compact--estimate nil
+  "The last estimate: (KEY TOKENS ESTIMATED), KEY what it was computed from.")
+
+(defun forj-compact--live-entries ()
+  "The record's entries from its last summary on (all of them without one)."
+  (let ((from (cl-position-if #'forj-compact--summary-entry-p forj-chat--record :from-end t)))
+    (if from (nthcdr from forj-chat--record) forj-chat--record)))
+
+(defun forj-compact--bytes (entries)
+  "The bytes of the record's ENTRIES."
+  (apply #'+ (mapcar (lambda (e) (string-bytes (plist-get e :text))) entries)))
+
+(defun forj-compact-estimate ()
+  "The tokens the next request will hold: (TOKENS . ESTIMATED).
+ESTIMATED is non-nil when no provider count was used."
+  (let ((key (list (length forj-chat--record) forj-usage-basis
+                   (forj-context-bytes) forj-chat--provider forj-chat-tools-mode
+                   (length forj-chat--tools))))
+    (unless (equal (car forj-compact--estimate) key)
+      (setq forj-compact--estimate
+            (cons key
+                  (if forj-usage-basis
+                      ;; Counted up to the last reply; what came after it is new.
+                      (let* ((last (cl-position "assistant" forj-chat--record
+                                                :key (lambda (e) (plist-get e :role))
+                                                :test #'equal :from-end t))
+                             (after (if last (nthcdr (1+ last) forj-chat--record) forj-chat--record)))
+                        (cons (+ (forj-usage-prompt forj-usage-basis)
+                                 (plist-get forj-usage-basis :output)
+                                 (forj-usage-tokens-of-bytes (forj-compact--bytes after)))
+                              nil))
+                    (cons (forj-usage-tokens-of-bytes
+                           (+ (string-bytes (forj-chat-system-prompt))
+                              (forj-context-bytes)
+                              (forj-compact--bytes (forj-compact--live-entries))))
+                          t)))))
+    (cdr forj-compact--estimate)))
+
+(defun forj-compact-header ()
+  "The usage part of a chat's header line."
+  (let ((estimate (forj-compact-estimate)))
+    (forj-usage-header forj-chat--provider (car estimate) (cdr estimate))))
+
+;;; Compacting
+
+(defvar-local forj-compact--skip nil
+  "Non-nil right after a compaction: the request that follows goes as it is.")
+
+(defun forj-compact-before-request (request)
+  "Compact the conversation first if it is over the threshold, then call REQUEST.
+Return non-nil if compaction was started (it calls REQUEST when done);
+nil if REQUEST should go on now."
+  (cond
+   (forj-compact--skip (setq forj-compact--skip nil) nil)
+   ((or (null forj-compact-threshold)
+        ;; A recorded session replays its replies; it cannot summarise.
+        (eq (plist-get forj-chat--provider :family) 'scripted))
+    nil)
+   (t
+    (let* ((estimate (car (forj-compact-estimate)))
+           (window (forj-usage-context-window forj-chat--provider))
+           (cut (forj-compact--cut)))
+      (when (and (>= estimate (* forj-compact-threshold window))
+                 (> (forj-compact--summarisable cut) 1))
+        (message "forj: the conversation fills %d%% of the context window; compacting it"
+                 (round (* 100.0 (/ (float estimate) window))))
+        (forj-compact--start cut request)
+        t)))))
+
+(defun forj-compact--cut ()
+  "Return the index of the summary in the record: before a new user message."
+  (let ((last (car (last forj-chat--record))))
+    (if (and (equal (plist-get last :role) "user") (not (forj-compact--summary-entry-p last)))
+        (1- (length forj-chat--record))
+      (length forj-chat--record))))
+
+(defun forj-compact--summarisable (cut)
+  "How many conversation entries before CUT a summary would replace."
+  (let ((entries (cl-subseq forj-chat--record 0 cut))
+        (from (cl-position-if #'forj-compact--summary-entry-p forj-chat--record :from-end t :end cut)))
+    (cl-count-if (lambda (e) (member (plist-get e :role) '("user" "assistant" "tool")))
+                 (if from (nthcdr (1+ from) entries) entries))))
+
+(defun forj-compact--start (cut then)
+  "Have the model summarise the record before CUT; call THEN when done.
+THEN is also called when the summary fails (after a notice): the
+request then goes uncompacted and the provider says if it is too long."
+  (let* ((buffer (current-buffer))
+         (turn forj-chat--turn)
+         (messages (let ((forj-chat--record (cl-subseq forj-chat--record 0 cut)))
+                     (forj-chat-messages)))
+         (replaced (forj-compact--summarisable cut))
+         (text "")
+         (provider forj-chat--provider))
+    (setq forj-chat--stream
+          (forj-provider-start
+           provider (forj-chat-system-prompt)
+           (append messages (list (list :role "user" :text forj-compact-instruction)))
+           (and (not (eq forj-chat-tools-mode 'disabled)) (append forj-chat--tools nil))
+           (list :on-text (lambda (piece) (setq text (concat text piece)))
+                 :on-call #'ignore
+                 :on-usage (forj-usage-recorder buffer provider)
+                 :on-done (lambda ()
+                            (forj-compact--finish buffer turn cut text replaced then))
+                 :on-error (lambda (message)
+                             (forj-compact--failed buffer turn message then)))))
+    (force-mode-line-update)))
+
+(defun forj-compact--live-p (buffer turn)
+  "Non-nil if BUFFER is alive and still in TURN (the user did not stop it)."
+  (and (buffer-live-p buffer) (= turn (buffer-local-value 'forj-chat--turn buffer))))
+
+(defun forj-compact--failed (buffer turn message then)
+  "The summary of BUFFER's TURN failed with MESSAGE: say so, then call THEN."
+  (when (forj-compact--live-p buffer turn)
+    (with-current-buffer buffer
+      (setq forj-chat--stream nil forj-compact--skip t)
+      (forj-chat--notice (format "the conversation could not be compacted (%s); it is sent whole" message))
+      (funcall then))))
+
+(defun forj-compact--finish (buffer turn cut text replaced then)
+  "Put the summary TEXT in BUFFER's record at CUT, then call THEN.
+REPLACED is how many messages it replaces.  Nothing happens if the
+user stopped TURN."
+  (when (forj-compact--live-p buffer turn)
+    (with-current-buffer buffer
+      (setq forj-chat--stream nil)
+      (if (string-blank-p text)
+          (forj-compact--failed buffer turn "the model wrote no summary" then)
+        (let* ((summary (list :role "user"
+                              :text (concat "\n## User\n\n" forj-compact-marker "\n"
+                                            "**Summary of the earlier conversation**, written by the model to replace it:\n\n"
+                                            (string-trim (forj-chat--escape text)) "\n\n")))
+               (notice (list :role "notice"
+                             :text (concat forj-chat--notice-prefix
+                                           (format "compacted: %d earlier messages are summarised above (≈%s tokens); the model reads the summary and what follows, the chat and its file keep everything\n"
+                                                   replaced
+                                                   (forj-usage-format-tokens
+                                                    (forj-usage-tokens-of-bytes (string-bytes text)))))))
+               (at-end (= cut (length forj-chat--record))))
+          (setq forj-chat--record (append (cl-subseq forj-chat--record 0 cut)
+                                          (list summary notice)
+                                          (nthcdr cut forj-chat--record))
+                forj-usage-basis nil
+                forj-compact--skip t)
+          (if at-end
+              (progn (forj-chat--view-entry summary) (forj-chat--view-entry notice))
+            (forj-chat--redraw (forj-chat--input-text)))
+          (force-mode-line-update)
+          (funcall then))))))
+
+;;;###autoload
+(defun forj-compact ()
+  "Summarise this chat's conversation into one message now.
+The model writes the summary; from then on it reads the summary and
+what follows.  The chat and its saved file keep the whole history."
+  (interactive)
+  (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
+  (unless (eq forj-chat--state 'idle)
+    (user-error "A reply is still under way; compact when it is done"))
+  (unless forj-chat--provider (user-error "This chat has no provider"))
+  (let ((cut (length forj-chat--record)))
+    (when (< (forj-compact--summarisable cut) 2)
+      (user-error "Nothing to compact yet"))
+    (setq forj-chat--turn (1+ forj-chat--turn))
+    (forj-chat--with-worker
+     (lambda ()
+       (forj-compact--start cut (lambda ()
+                                  (setq forj-compact--skip nil)
+                                  (forj-chat--end-turn)))))))
+
+(provide 'forj-compact)
+;;; forj-compact.el ends here
