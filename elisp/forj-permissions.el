@@ -102,7 +102,7 @@ tool list request it makes; the header line shows it."
       (let ((worker (and forj-chat--root (forj-worker-get forj-chat--root))))
         ;; The tool list follows at once; without a worker, the next send
         ;; asks for it.
-        (when worker (forj-chat-load-tools worker))))
+        (when (and worker (forj-worker-hello worker)) (forj-chat-load-tools worker))))
     (message "forj: permission mode of this chat: %s" mode)
     (forj-permissions--refresh-for chat)
     mode))

@@ -542,7 +542,7 @@ Return nil, the argument list of the commands that call it."
 
 (defun forj-review--seconds (seconds)
   "SECONDS as text, without a fraction when it has none."
-  (if (and (numberp seconds) (= seconds (ftruncate seconds)))
+  (if (and (numberp seconds) (= seconds (truncate seconds)))
       (format "%d" (truncate seconds))
     (format "%s" seconds)))
 
