@@ -382,10 +382,12 @@ read-only chat never shows the model a tool that writes."
   "Take in what the worker said of the turn after BATCH; non-nil if the loop stops.
 A batch of `continue_loop' tools does not count toward the iteration
 limit; after an `exit_loop' tool the loop hands back to the user."
-  (let ((state (and batch (plist-get (forj-tools-batch-consent batch) :turn))))
+  (let* ((consent (and batch (forj-tools-batch-consent batch)))
+         (state (plist-get consent :turn)))
     (when (and state (listp state))
       (setq forj-chat--turn-state (cons forj-chat--turn state))
-      (when (eq (plist-get state :continue_loop) t)
+      (when (or (eq (plist-get state :continue_loop) t)
+                (eq (plist-get (plist-get consent :plan-turn) :continue_loop) t))
         (setq forj-chat--iterations (max 0 (1- forj-chat--iterations))))
       (when (eq (plist-get state :exit_loop) t)
         (forj-chat--notice (format "%s ended the tool loop (an exit_loop rule); your turn"

@@ -548,7 +548,8 @@ inside ROOT are considered, whatever path a call names."
 (defun forj-tools--consent-of (reply)
   "The consent part of a plan or execute REPLY, as a plist.
 :turn the state of the turn, :grants the grants stored, :mode_note
-why the chat's mode was not honoured, :permission_mode the mode used."
+why the chat's mode was not honoured, :permission_mode the mode used.
+Once the batch has executed, :plan-turn is the plan's :turn."
   (cl-loop for key in '(:turn :grants :mode_note :permission_mode)
            when (plist-get reply key) append (list key (plist-get reply key))))
 
@@ -593,8 +594,14 @@ fails every call."
                                             (cons (car pair) (forj-tools--table (cdr pair))))
                                           modified)))
                  :success (lambda (reply)
-                            (setf (forj-tools-batch-consent batch)
-                                  (append (forj-tools--consent-of reply) (forj-tools-batch-consent batch)))
+                            ;; The execute reply's turn says what really ran; the
+                            ;; plan's is kept too, for `continue_loop', which only
+                            ;; the plan reports.
+                            (let ((planned (forj-tools-batch-consent batch)))
+                              (setf (forj-tools-batch-consent batch)
+                                    (append (forj-tools--consent-of reply)
+                                            (list :plan-turn (plist-get planned :turn))
+                                            planned)))
                             (forj-tools--results batch (plist-get reply :results)))
                  :error (lambda (err)
                           (if (and on-refused (equal (plist-get err :type) "bad-request"))

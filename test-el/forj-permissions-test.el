@@ -333,5 +333,73 @@ there, the call is reviewed again."
     (should-not (file-exists-p (expand-file-name "b.txt" root)))
     (should (string-match-p "\"reason\":\"NotInMode\"" (forj-chat--transcript)))))
 
+;;; The turn's state from the worker
+
+(defmacro forj-permissions-test-with-rules (rules replies &rest body)
+  "Run BODY in a scripted chat replaying REPLIES, the user's config holding RULES."
+  (declare (indent 2) (debug t))
+  `(forj-test-with-project '(("a.txt" . "a\n"))
+     (make-directory (expand-file-name ".git" root))
+     (with-temp-file (expand-file-name "config.toml" home) (insert ,rules))
+     (let* ((script (forj-chat-test--script ,replies))
+            (forj-providers (list (list "test-script" :family 'scripted :script script)))
+            (forj-provider "test-script")
+            (forj-provider-scripted-delay 0.001)
+            (chat (forj root)))
+       (unwind-protect
+           (with-current-buffer chat ,@body)
+         (when (buffer-live-p chat)
+           (with-current-buffer chat (set-buffer-modified-p nil))
+           (kill-buffer chat))
+         (delete-file script)))))
+
+(defun forj-permissions-test--list-call (id)
+  "A list_files block with ID."
+  (forj-chat-test--block (format "{\"id\": \"%s\", \"name\": \"list_files\", \"args\": {\"directory\": \".\"}}" id)))
+
+(ert-deftest forj-test-permissions-exit-loop-hands-back-to-the-user ()
+  "After an exit_loop tool the loop stops: the model is not resumed, and the chat says why."
+  (forj-permissions-test-with-rules "[[rules]]\ntype = \"exit_loop\"\ntool = \"list_files\"\n"
+      (list (list :text (forj-permissions-test--list-call "l1"))
+            (list :text "This reply must not be asked for."))
+    (forj-chat-test--say "List the files")
+    (should (forj-chat-test--wait-idle))
+    (should (string-match-p "\"id\":\"l1\",\"name\":\"list_files\",\"ok\":true" (forj-chat--transcript)))
+    (should-not (string-match-p "must not be asked" (forj-chat--transcript)))
+    (should (string-match-p "list_files ended the tool loop (an exit_loop rule); your turn" (buffer-string)))))
+
+(ert-deftest forj-test-permissions-continue-loop-iterations-do-not-count ()
+  "Batches of continue_loop tools leave the iteration count alone."
+  (let ((forj-chat-max-tool-iterations 1))
+    (forj-permissions-test-with-rules "[[rules]]\ntype = \"continue_loop\"\ntool = \"list_files\"\n"
+        (list (list :text (forj-permissions-test--list-call "l1"))
+              (list :text (forj-permissions-test--list-call "l2"))
+              (list :text (forj-chat-test--block "{\"id\": \"r1\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}"))
+              (list :text "Done."))
+      (forj-chat-test--say "Look")
+      (should (forj-chat-test--wait-idle))
+      (let ((transcript (forj-chat--transcript)))
+        ;; With a limit of one batch, the read still ran: the listings did not count.
+        (should (string-match-p "\"id\":\"r1\",\"name\":\"read_file\",\"ok\":true" transcript))
+        (should-not (string-match-p "Max tool iterations reached" transcript))
+        (should (string-match-p "Done\\." transcript))))))
+
+(ert-deftest forj-test-permissions-before-exit-tells-the-model ()
+  "A turn ending while a required_before_exit tool has not run: the model is told, and goes on.
+The instructions from hello are in the system prompt too."
+  (forj-permissions-test-with-rules
+      "[[rules]]\ntype = \"required_before_exit\"\ntools = [\"list_files\"]\n"
+      (list (list :text (forj-chat-test--block "{\"id\": \"r1\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}"))
+            (list :text "All done.")
+            (list :text (forj-permissions-test--list-call "l1"))
+            (list :text "Now really done."))
+    (forj-chat-test--say "Read a.txt")
+    (should (forj-chat-test--wait-idle))
+    (let ((transcript (forj-chat--transcript)))
+      (should (string-match-p "## User\n\n(forj) Before you finish this turn, call list_files" transcript))
+      (should (string-match-p "\"id\":\"l1\",\"name\":\"list_files\",\"ok\":true" transcript))
+      (should (string-match-p "Now really done\\." transcript)))
+    (should (string-match-p "## Rules of this project\n\n- .*list_files" (forj-chat-system-prompt)))))
+
 (provide 'forj-permissions-test)
 ;;; forj-permissions-test.el ends here
