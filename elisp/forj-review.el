@@ -501,7 +501,6 @@ Return nil, the argument list of the commands that call it."
                 "\n")
         (when (and (consp decision) (cdr decision))
           (insert (forj-review--own-line (concat "    reason: " (cdr decision)))))
-        (forj-review--insert-consent item decision)
         (when (and (eq decision t) (gethash id forj-review--modified))
           (insert (forj-review--own-line
                    (concat "    you edited: "
@@ -509,6 +508,7 @@ Return nil, the argument list of the commands that call it."
                            (if (rassq 'pending (gethash id forj-review--user-diffs))
                                " (computing the diff of your text; it is what will be written)"
                              " (the diff below is of your text: it is what will be written)")))))
+        (forj-review--insert-consent item decision)
         (when (plist-get item :preview_note)
           (insert (forj-review--own-line (concat "    " (plist-get item :preview_note)))))
         (when (plist-get item :preview)
