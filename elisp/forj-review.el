@@ -732,17 +732,23 @@ until revoked).  The worker checks that PATTERN covers the call."
            forj-review--grants)
   (forj-review-decide id t))
 
-(defun forj-review--read-grant (scope what &optional minutes)
-  "Ask for the rule of a SCOPE grant of the call at point; WHAT: for how long.
-MINUTES goes with a timed grant.  The worker's proposed rule is the
-initial input."
-  (let* ((id (forj-review--id-at-point))
-         (item (forj-review--item id))
+(defun forj-review--proposed-rule ()
+  "The rule the worker proposes for a grant of the call at point.
+Signal a `user-error' saying why when there is none."
+  (let* ((item (forj-review--item (forj-review--id-at-point)))
          (proposed (plist-get item :grant_pattern)))
     (unless (and (stringp proposed) (not (string-empty-p proposed)))
       (user-error "No grant can lift this review (%s); approve it once with %s"
                   (or (plist-get item :reason) "the worker offers no rule for it")
                   (substitute-command-keys "\\<forj-review-mode-map>\\[forj-review-approve]")))
+    proposed))
+
+(defun forj-review--read-grant (scope what &optional minutes)
+  "Ask for the rule of a SCOPE grant of the call at point; WHAT: for how long.
+MINUTES goes with a timed grant.  The worker's proposed rule is the
+initial input."
+  (let ((id (forj-review--id-at-point))
+        (proposed (forj-review--proposed-rule)))
     (let ((pattern (string-trim (read-string (format "Approve and grant %s the rule: " what)
                                              proposed))))
       (when (string-empty-p pattern)
@@ -760,7 +766,7 @@ The grant lasts as long as the worker runs."
   "Approve the call at point; let what its rule covers run for MINUTES.
 In this chat only; the rule can be edited first."
   (interactive (progn (forj-review--ready)
-                      (forj-review--id-at-point)
+                      (forj-review--proposed-rule)
                       (list (read-number "Approve and grant for how many minutes? " 30))))
   (unless (and (numberp minutes) (> minutes 0) (<= minutes (* 7 24 60)))
     (user-error "Give a number of minutes above 0 and at most a week (10080)"))

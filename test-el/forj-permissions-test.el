@@ -159,10 +159,12 @@ call of another chat: a session grant holds for one chat."
         (should (car run))
         (with-current-buffer (car run)
           (should-not (string-match-p "a grant would cover" (buffer-string))))
-        (should (string-match-p "No grant can lift this review"
-                                (condition-case err
-                                    (progn (forj-permissions-test--keys (car run) "s") nil)
-                                  (user-error (cadr err)))))
+        (dolist (key '("s" "m" "!"))
+          ;; Said at once: `m' does not ask for minutes first.
+          (should (string-match-p "No grant can lift this review"
+                                  (condition-case err
+                                      (progn (forj-permissions-test--keys (car run) key) nil)
+                                    (user-error (cadr err))))))
         (with-current-buffer (car run)
           (should-not (gethash "n" forj-review--grants))
           (should-not (gethash "n" forj-review--decisions)))
