@@ -87,6 +87,8 @@
 (autoload 'forj-menu "forj-menu" "Open the menu of everything forj can do from here." t)
 (autoload 'forj-tasks "forj-tasks" "Show the project's todos and tasks in a side window." t)
 (autoload 'forj-setup "forj-setup" "Set up a language model provider: a hosted one's API key, or a local server." t)
+(autoload 'forj-set-mode "forj-permissions" "Set the permission mode of this chat." t)
+(autoload 'forj-permissions "forj-permissions" "List the permissions in force, and revoke grants." t)
 
 ;;; Options
 
@@ -165,6 +167,12 @@ MODE is `enabled', `parse-only' or `disabled', as for
 (defvar-local forj-chat--capped nil "Non-nil once the iteration cap answered a batch.")
 (defvar-local forj-chat--cancelled nil "Non-nil once the user stopped the turn.")
 (defvar-local forj-chat--tools nil "The worker's tool definitions.")
+(defvar-local forj-chat--permission-instructions nil
+  "Sentences the worker's rules add to the model's instructions, for this mode.")
+(defvar-local forj-chat--turn-state nil
+  "(TURN . STATE): what the worker last said of the turn numbered TURN.
+STATE is the `turn' of an execute reply (before_exit, exit_loop,
+continue_loop, instructions).")
 (defvar-local forj-chat--turn 0
   "Counts sends and stops.
 A callback of an older turn finds it changed and does nothing.")
@@ -305,21 +313,132 @@ line of its command's docstring."
 (put 'forj-chat-mode 'function-documentation '(forj-chat--mode-documentation))
 
 (defun forj-chat--header-line ()
-  "The chat's header line: provider, model, tools mode, sandbox, what is going on.
+  "The header line: provider, model, sandbox, tools and permission modes, state.
 Then tokens, cost and context use (`forj-compact-header')."
-  (format " forj · %s %s · %s · tools: %s · %s · %s"
+  (format " forj · %s %s · %s · tools: %s · mode: %s · %s · %s"
           (or (plist-get forj-chat--provider :name) "no provider")
           (or (plist-get forj-chat--provider :model) "")
           (if forj-chat--root
               (forj-worker-sandbox-description (forj-worker-get forj-chat--root))
             "commands: no project")
-          forj-chat-tools-mode
+          (forj-chat-effective-tools-mode)
+          (forj-chat-permission-mode)
           (forj-compact-header)
           (pcase forj-chat--state
             ((guard forj-chat--wait) (forj-chat--wait-text))
             ('streaming "receiving…")
             ('tools "running tools…")
             (_ (substitute-command-keys "\\<forj-chat-mode-map>\\[forj-chat-send] to send")))))
+
+(defun forj-chat--hello ()
+  "The hello reply of this chat's running worker, or nil."
+  (let ((worker (and forj-chat--root (forj-worker-get forj-chat--root))))
+    (and worker (forj-worker-hello worker))))
+
+(defun forj-chat-permission-mode ()
+  "The permission mode of this chat, as text.
+Its own (`forj-set-mode'), else the worker's configured default, else
+\"ask\" until the worker has said."
+  (or forj-tools-permission-mode
+      (plist-get (plist-get (forj-chat--hello) :permissions) :mode)
+      "ask"))
+
+(defun forj-chat-effective-tools-mode ()
+  "The tools mode in force: the stricter of the chat's and the worker's.
+The chat's is `forj-chat-tools-mode'; the worker's is `[tools] mode'
+of its configuration."
+  (let* ((order '(disabled parse-only enabled))
+         (configured (plist-get (plist-get (plist-get (plist-get (forj-chat--hello) :config) :effective)
+                                           :tools)
+                                :mode))
+         (theirs (pcase configured ("disabled" 'disabled) ("parse_only" 'parse-only) (_ 'enabled)))
+         (ours (if (memq forj-chat-tools-mode order) forj-chat-tools-mode 'enabled)))
+    (if (< (cl-position theirs order) (cl-position ours order)) theirs ours)))
+
+(defun forj-chat-load-tools (worker &optional then)
+  "Take this chat's tools from WORKER for its permission mode, then call THEN.
+The tools are those `tool_definitions' gives for the chat's mode (the
+configured mode's, in hello, when the chat has none of its own), so a
+read-only chat never shows the model a tool that writes."
+  (let ((buffer (current-buffer))
+        (turn forj-chat--turn)
+        (hello (forj-worker-hello worker)))
+    (if (null forj-tools-permission-mode)
+        (progn
+          (setq forj-chat--tools (plist-get hello :tools)
+                forj-chat--permission-instructions
+                (append (plist-get (plist-get hello :permissions) :instructions) nil))
+          (when then (funcall then)))
+      (forj-epc-call
+       (forj-worker-connection worker) "tool_definitions"
+       (list :permission_mode forj-tools-permission-mode)
+       :success (lambda (reply)
+                  (when (buffer-live-p buffer)
+                    (with-current-buffer buffer
+                      (forj-chat--take-tools reply)
+                      (when (and then (= turn forj-chat--turn)) (funcall then)))))
+       :error (lambda (err)
+                (when (buffer-live-p buffer)
+                  (with-current-buffer buffer
+                    (forj-chat--notice (format "the worker could not list the tools of mode %s: %s"
+                                               forj-tools-permission-mode
+                                               (or (plist-get err :message) err)))
+                    (when (and then (= turn forj-chat--turn)) (forj-chat--end-turn)))))))))
+
+(defun forj-chat--take-tools (reply)
+  "Use the tools of a `tool_definitions' REPLY from now on; show its mode note."
+  (setq forj-chat--tools (plist-get reply :tools)
+        forj-chat--permission-instructions (append (plist-get reply :instructions) nil))
+  (let ((mode (plist-get reply :permission_mode)))
+    (when (and (stringp mode) (not (equal mode forj-tools-permission-mode)))
+      (setq forj-tools-permission-mode mode)))
+  (when (stringp (plist-get reply :mode_note))
+    (forj-chat--notice (plist-get reply :mode_note)))
+  (force-mode-line-update))
+
+(defun forj-chat--turn-stops (batch)
+  "Take in what the worker said of the turn after BATCH; non-nil if the loop stops.
+A batch of `continue_loop' tools does not count toward the iteration
+limit; after an `exit_loop' tool the loop hands back to the user."
+  (let* ((consent (and batch (forj-tools-batch-consent batch)))
+         (state (plist-get consent :turn)))
+    (when (and state (listp state))
+      (setq forj-chat--turn-state (cons forj-chat--turn state))
+      (when (or (eq (plist-get state :continue_loop) t)
+                (eq (plist-get (plist-get consent :plan-turn) :continue_loop) t))
+        (setq forj-chat--iterations (max 0 (1- forj-chat--iterations))))
+      (when (eq (plist-get state :exit_loop) t)
+        (forj-chat--notice (format "%s ended the tool loop (an exit_loop rule); your turn"
+                                   (let ((tool (plist-get state :exit_tool)))
+                                     (if (stringp tool) tool "a tool"))))
+        t))))
+
+(defun forj-chat--turn-done ()
+  "The model ended its turn: end it, unless a rule still waits for tools.
+When the worker said the turn may not end yet (`before_exit'), the
+model is told its instructions, as a note from forj, within the
+iteration limit."
+  (let* ((state (and (eq (car forj-chat--turn-state) forj-chat--turn) (cdr forj-chat--turn-state)))
+         (waiting (append (plist-get state :before_exit) nil))
+         (instructions (append (plist-get state :instructions) nil)))
+    (setq forj-chat--turn-state nil)
+    (if (and waiting instructions (not forj-chat--cancelled)
+             (< forj-chat--iterations (forj-chat-max-iterations)))
+        (progn
+          (cl-incf forj-chat--iterations)
+          (forj-chat--tell-model instructions))
+      (forj-chat--end-turn))))
+
+(defun forj-chat--tell-model (sentences)
+  "Send SENTENCES to the model as a note from forj, then resume it.
+The note is a user message of the record, so the transcript holds what
+the model read."
+  (forj-chat--view-entry
+   (forj-chat--record-add
+    "user" (concat "\n## User\n\n"
+                   (forj-chat--escape (concat "(forj) " (mapconcat #'identity sentences " ")))
+                   "\n\n")))
+  (forj-chat--request))
 
 (defun forj-chat--metadata-line (root)
   "The first line of a chat about ROOT."
@@ -533,7 +652,7 @@ the user write are escaped instead (`forj-chat--escape-headings')."
 
 (defun forj-chat--native-p ()
   "Return non-nil when this chat talks to the model through native functions."
-  (and (plist-get forj-chat--provider :native-tools) (not (eq forj-chat-tools-mode 'disabled))))
+  (and (plist-get forj-chat--provider :native-tools) (not (eq (forj-chat-effective-tools-mode) 'disabled))))
 
 (defun forj-chat--transcript (&optional record)
   "The transcript of RECORD (default: this chat's record)."
@@ -640,7 +759,7 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
      "You are forj, a coding agent working inside Emacs with a user on the project at "
      root ".  Answer in Markdown.\n\n"
      (cond
-      ((eq forj-chat-tools-mode 'disabled)
+      ((eq (forj-chat-effective-tools-mode) 'disabled)
        "Tools are disabled in this conversation: answer from what the user shows you.\n")
       ((forj-chat--native-p)
        (concat "Use the functions you are given to read and change the project.  "
@@ -667,7 +786,17 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
                              (plist-get tool :name) (plist-get tool :description)
                              (forj-tools-json-encode (plist-get tool :parameters))))
                    tools "\n"))))
+     (forj-chat--permission-prompt)
      (if forj-chat-extra-instructions (concat "\n" forj-chat-extra-instructions "\n") ""))))
+
+(defun forj-chat--permission-prompt ()
+  "The sentences the worker's rules add to the system prompt, as a section."
+  (if (or (null forj-chat--permission-instructions)
+          (eq (forj-chat-effective-tools-mode) 'disabled))
+      ""
+    (concat "\n## Rules of this project\n\n"
+            (mapconcat (lambda (line) (concat "- " line "\n"))
+                       (cl-remove-if-not #'stringp forj-chat--permission-instructions) ""))))
 
 (defun forj-chat--rules ()
   "The rules the model will meet."
@@ -750,8 +879,7 @@ counted again from zero."
          (with-current-buffer buffer
            (forj-chat--worker-ready worker)
            (when (= turn forj-chat--turn)
-             (setq forj-chat--tools (plist-get (forj-worker-hello worker) :tools))
-             (funcall then)))))
+             (forj-chat-load-tools worker then)))))
      (lambda (err)
        (when (and (buffer-live-p buffer) (= turn (buffer-local-value 'forj-chat--turn buffer)))
          (with-current-buffer buffer
@@ -789,7 +917,7 @@ The user's point stays where it is."
     (setq forj-chat--stream
           (forj-provider-start
            forj-chat--provider (forj-chat-system-prompt) messages
-           (and (not (eq forj-chat-tools-mode 'disabled)) (append forj-chat--tools nil))
+           (and (not (eq (forj-chat-effective-tools-mode) 'disabled)) (append forj-chat--tools nil))
            (list :on-text (lambda (text)
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-chat--reply-text text))))
@@ -899,7 +1027,7 @@ A reply cut by the token limit or refused runs none of its calls."
     (cond
      ((eq (plist-get stop :kind) 'length) (forj-chat--reply-cut stop calls))
      ((eq (plist-get stop :kind) 'refusal) (forj-chat--reply-refused stop calls))
-     ((null calls) (forj-chat--end-turn))
+     ((null calls) (forj-chat--turn-done))
      ((>= forj-chat--iterations (forj-chat-max-iterations))
       (forj-chat--refuse-batch calls))
      (t (forj-chat--run-batch calls)))))
@@ -1038,7 +1166,8 @@ result's JSON, which is what the model reads.  The view of the section
     (forj-chat--flush-notices)
     (if (or forj-chat--cancelled
             (/= turn forj-chat--turn)
-            (and batch (forj-tools-batch-cancelled batch)))
+            (and batch (forj-tools-batch-cancelled batch))
+            (forj-chat--turn-stops batch))
         (progn
           (when (and batch (forj-tools-batch-cancelled batch))
             (forj-chat--notice "the batch was cancelled in review; the model was not resumed"))

@@ -29,6 +29,17 @@
 ;;   A  approve all                    D  deny all
 ;;   C-c C-c  commit the decisions     q  deny all and commit
 ;;   C-g  cancel the batch: nothing runs, and a chat does not go on
+;;   s  approve, and grant the same for this chat's session
+;;   m  approve, and grant it for N minutes
+;;   !  approve, and grant it always, for this project
+;;   ?  show or hide the list of keys
+;;
+;; A grant key proposes the worker's narrowest rule for the call (such
+;; as run_shell(pytest *)) in the minibuffer, to edit before granting;
+;; later calls it covers run without a review, for as long as the
+;; grant's scope lasts.  Each call shows the sentence that decided it
+;; needs review.  When the configuration sets a review timeout, an
+;; unanswered review closes by itself, every call denied.
 ;;
 ;; Editing before approving: `e' fetches the call's proposal from the
 ;; worker (the file as it is and as the call would leave it) and opens
@@ -269,6 +280,23 @@ since is left alone.")
 DIFF is the unified diff from the file as it is to the user's text, or
 the symbol `pending' while it is computed.")
 
+(defvar-local forj-review--grants nil
+  "Hash table: call id -> the standing grant given with its approval.
+A plist (:scope SCOPE :minutes N :pattern RULE); SCOPE is \"session\",
+\"minutes\" or \"project\".")
+
+(defvar-local forj-review--options nil
+  "What the plan said about this review: a plist with :timeout and :mode-note.")
+
+(defvar-local forj-review--show-help nil
+  "Non-nil while the list of keys shows at the top of the review.")
+
+(defvar-local forj-review--timer nil
+  "The timer that closes an unanswered review, or nil.")
+
+(defvar-local forj-review--deadline nil
+  "When an unanswered review closes by itself (a `float-time'), or nil.")
+
 (defvar-local forj-review--quiet-since 0
   "When the review appeared, or ignored a key: decision keys wait from then.")
 
@@ -288,6 +316,10 @@ the symbol `pending' while it is computed.")
     (define-key map (kbd "C-c C-c") #'forj-review-commit)
     (define-key map "q" #'forj-review-quit)
     (define-key map (kbd "C-g") #'forj-review-cancel)
+    (define-key map "s" #'forj-review-grant-session)
+    (define-key map "m" #'forj-review-grant-minutes)
+    (define-key map "!" #'forj-review-grant-project)
+    (define-key map "?" #'forj-review-help)
     map)
   "Keymap of `forj-review-mode'.")
 
@@ -303,14 +335,18 @@ the symbol `pending' while it is computed.")
   (add-hook 'pre-command-hook #'forj-review--note-key-here nil t)
   (add-hook 'kill-buffer-hook #'forj-review--deny-on-kill nil t))
 
-(defun forj-review-open (items callback &optional proposal-function)
+(defun forj-review-open (items callback &optional proposal-function options)
   "Show ITEMS (plan items needing confirmation) for review.
 CALLBACK is called once, when the decisions are committed, with the
-list of approved ids, an alist of denied ids and reasons, and an alist
+list of approved ids, an alist of denied ids and reasons, an alist
 of ids the user edited before approving, each with an alist of paths
-and texts.  PROPOSAL-FUNCTION, if given, fetches a call's proposal for
-editing (see `forj-review--proposal-function').  Return the review
-buffer."
+and texts, whether the batch was cancelled, and an alist of approved
+ids with the standing grant given (see `forj-review--grants').
+PROPOSAL-FUNCTION, if given, fetches a call's proposal for editing
+\(see `forj-review--proposal-function').  OPTIONS is a plist: :timeout,
+seconds after which an unanswered review closes with every call denied
+\(nil or 0: it waits), and :mode-note, a sentence saying the chat's mode
+was not honoured.  Return the review buffer."
   (let ((buffer (generate-new-buffer "*forj-review*"))
         (configuration (current-window-configuration))
         (frame (selected-frame)))
@@ -322,7 +358,10 @@ buffer."
             forj-review--user-diffs (make-hash-table :test #'equal)
             forj-review--drawn-previews (make-hash-table :test #'equal)
             forj-review--proposal-function proposal-function
+            forj-review--grants (make-hash-table :test #'equal)
+            forj-review--options options
             forj-review--callback callback)
+      (forj-review--start-timer (plist-get options :timeout))
       (forj-review--render)
       (goto-char (point-min))
       (forj-review-next))
@@ -358,11 +397,12 @@ quit, and the rest of the user's layout is left alone."
 (defconst forj-review--guarded-commands
   '(forj-review-approve forj-review-deny forj-review-deny-with-reason forj-review-edit
     forj-review-approve-all forj-review-deny-all forj-review-commit forj-review-quit
-    forj-review-cancel)
+    forj-review-cancel forj-review-grant-session forj-review-grant-minutes
+    forj-review-grant-project)
   "The commands that decide; they act only when the review is ready for keys.")
 
 (defconst forj-review--navigation-commands
-  '(forj-review-next forj-review-previous next-line previous-line forward-char backward-char
+  '(forj-review-next forj-review-previous forj-review-help next-line previous-line forward-char backward-char
     left-char right-char beginning-of-buffer end-of-buffer move-beginning-of-line
     move-end-of-line beginning-of-visual-line end-of-visual-line scroll-other-window
     scroll-other-window-down recenter-top-bottom mouse-set-point mouse-drag-region mwheel-scroll
@@ -434,7 +474,8 @@ Return nil, the argument list of the commands that call it."
         (line (line-number-at-pos)))
     (erase-buffer)
     (insert (substitute-command-keys
-             "Review these tool calls.  \\<forj-review-mode-map>\\[forj-review-approve] approve, \\[forj-review-deny] deny, \\[forj-review-deny-with-reason] deny with a reason, \\[forj-review-edit] edit then approve, \\[forj-review-approve-all] / \\[forj-review-deny-all] all, \\[forj-review-commit] commit, \\[forj-review-quit] deny all.\n\n"))
+             "Review these tool calls.  \\<forj-review-mode-map>\\[forj-review-approve] approve, \\[forj-review-deny] deny, \\[forj-review-deny-with-reason] deny with a reason, \\[forj-review-edit] edit then approve, \\[forj-review-approve-all] / \\[forj-review-deny-all] all, \\[forj-review-commit] commit, \\[forj-review-quit] deny all; \\[forj-review-grant-session] / \\[forj-review-grant-minutes] / \\[forj-review-grant-project] approve and grant, \\[forj-review-help] all keys.\n\n"))
+    (forj-review--insert-preamble)
     (dolist (item forj-review--items)
       (let* ((id (plist-get item :id))
              (decision (gethash id forj-review--decisions))
@@ -446,6 +487,8 @@ Return nil, the argument list of the commands that call it."
                  (concat
                   (cond ((and (eq decision t) (gethash id forj-review--modified))
                          (propertize "[edited]  " 'face 'forj-review-approved))
+                        ((and (eq decision t) (gethash id forj-review--grants))
+                         (propertize "[granted] " 'face 'forj-review-approved))
                         ((eq decision t) (propertize "[approved]" 'face 'forj-review-approved))
                         (decision (propertize "[denied]  " 'face 'forj-review-denied))
                         (t "[        ]"))
@@ -465,6 +508,7 @@ Return nil, the argument list of the commands that call it."
                            (if (rassq 'pending (gethash id forj-review--user-diffs))
                                " (computing the diff of your text; it is what will be written)"
                              " (the diff below is of your text: it is what will be written)")))))
+        (forj-review--insert-consent item decision)
         (when (plist-get item :preview_note)
           (insert (forj-review--own-line (concat "    " (plist-get item :preview_note)))))
         (when (plist-get item :preview)
@@ -479,6 +523,93 @@ Return nil, the argument list of the commands that call it."
     (forj-review--header-warning)
     (goto-char (point-min))
     (forward-line (1- line))))
+
+(defun forj-review--insert-preamble ()
+  "Insert the list of keys if asked for, the mode note and the timeout."
+  (when forj-review--show-help
+    (insert (forj-review--help-text) "\n"))
+  (let ((note (plist-get forj-review--options :mode-note)))
+    (when (and (stringp note) (not (string-empty-p note)))
+      (insert (forj-review--own-line (concat "⚠ " note) 'forj-review-warning))))
+  (when forj-review--deadline
+    (insert (forj-review--own-line
+             (format "Unanswered, this review closes at %s (after %s s) with every call denied."
+                     (format-time-string "%H:%M:%S" forj-review--deadline)
+                     (forj-review--seconds (plist-get forj-review--options :timeout)))
+             'forj-review-warning)))
+  (when (or (plist-get forj-review--options :mode-note) forj-review--deadline)
+    (insert "\n")))
+
+(defun forj-review--seconds (seconds)
+  "SECONDS as text, without a fraction when it has none."
+  (if (and (numberp seconds) (= seconds (truncate seconds)))
+      (format "%d" (truncate seconds))
+    (format "%s" seconds)))
+
+(defun forj-review--grant-description (grant)
+  "GRANT (see `forj-review--grants') in words."
+  (format "%s, rule %s"
+          (pcase (plist-get grant :scope)
+            ("session" "for this chat")
+            ("minutes" (format "for %s minutes in this chat"
+                               (forj-review--seconds (plist-get grant :minutes))))
+            ("project" "always, in every chat of this project")
+            (scope scope))
+          (plist-get grant :pattern)))
+
+(defun forj-review--insert-consent (item decision)
+  "Insert why ITEM is reviewed, and what a grant of it would cover.
+DECISION is the user's decision on it so far."
+  (let* ((id (plist-get item :id))
+         (grant (gethash id forj-review--grants))
+         (reason (plist-get item :reason))
+         (pattern (plist-get item :grant_pattern)))
+    (when (stringp reason)
+      (insert (forj-review--own-line (concat "    why: " reason) 'shadow)))
+    (cond
+     (grant
+      (insert (forj-review--own-line (concat "    grant: " (forj-review--grant-description grant))
+                                     'forj-review-approved)))
+     ((and (stringp pattern) (not (consp decision)))
+      (insert (forj-review--own-line
+               ;; The rule is the worker's text, from the model's call: no
+               ;; key substitution runs over it.
+               (concat "    a grant would cover: " pattern
+                       (substitute-command-keys
+                        "  (\\<forj-review-mode-map>\\[forj-review-grant-session] this chat, \\[forj-review-grant-minutes] minutes, \\[forj-review-grant-project] always; you can edit the rule first)"))
+               'shadow))))))
+
+(defun forj-review--help-text ()
+  "The list of the review's keys, for `forj-review-help'."
+  (let ((lines
+         (substitute-command-keys
+          (concat
+           "\\<forj-review-mode-map>Keys of the review (\\[forj-review-help] hides this list):\n"
+           "  \\[forj-review-approve]  approve the call at point, this once\n"
+           "  \\[forj-review-grant-session]  approve, and grant the rule for this chat (until the worker stops)\n"
+           "  \\[forj-review-grant-minutes]  approve, and grant the rule for this chat for N minutes\n"
+           "  \\[forj-review-grant-project]  approve, and grant the rule always, in every chat of this project\n"
+           "     (the grant keys propose the narrowest rule that covers the call; edit it\n"
+           "     in the minibuffer; M-x forj-permissions lists and revokes grants)\n"
+           "  \\[forj-review-deny]  deny the call at point\n"
+           "  \\[forj-review-deny-with-reason]  deny it with a reason the model reads\n"
+           "  \\[forj-review-edit]  edit the proposed change in ediff, then approve it\n"
+           "  \\[forj-review-approve-all] / \\[forj-review-deny-all]  approve / deny every call\n"
+           "  \\[forj-review-next] / \\[forj-review-previous]  next / previous call\n"
+           "  \\[forj-review-commit]  commit the decisions (undecided calls are denied)\n"
+           "  \\[forj-review-quit]  deny every call and commit\n"
+           "  \\[forj-review-cancel]  cancel the batch: nothing runs, and the chat does not go on\n"
+           "A grant never lifts a deny or ask rule, a requires_consent rule, or a review\n"
+           "forced by network access or a missing sandbox: such calls offer no rule.\n"))))
+    (mapconcat (lambda (line) (concat (forj-review--wrap line "    ") "\n"))
+               (split-string lines "\n" t) "")))
+
+(defun forj-review-help ()
+  "Show or hide the list of the review's keys, grant keys included."
+  (interactive)
+  (setq forj-review--show-help (not forj-review--show-help))
+  (forj-review--render)
+  (when forj-review--show-help (goto-char (point-min))))
 
 (defun forj-review--header-warning ()
   "Warn at the top about any ⟨U+XXXX⟩ marker in the review."
@@ -581,9 +712,73 @@ the proposal's piece, and a file the preview does not show is added."
       (user-error "No tool call at point")))
 
 (defun forj-review-decide (id decision)
-  "Record DECISION (t, or (deny . REASON)) for call ID, and redraw."
+  "Record DECISION (t, or (deny . REASON)) for call ID, and redraw.
+A denial takes back a grant given with an earlier approval."
   (puthash id decision forj-review--decisions)
+  (unless (eq decision t) (remhash id forj-review--grants))
   (forj-review--render))
+
+(defun forj-review--item (id)
+  "The plan item of call ID."
+  (cl-find id forj-review--items :key (lambda (item) (plist-get item :id)) :test #'equal))
+
+(defun forj-review-grant (id scope pattern &optional minutes)
+  "Approve call ID, granting PATTERN for SCOPE to what it covers.
+SCOPE is \"session\" (this chat, while the worker runs), \"minutes\"
+\(this chat, for MINUTES) or \"project\" (every chat of the project,
+until revoked).  The worker checks that PATTERN covers the call."
+  (puthash id (append (list :scope scope :pattern pattern)
+                      (and minutes (list :minutes minutes)))
+           forj-review--grants)
+  (forj-review-decide id t))
+
+(defun forj-review--proposed-rule ()
+  "The rule the worker proposes for a grant of the call at point.
+Signal a `user-error' saying why when there is none."
+  (let* ((item (forj-review--item (forj-review--id-at-point)))
+         (proposed (plist-get item :grant_pattern)))
+    (unless (and (stringp proposed) (not (string-empty-p proposed)))
+      (user-error "No grant can lift this review (%s); approve it once with %s"
+                  (or (plist-get item :reason) "the worker offers no rule for it")
+                  (substitute-command-keys "\\<forj-review-mode-map>\\[forj-review-approve]")))
+    proposed))
+
+(defun forj-review--read-grant (scope what &optional minutes)
+  "Ask for the rule of a SCOPE grant of the call at point; WHAT: for how long.
+MINUTES goes with a timed grant.  The worker's proposed rule is the
+initial input."
+  (let ((id (forj-review--id-at-point))
+        (proposed (forj-review--proposed-rule)))
+    (let ((pattern (string-trim (read-string (format "Approve and grant %s the rule: " what)
+                                             proposed))))
+      (when (string-empty-p pattern)
+        (user-error "No rule given; nothing was granted"))
+      (forj-review-grant id scope pattern minutes))))
+
+(defun forj-review-grant-session ()
+  "Approve the call at point; let what its rule covers run in this chat.
+The rule (the worker proposes the narrowest one) can be edited first.
+The grant lasts as long as the worker runs."
+  (interactive (forj-review--ready))
+  (forj-review--read-grant "session" "for this chat"))
+
+(defun forj-review-grant-minutes (minutes)
+  "Approve the call at point; let what its rule covers run for MINUTES.
+In this chat only; the rule can be edited first."
+  (interactive (progn (forj-review--ready)
+                      (forj-review--proposed-rule)
+                      (list (read-number "Approve and grant for how many minutes? " 30))))
+  (unless (and (numberp minutes) (> minutes 0) (<= minutes (* 7 24 60)))
+    (user-error "Give a number of minutes above 0 and at most a week (10080)"))
+  (forj-review--read-grant "minutes" (format "for %s minutes" (forj-review--seconds minutes)) minutes))
+
+(defun forj-review-grant-project ()
+  "Approve the call at point; let what its rule covers run always.
+In every chat of this project, until revoked with `forj-permissions'.
+The grant is kept in your state directory, never in the project; the
+rule can be edited first."
+  (interactive (forj-review--ready))
+  (forj-review--read-grant "project" "always, for this project,"))
 
 (defun forj-review-modify (id path text)
   "Approve call ID with TEXT written to PATH instead of its proposal."
@@ -592,9 +787,11 @@ the proposal's piece, and a file the preview does not show is added."
   (forj-review-decide id t))
 
 (defun forj-review-approve ()
-  "Approve the call at point."
+  "Approve the call at point, this once."
   (interactive (forj-review--ready))
-  (forj-review-decide (forj-review--id-at-point) t))
+  (let ((id (forj-review--id-at-point)))
+    (remhash id forj-review--grants)
+    (forj-review-decide id t)))
 
 (defun forj-review-deny ()
   "Deny the call at point."
@@ -618,6 +815,7 @@ the proposal's piece, and a file the preview does not show is added."
   (interactive (forj-review--ready))
   (dolist (item forj-review--items)
     (puthash (plist-get item :id) (cons 'deny nil) forj-review--decisions))
+  (clrhash forj-review--grants)
   (forj-review--render))
 
 (defun forj-review-next ()
@@ -655,12 +853,32 @@ the proposal's piece, and a file the preview does not show is added."
           (push (cons id (or (cdr-safe decision) "")) denied))))
     (let ((modified (cl-loop for id in approved
                              when (gethash id forj-review--modified)
-                             collect (cons id (gethash id forj-review--modified)))))
+                             collect (cons id (gethash id forj-review--modified))))
+          (grants (cl-loop for id in (reverse approved)
+                           when (gethash id forj-review--grants)
+                           collect (cons id (gethash id forj-review--grants)))))
       (setq forj-review--callback nil)
       (let ((buffer (current-buffer)))
         (forj-review--put-windows-back)
         (kill-buffer buffer))
-      (when callback (funcall callback (nreverse approved) (nreverse denied) modified)))))
+      (when callback (funcall callback (nreverse approved) (nreverse denied) modified nil grants)))))
+
+(defun forj-review--start-timer (seconds)
+  "Close this review after SECONDS unanswered, every call denied; nil: wait."
+  (when (and (numberp seconds) (> seconds 0))
+    (let ((buffer (current-buffer)))
+      (setq forj-review--deadline (+ (float-time) seconds)
+            forj-review--timer (run-at-time seconds nil #'forj-review--time-out buffer)))))
+
+(defun forj-review--time-out (buffer)
+  "The review BUFFER went unanswered too long: deny everything, commit, say so."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (when forj-review--callback
+        (let ((seconds (forj-review--seconds (plist-get forj-review--options :timeout))))
+          (forj-review-deny-all)
+          (forj-review-commit)
+          (message "forj: the review went unanswered for %s s; every call in it was denied" seconds))))))
 
 (defun forj-review-quit ()
   "Deny every call and commit."
@@ -681,6 +899,9 @@ the proposal's piece, and a file the preview does not show is added."
 
 (defun forj-review--deny-on-kill ()
   "Leaving the buffer without committing denies everything."
+  (when (timerp forj-review--timer)
+    (cancel-timer forj-review--timer)
+    (setq forj-review--timer nil))
   (when forj-review--windows
     (forj-review--put-windows-back))
   (when forj-review--callback

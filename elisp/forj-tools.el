@@ -210,7 +210,10 @@ it, as does \\<forj-tools-mode-map>\\[forj-tools-toggle-fold] on its line."
   (times nil :documentation "Vector: per entry, when it started, then how many ms it took.")
   (review nil :documentation "The batch's review buffer, while it is open.")
   (cancelled nil :documentation "Non-nil if the user cancelled the batch in review.")
-  (callback nil :documentation "Called with the results when the batch is done."))
+  (callback nil :documentation "Called with the results when the batch is done.")
+  (context nil :documentation "The consent context sent with the plan: mode, session, turn.")
+  (grants nil :documentation "Alist: approved call id -> the standing grant the user gave.")
+  (consent nil :documentation "What the worker said of consent: :turn, :grants, :mode_note."))
 
 (defvar-local forj-tools--current-batch nil
   "The batch running in this buffer, if any.")
@@ -223,6 +226,39 @@ it, as does \\<forj-tools-mode-map>\\[forj-tools-toggle-fold] on its line."
 In \"parse_only\" nothing runs: valid calls wait for results the user
 supplies with `forj-tool-result'.  In \"disabled\" every call is
 answered as invalid.  Bind it around `forj-tools-run-region'.")
+
+;;; Consent context: which chat asks, in which mode, in which turn
+
+(defvar-local forj-tools-permission-mode nil
+  "This buffer's permission mode, sent with each plan and tool list request.
+One of \"read-only\", \"ask\", \"accept-edits\" and \"auto\", or nil
+for the mode the worker's configuration sets.  One worker serves every
+chat of a project, so the mode travels with each request.")
+(put 'forj-tools-permission-mode 'permanent-local t)
+
+(defvar-local forj-tools-session nil
+  "This buffer's session id for the worker, made on first use.
+Session and timed grants hold for one session: one chat.")
+(put 'forj-tools-session 'permanent-local t)
+
+(defun forj-tools-session-id ()
+  "The session id of the current buffer, made on first use."
+  (or forj-tools-session
+      (setq forj-tools-session
+            (concat "chat-" (substring (secure-hash 'sha256 (format "%s %s %s %s" (random t) (float-time)
+                                                                    (emacs-pid) (buffer-name)))
+                                       0 20)))))
+
+(defun forj-tools--turn-id ()
+  "The id of the turn the current buffer's batches answer, or nil."
+  (bound-and-true-p forj-chat-turn-id))
+
+(defun forj-tools--consent-context ()
+  "The consent fields of a plan request from the current buffer."
+  (let ((turn (forj-tools--turn-id)))
+    (append (and forj-tools-permission-mode (list :permission_mode forj-tools-permission-mode))
+            (list :session (forj-tools-session-id))
+            (and (stringp turn) (list :turn turn)))))
 
 (defun forj-tools-run-region (beg end &optional callback root)
   "Run the tool-call blocks between BEG and END as one batch.
@@ -255,6 +291,7 @@ are as for `forj-tools-run-region'.  Return the batch."
                                             (point)))))
     (forj-tools--make-batch
      :mode forj-tools-plan-mode
+     :context (forj-tools--consent-context)
      :buffer (current-buffer)
      :start start
      :end (copy-marker start t)
@@ -275,7 +312,8 @@ are as for `forj-tools-run-region'.  Return the batch."
     (setf (forj-epc-connection-on-event conn) #'forj-tools--dispatch-event)
     (if (null calls)
         (forj-tools--finish batch)
-      (forj-epc-call conn "plan" (list :calls (vconcat calls) :mode (forj-tools-batch-mode batch))
+      (forj-epc-call conn "plan" (append (list :calls (vconcat calls) :mode (forj-tools-batch-mode batch))
+                                         (forj-tools-batch-context batch))
                      :success (lambda (plan) (forj-tools--review batch plan))
                      :error (lambda (err) (forj-tools--fail-all batch err))))))
 
@@ -290,6 +328,7 @@ are as for `forj-tools-run-region'.  Return the batch."
 (defun forj-tools--review (batch plan)
   "Ask the user about the confirm items of PLAN, then execute BATCH."
   (setf (forj-tools-batch-batch-id batch) (plist-get plan :batch_id))
+  (setf (forj-tools-batch-consent batch) (forj-tools--consent-of plan))
   (puthash (plist-get plan :batch_id) batch forj-tools--batches)
   (if (equal (plist-get plan :mode) "parse_only")
       (forj-tools--await-manual batch plan)
@@ -302,12 +341,15 @@ are as for `forj-tools-run-region'.  Return the batch."
     (if confirm
         (setf (forj-tools-batch-review batch)
               (forj-review-open confirm
-                                (lambda (approved denied modified &optional cancelled)
-                                  (setf (forj-tools-batch-review batch) nil)
+                                (lambda (approved denied modified &optional cancelled grants)
+                                  (setf (forj-tools-batch-review batch) nil
+                                        (forj-tools-batch-grants batch) grants)
                                   (if cancelled
                                       (forj-tools--cancel-in-review batch)
                                     (forj-tools--execute batch approved denied modified)))
-                                (lambda (id ok fail) (forj-tools--proposal batch id ok fail))))
+                                (lambda (id ok fail) (forj-tools--proposal batch id ok fail))
+                                (list :timeout (plist-get plan :review_timeout_seconds)
+                                      :mode-note (plist-get plan :mode_note))))
       (forj-tools--execute batch nil nil nil))))
 
 (defun forj-tools--cancel-in-review (batch)
@@ -503,12 +545,44 @@ inside ROOT are considered, whatever path a call names."
     (dolist (pair alist) (puthash (car pair) (cdr pair) table))
     table))
 
+(defun forj-tools--consent-of (reply)
+  "The consent part of a plan or execute REPLY, as a plist.
+:turn the state of the turn, :grants the grants stored, :mode_note
+why the chat's mode was not honoured, :permission_mode the mode used.
+Once the batch has executed, :plan-turn is the plan's :turn."
+  (cl-loop for key in '(:turn :grants :mode_note :permission_mode)
+           when (plist-get reply key) append (list key (plist-get reply key))))
+
+(defun forj-tools--grants-field (batch)
+  "The `grants' of BATCH's execute request: standing grants the user gave."
+  (cl-loop for (id . grant) in (forj-tools-batch-grants batch)
+           unless (equal (plist-get grant :scope) "once")
+           collect (cons id grant)))
+
 (defun forj-tools--execute (batch approved denied modified)
   "Execute BATCH with the user's APPROVED ids and DENIED (id . reason) pairs.
 MODIFIED pairs ids with alists of (path . text) the user wrote instead
-of the proposal."
+of the proposal.  Standing grants the user gave in the review go along;
+when the worker refuses one (its pattern does not cover the call),
+nothing has run, and the batch executes with the same approvals, each
+for this once, and the user is told."
+  (let ((grants (forj-tools--grants-field batch)))
+    (forj-tools--execute-request
+     batch approved denied modified grants
+     (and grants
+          (lambda (err)
+            (setf (forj-tools-batch-grants batch) nil)
+            (message "forj: no grant was stored: %s; the approved calls run this once"
+                     (or (plist-get err :message) err))
+            (forj-tools--execute-request batch approved denied modified nil nil))))))
+
+(defun forj-tools--execute-request (batch approved denied modified grants on-refused)
+  "Send BATCH's execute request: APPROVED, DENIED, MODIFIED and GRANTS.
+A `bad-request' answer goes to ON-REFUSED when given; any other error
+fails every call."
   (forj-epc-call (forj-worker-connection (forj-tools-batch-worker batch)) "execute"
                  (list :batch_id (forj-tools-batch-batch-id batch)
+                       :grants (forj-tools--table grants)
                        :capacity_bytes (or (and (buffer-live-p (forj-tools-batch-buffer batch))
                                                 (buffer-local-value 'forj-tools-capacity-bytes
                                                                     (forj-tools-batch-buffer batch)))
@@ -519,8 +593,20 @@ of the proposal."
                                   (mapcar (lambda (pair)
                                             (cons (car pair) (forj-tools--table (cdr pair))))
                                           modified)))
-                 :success (lambda (reply) (forj-tools--results batch (plist-get reply :results)))
-                 :error (lambda (err) (forj-tools--fail-all batch err))))
+                 :success (lambda (reply)
+                            ;; The execute reply's turn says what really ran; the
+                            ;; plan's is kept too, for `continue_loop', which only
+                            ;; the plan reports.
+                            (let ((planned (forj-tools-batch-consent batch)))
+                              (setf (forj-tools-batch-consent batch)
+                                    (append (forj-tools--consent-of reply)
+                                            (list :plan-turn (plist-get planned :turn))
+                                            planned)))
+                            (forj-tools--results batch (plist-get reply :results)))
+                 :error (lambda (err)
+                          (if (and on-refused (equal (plist-get err :type) "bad-request"))
+                              (funcall on-refused err)
+                            (forj-tools--fail-all batch err)))))
 
 (defconst forj-tools--streaming-tools '("run_shell" "run_tests")
   "Tools whose output streams into a `*forj-shell: ID*' buffer.")

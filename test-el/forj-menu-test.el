@@ -204,6 +204,8 @@
      (lambda (symbol)
        (when (string-prefix-p "forj" (symbol-name symbol))
          (dolist (doc (list (and (fboundp symbol)
+                                 ;; An autoload not yet loaded has only its stub's docstring.
+                                 (not (autoloadp (symbol-function symbol)))
                                  (forj-menu-test--from-elisp-p (symbol-file symbol 'defun))
                                  (ignore-errors (documentation symbol t)))
                             (and (forj-menu-test--from-elisp-p (symbol-file symbol 'defvar))

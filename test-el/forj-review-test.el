@@ -389,7 +389,7 @@ After the commit the windows are those before the review."
              (setq review (forj-review-open
                            (list (list :id "c1" :disposition "confirm" :risk "high"
                                        :summary "Run rm -rf build" :preview "$ rm -rf build\n"))
-                           (lambda (approved denied _modified &optional cancelled)
+                           (lambda (approved denied _modified &optional cancelled _grants)
                              (setq decided (list approved denied cancelled)))))
              ,@body)
          (when (buffer-live-p review)
@@ -473,6 +473,63 @@ After the commit the windows are those before the review."
     (forj-review-test-with-review
       (with-current-buffer review (forj-review-cancel))
       (should (equal decided '(nil (("c1" . "")) t))))))
+
+;;; Grants, reasons, help
+
+(ert-deftest forj-test-review-help-lists-the-grant-keys ()
+  "`?' shows the list of keys at the top of the review, grant keys included; `?' again hides it."
+  (let ((forj-review-input-delay 0))
+    (forj-review-test-with-review
+      (with-current-buffer review
+        (should-not (string-match-p "Keys of the review" (buffer-string)))
+        (execute-kbd-macro (kbd "?"))
+        (let ((text (buffer-string)))
+          (should (string-match-p "^Keys of the review (\\? hides this list):" text))
+          (should (string-match-p "^  a  approve the call at point, this once" text))
+          (should (string-match-p "^  s  approve, and grant the rule for this chat" text))
+          (should (string-match-p "^  m  approve, and grant the rule for this chat for N minutes" text))
+          (should (string-match-p "^  !  approve, and grant the rule always, in every chat of this project" text))
+          (should (string-match-p "M-x forj-permissions lists and revokes grants" text)))
+        ;; Help is not a decision: nothing was decided, and the call is still listed.
+        (should-not (gethash "c1" forj-review--decisions))
+        (should (string-match-p "Run rm -rf build" (buffer-string)))
+        (execute-kbd-macro (kbd "?"))
+        (should-not (string-match-p "Keys of the review" (buffer-string)))))))
+
+(ert-deftest forj-test-review-shows-reason-rule-and-mode-note ()
+  "Each call says why it is reviewed and which rule a grant would use; the mode note comes first.
+The rule is the worker's text: key descriptions in it are not substituted."
+  (save-window-excursion
+    (let* ((decided nil)
+           (review (forj-review-open
+                    (list (list :id "t" :name "run_shell" :disposition "confirm" :risk "medium"
+                                :summary "Run pytest -q" :preview "$ pytest -q\n"
+                                :reason "reviewed: run_shell always asks in 'ask'"
+                                :grant_pattern "run_shell(pytest \\[forj-review-approve] *)"))
+                    (lambda (&rest args) (setq decided args))
+                    nil
+                    (list :mode-note "auto is not enabled in your own config file; this chat uses accept-edits"))))
+      (with-current-buffer review
+        (let ((text (buffer-string)))
+          (should (string-match-p "^⚠ auto is not enabled in your own config file" text))
+          (should (string-match-p "^    why: reviewed: run_shell always asks in 'ask'$" text))
+          (should (string-match-p (regexp-quote "a grant would cover: run_shell(pytest \\[forj-review-approve] *)")
+                                  text)))
+        (forj-review-grant "t" "project" "run_shell(pytest *)")
+        (should (string-match-p "grant: always, in every chat of this project, rule run_shell(pytest \\*)"
+                                (buffer-string)))
+        ;; A denial takes the grant back; approving once does not grant.
+        (forj-review-decide "t" (cons 'deny nil))
+        (should-not (gethash "t" forj-review--grants))
+        (forj-review-grant "t" "session" "run_shell(pytest *)")
+        (goto-char (point-min))
+        (search-forward "Run pytest")
+        (forj-review-approve)
+        (should-not (gethash "t" forj-review--grants))
+        (forj-review-grant "t" "minutes" "run_shell(pytest *)" 15)
+        (forj-review-commit))
+      (should (equal decided '(("t") nil nil nil
+                               (("t" :scope "minutes" :pattern "run_shell(pytest *)" :minutes 15))))))))
 
 (provide 'forj-review-test)
 ;;; forj-review-test.el ends here
