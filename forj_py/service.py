@@ -485,6 +485,12 @@ class Worker:
             modified=req.modified,
         )
         turn_info = batch.gate.info() if batch.gate is not None else {}
+        if batch.gate is not None:
+            # The chat decides from the execute reply whether the batch counts
+            # as an iteration: say it here too, not only when planning.
+            turn_info["continue_loop"] = self.consent.engine.continues(
+                [c.name for c in batch.calls if c.disposition is not Disposition.RESOLVED]
+            )
         reply = Encoded(
             batch_id=batch.batch_id,
             state=batch.state,

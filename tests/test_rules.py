@@ -183,6 +183,9 @@ def test_fr_rule_09_continue_loop_is_reported_for_a_batch_of_such_tools(workers:
     worker = workers()
     assert plan(worker, lst(1), session="c", turn="t")["turn"]["continue_loop"] is True
     assert plan(worker, lst(2), read(1), session="c", turn="t")["turn"]["continue_loop"] is False
+    # The execute reply says it as well, for the chat that acts on what ran.
+    assert run_turn(worker, "t2", lst(3))["turn"]["continue_loop"] is True
+    assert run_turn(worker, "t3", lst(4), read(2))["turn"]["continue_loop"] is False
 
 
 def test_fr_rule_10_requires_consent_reviews_even_read_only_tools(workers: Workers) -> None:
