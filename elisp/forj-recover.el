@@ -85,7 +85,14 @@
     (forj-chat--notice (forj-recover--call-line call)))
   (forj-chat--notice
    (substitute-command-keys
-    "M-x forj-recover: resume the calls that never ran (you review each again) or discard them; the model is told either way")))
+    "M-x forj-recover: resume the calls that never ran (you review each again) or discard them; the model is told either way"))
+  (forj-recover--flush))
+
+(defun forj-recover--flush ()
+  "Show held notices now unless a reply streams or a batch draws its results.
+A chat waiting for recovery has neither, though it is not idle."
+  (unless (or forj-chat--reply-view forj-chat--batch)
+    (forj-chat--flush-notices)))
 
 (defun forj-recover--on-worker-ready (worker)
   "Show the unfinished batches WORKER's hello lists, each in one chat."
@@ -112,6 +119,7 @@
 Start a new worker: its journal says what ran, and recovery follows."
   (setq forj-recover--interrupted (cons entries results))
   (forj-chat--notice "the tool worker stopped while the batch ran; starting a new one to see what ran")
+  (forj-recover--flush)
   (let ((buffer (current-buffer)))
     (forj-worker-ensure
      forj-chat--root
@@ -121,8 +129,9 @@ Start a new worker: its journal says what ran, and recovery follows."
      (lambda (err)
        (when (buffer-live-p buffer)
          (with-current-buffer buffer
-           (forj-chat--notice (format "the tool worker could not start again: %s; M-x forj-recover tries again"
-                                      (or (plist-get err :message) err)))))))))
+           (forj-chat--notice (format "the tool worker could not start again: %s; send a message to go on"
+                                      (or (plist-get err :message) err)))
+           (forj-chat--end-turn)))))))
 
 (defun forj-recover--interrupted-check ()
   "After a new hello: record the interrupted batch's errors if it is not listed.
@@ -148,7 +157,8 @@ A batch the worker never journaled ran nothing."
 
 (defun forj-recover--answers-last-reply-p (report)
   "Return non-nil when REPORT answers the last reply of the record."
-  (let ((last (car (last forj-chat--record))))
+  (let ((last (cl-find "notice" (reverse forj-chat--record)
+                       :key (lambda (e) (plist-get e :role)) :test-not #'equal)))
     (and (equal (plist-get last :role) "assistant")
          (let ((ids (mapcar (lambda (e) (plist-get (plist-get e :call) :id))
                             (forj-chat--entry-calls last))))
