@@ -67,12 +67,12 @@
 
 ;;; The common flow: dry run, ask, review, apply
 
-(defun forj-undo--run (method body what done)
-  "Run METHOD (\"undo\" or \"rewind\") with BODY after a dry run and approval.
+(defun forj-undo--run (root method body what done)
+  "In ROOT, run METHOD (\"undo\" or \"rewind\") with BODY once approved.
+A dry run comes first; its diffs open in the review.
 WHAT names the change for people.  DONE, if non-nil, is called with
 the applied reply."
-  (let ((root (forj-undo--root))
-        (buffer (current-buffer)))
+  (let ((buffer (current-buffer)))
     (forj-undo--with-worker
      root
      (lambda (conn)
@@ -176,7 +176,7 @@ first.  An undo is itself undoable: the next \\[forj-undo] undoes it."
                                              (append (plist-get reply :checkpoints) nil))))
                        (if (null last)
                            (forj-undo--say "no change of forj's to undo in this project")
-                         (forj-undo--run "undo" (list :batch_id (plist-get last :batch_id))
+                         (forj-undo--run root "undo" (list :batch_id (plist-get last :batch_id))
                                          (format "undo of %s"
                                                  (if (equal (plist-get last :kind) "undo")
                                                      "the last undo"
@@ -271,7 +271,7 @@ changed) once the worker has said which files each changed."
       ('chat (forj-undo--rewind-chat index))
       ((or 'code 'both)
        (let ((buffer (current-buffer)))
-         (forj-undo--run "rewind" (list :turn turn-id)
+         (forj-undo--run forj-chat--root "rewind" (list :turn turn-id)
                          "rewind of the files"
                          (and (eq what 'both)
                               (lambda (_reply)
