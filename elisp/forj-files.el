@@ -76,7 +76,11 @@ its text is the user's, and the file on disk is forj's now."
           (with-current-buffer buffer
             (cond
              ((buffer-modified-p) (push (buffer-name) kept))
-             ((file-exists-p file) (revert-buffer t t t))
+             ((file-exists-p file)
+              ;; A buffer the user made read-only stays so.
+              (let ((read-only buffer-read-only))
+                (revert-buffer t t t)
+                (when read-only (setq buffer-read-only t))))
              ;; The change deleted the file: say so rather than leave a
              ;; buffer that looks like a file of the project.
              (t (message "forj: %s was deleted; its buffer is still open" (buffer-name))))))))
