@@ -147,5 +147,25 @@
                                 (call-process "git" nil t nil "-C" root "status" "--porcelain")
                                 (buffer-string)))))))
 
+(ert-deftest forj-test-files-review-says-uncommitted-changes ()
+  "A call writing a file with uncommitted changes made outside forj says so in the review."
+  (skip-unless (executable-find "git"))
+  (forj-test-with-project '(("a.txt" . "committed\n"))
+    (let ((process-environment (append '("GIT_AUTHOR_NAME=t" "GIT_AUTHOR_EMAIL=t@example.org"
+                                         "GIT_COMMITTER_NAME=t" "GIT_COMMITTER_EMAIL=t@example.org")
+                                       process-environment)))
+      (should (eq 0 (call-process "git" nil nil nil "-C" root "init" "-q")))
+      (should (eq 0 (call-process "git" nil nil nil "-C" root "add" "a.txt")))
+      (should (eq 0 (call-process "git" nil nil nil "-C" root "commit" "-q" "-m" "a"))))
+    (with-temp-file (expand-file-name "a.txt" root) (insert "changed by hand\n"))
+    (let ((run (forj-flow-test--run root forj-files-test--write-a)))
+      (with-current-buffer (forj-flow-test--review-buffer)
+        (should (string-match-p "⚠ a.txt has uncommitted changes ([A-Z]+) in git, not made by forj"
+                                (buffer-string)))
+        (forj-review-deny-all)
+        (forj-review-commit))
+      (forj-files-test--results run))
+    (should (equal (forj-files-test--text root "a.txt") "changed by hand\n"))))
+
 (provide 'forj-files-test)
 ;;; forj-files-test.el ends here

@@ -72,16 +72,21 @@
       (should-not (memq 'forj-tool-result offered))
       ;; Every entry stands for a command that exists.
       (dolist (command offered) (should (commandp command))))
-    (dolist (command '(forj-retry forj-undo forj-rewind forj-set-model forj-tasks))
+    ;; Undo, rewind and saved chats exist: their entries show.
+    (dolist (command '(forj-undo forj-rewind forj-resume))
+      (should (memq command (forj-menu-test--open))))
+    ;; No unfinished batch waits here.
+    (should-not (memq 'forj-recover (forj-menu-test--open)))
+    (dolist (command '(forj-retry forj-set-model forj-tasks))
       (should-not (fboundp command))
       (should-not (memq command (forj-menu-test--open))))
     ;; A command defined later gets its entry at once.
     (unwind-protect
         (progn
-          (defalias 'forj-undo (lambda () (interactive) (message "undone")))
-          (should (memq 'forj-undo (forj-menu-test--open))))
-      (fmakunbound 'forj-undo))
-    (should-not (memq 'forj-undo (forj-menu-test--open)))))
+          (defalias 'forj-tasks (lambda () (interactive) (message "tasks")))
+          (should (memq 'forj-tasks (forj-menu-test--open))))
+      (fmakunbound 'forj-tasks))
+    (should-not (memq 'forj-tasks (forj-menu-test--open)))))
 
 (ert-deftest forj-test-menu-send-and-stop-run ()
   "The menu's send sends the prompt; while the reply streams, its stop stops it."
