@@ -65,14 +65,14 @@
 (defun forj-recover--call-line (call)
   "The one-line description of the recovered CALL (its state and result)."
   (let* ((entry (list :call (plist-get call :call)))
-         (result (plist-get call :result)))
+         (result (plist-get call :result))
+         (line (substring-no-properties (forj-render-one-line (forj-render-call-line (plist-get call :call))))))
     (pcase (plist-get call :state)
       ("completed" (concat "  completed: " (forj-tools-header-text entry result)))
-      ("running" (concat "  interrupted (it may have done part of its work): "
-                         (substring-no-properties (forj-tools--header entry 'pending nil))
+      ("running" (concat "  interrupted (it may have done part of its work): " line
                          (let ((files (plist-get call :files_changed)))
                            (if files (format " (it wrote %s)" (string-join (append files nil) ", ")) ""))))
-      (_ (concat "  never ran: " (substring-no-properties (forj-tools--header entry 'pending nil)))))))
+      (_ (concat "  never ran: " line)))))
 
 (defun forj-recover--show (report)
   "Show the unfinished batch REPORT in this chat and wait for the user's choice."

@@ -65,8 +65,8 @@
     (let ((text (buffer-string)))
       (should (string-match-p "left unfinished" text))
       (should (string-match-p "completed: ✓ write_file first.txt" text))
-      (should (string-match-p "interrupted (it may have done part of its work): … run_shell" text))
-      (should (string-match-p "never ran: … write_file second.txt" text)))
+      (should (string-match-p "interrupted (it may have done part of its work): → run_shell sleep 60" text))
+      (should (string-match-p "never ran: → write_file second.txt" text)))
     ;; Nothing ran by itself.
     (should-not (file-exists-p (expand-file-name "second.txt" root)))
     (forj-recover 'resume)
