@@ -56,7 +56,7 @@
        t))
 
 (defun forj-menu--recovery-waits-p ()
-  "Non-nil when this chat shows an unfinished batch waiting for the user's word."
+  "Non-nil when an unfinished batch waits in this chat for the user's word."
   (and (boundp 'forj-recover--pending) forj-recover--pending (commandp 'forj-recover) t))
 
 ;;; Commands of the menu's own

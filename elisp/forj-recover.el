@@ -48,7 +48,9 @@
   "The entries of this chat's batch whose worker died, until it is recovered.")
 
 (defvar forj-recover--shown (make-hash-table :test #'equal)
-  "Batch ids of unfinished batches already shown, to the chat showing them.")
+  "Batch ids of unfinished batches already shown, to the chat showing them.
+A batch resolved since maps to the symbol `resolved': the hello a
+worker said at its start still lists it.")
 
 ;;; Showing
 
@@ -95,13 +97,23 @@ A chat waiting for recovery has neither, though it is not idle."
     (forj-chat--flush-notices)))
 
 (defun forj-recover--on-worker-ready (worker)
-  "Show the unfinished batches WORKER's hello lists, each in one chat."
+  "Show the unfinished batches WORKER's hello lists, each in one chat.
+A batch shown in another chat moves to its own chat once that is open."
   (let ((chat (current-buffer)))
     (dolist (report (append (plist-get (forj-worker-hello worker) :unfinished) nil))
       (let* ((report (forj-recover--plist report))
-             (shown (gethash (plist-get report :batch_id) forj-recover--shown)))
-        (unless (buffer-live-p shown)
-          (with-current-buffer (or (forj-recover--owner report) chat)
+             (id (plist-get report :batch_id))
+             (shown (gethash id forj-recover--shown))
+             (owner (forj-recover--owner report)))
+        (unless (or (eq shown 'resolved)
+                    (and (buffer-live-p shown) (or (null owner) (eq owner shown))))
+          (when (buffer-live-p shown)
+            (with-current-buffer shown
+              (setq forj-recover--pending
+                    (cl-remove id forj-recover--pending :key (lambda (r) (plist-get r :batch_id))
+                               :test #'equal))
+              (forj-chat--notice "the unfinished batch above is shown in its own chat now")))
+          (with-current-buffer (or owner chat)
             (forj-recover--show report)))))
     (when forj-recover--interrupted
       (forj-recover--interrupted-check))))
@@ -224,6 +236,7 @@ BATCH-ID picks the batch (default: the oldest shown)."
 (defun forj-recover--resolved (report reply turn)
   "The worker resolved REPORT with REPLY, in the chat's TURN: run or record."
   (setq forj-recover--pending (delq report forj-recover--pending))
+  (puthash (plist-get report :batch_id) 'resolved forj-recover--shown)
   (let* ((entries (mapcar (lambda (c) (list :call (plist-get c :call))) (plist-get report :calls)))
          (known (append (plist-get reply :results) nil))
          (remaining (append (plist-get reply :remaining) nil)))
