@@ -186,7 +186,7 @@ the model reads is parsed from the concatenated texts.")
   "Called with the worker in a chat buffer each time its worker is ready.")
 
 (defvar forj-chat-batch-interrupted-function nil
-  "Called with the entries and results of a batch whose worker died, or nil.
+  "Called with the entries, results and batch whose worker died, or nil.
 It takes over the turn: the results are not recorded, and the model is
 not resumed, until the interrupted batch is resolved.")
 
@@ -930,7 +930,7 @@ result's JSON, which is what the model reads.  The view of the section
               (delete-region forj-chat--results-view forj-chat--out)
               (set-marker forj-chat--results-view nil)))
           (setq forj-chat--results-view nil)
-          (funcall forj-chat-batch-interrupted-function entries results))
+          (funcall forj-chat-batch-interrupted-function entries results batch))
       (forj-chat--batch-recorded batch turn entries results))))
 
 (defun forj-chat--batch-recorded (batch turn entries results)

@@ -211,10 +211,19 @@ A chat already open is shown instead."
             (forj-tools-keep-worker t)
             (forj-chat--redraw "")
             (set-buffer-modified-p nil)
-            (setq forj-chat--provider (forj-chat--choose-provider))
+            (setq forj-chat--provider (or (forj-history--saved-provider (plist-get chat :provider))
+                                          (forj-chat--choose-provider)))
             (goto-char (point-max))
             (forj-chat--start-worker))
           buffer))))
+
+(defun forj-history--saved-provider (name)
+  "The provider NAME the chat used, when no provider is chosen and it can work."
+  (let ((provider (and (null forj-provider) (stringp name) (assoc name forj-providers)
+                       (append (list :name name) (cdr (assoc name forj-providers))))))
+    (and provider
+         (or (plist-get provider :local) (forj-provider-key provider))
+         provider)))
 
 ;;;###autoload
 (defun forj-resume (&optional directory)

@@ -126,12 +126,30 @@ A batch shown in another chat moves to its own chat once that is open."
 
 ;;; The chat's own batch, when its worker dies
 
-(defun forj-recover--batch-interrupted (entries results)
-  "The worker died while the batch of ENTRIES ran (RESULTS say only that).
-Start a new worker: its journal says what ran, and recovery follows."
+(defun forj-recover--batch-interrupted (entries results &optional batch)
+  "The worker died while BATCH of ENTRIES ran (RESULTS say only that).
+Start a new worker once the old process is gone: the new one's journal
+says what ran, and recovery follows."
   (setq forj-recover--interrupted (cons entries results))
   (forj-chat--notice "the tool worker stopped while the batch ran; starting a new one to see what ran")
   (forj-recover--flush)
+  (let* ((worker (and batch (forj-tools-batch-worker batch)))
+         (process (and worker (forj-worker-process worker))))
+    (forj-recover--when-gone (and (processp process) (process-id process))
+                             (+ (float-time) 10)
+                             (current-buffer))))
+
+(defun forj-recover--when-gone (pid deadline buffer)
+  "Once process PID is gone (or at DEADLINE), restart the worker for BUFFER.
+A dead process not yet reaped still counts as running for the worker,
+which would not report its batches; polling keeps Emacs free meanwhile."
+  (if (and pid (process-attributes pid) (< (float-time) deadline))
+      (run-at-time 0.1 nil #'forj-recover--when-gone pid deadline buffer)
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer (forj-recover--restart)))))
+
+(defun forj-recover--restart ()
+  "Start the chat's worker again; its hello lists the interrupted batch."
   (let ((buffer (current-buffer)))
     (forj-worker-ensure
      forj-chat--root

@@ -15,6 +15,7 @@
 (require 'forj-recover)
 (require 'forj-epc-test)
 (require 'forj-chat-test)
+(require 'forj-history-test)
 
 (defconst forj-recover-test--calls
   (concat "Three steps.\n\n"
@@ -107,6 +108,68 @@
       (should (equal (mapcar (lambda (r) (plist-get r :id)) results) '("w1" "sh" "w2")))
       (should (eq (plist-get (plist-get (plist-get (nth 2 results) :error) :details) :discarded) t)))
     (should (string-match-p "I will not write second.txt" (forj-chat--transcript)))))
+
+(ert-deftest forj-test-recover-fr-res-05-killed-emacs ()
+  "FR-RES-05: Emacs killed mid-batch; the chat reopened in another Emacs shows the batch and discards it."
+  (forj-test-with-project nil
+    (make-directory (expand-file-name ".git" root))
+    (let ((script (forj-chat-test--script (list (list :text forj-recover-test--calls)
+                                                (list :text "Nothing more will run."))))
+          (pidfile (make-temp-file "forj-worker-pid-")))
+      (unwind-protect
+          (progn
+            ;; First Emacs: the command runs when Emacs dies.
+            (should (equal (forj-history-test--emacs
+                            root
+                            `((setq forj-providers (cons (list "test-script" :family 'scripted :script ,script)
+                                                         forj-providers)
+                                    forj-provider "test-script"
+                                    forj-provider-scripted-delay 0.001)
+                              (with-current-buffer (forj root)
+                                (goto-char (point-max))
+                                (insert "Do the three steps.")
+                                (forj-chat-send)
+                                (let ((deadline (+ (float-time) 60)))
+                                  (while (and (not (get-buffer "*forj-review*")) (< (float-time) deadline))
+                                    (accept-process-output nil 0.05)))
+                                (with-current-buffer "*forj-review*"
+                                  (forj-review-approve-all)
+                                  (forj-review-commit))
+                                (let ((deadline (+ (float-time) 60)))
+                                  (while (and (not (and forj-chat--batch
+                                                        (eq (aref (forj-tools-batch-states forj-chat--batch) 1)
+                                                            'running)))
+                                              (< (float-time) deadline))
+                                    (accept-process-output nil 0.05)))
+                                (with-temp-file ,pidfile
+                                  (insert (number-to-string
+                                           (process-id (forj-worker-process (forj-worker-get root))))))
+                                (signal-process (emacs-pid) 'SIGKILL))))
+                           "Killed"))
+            ;; Its worker follows its parent.
+            (let ((pid (string-to-number (with-temp-buffer (insert-file-contents pidfile) (buffer-string)))))
+              (should (> pid 0))
+              (should (forj-test--wait-for (lambda () (null (process-attributes pid))) 30)))
+            (should (file-exists-p (expand-file-name "first.txt" root)))
+            ;; Second Emacs (this one): the saved chat reopens and shows the batch.
+            (let* ((forj-providers (cons (list "test-script" :family 'scripted :script script) forj-providers))
+                   (forj-provider "test-script")
+                   (forj-provider-scripted-delay 0.001)
+                   (chat (forj-history-open (plist-get (car (forj-history-chats root)) :file))))
+              (unwind-protect
+                  (with-current-buffer chat
+                    (should (forj-test--wait-for (lambda () forj-recover--pending) 30))
+                    (let ((text (buffer-string)))
+                      (should (string-match-p "completed: ✓ write_file first.txt" text))
+                      (should (string-match-p "never ran: → write_file second.txt" text)))
+                    (forj-recover 'discard)
+                    (should (forj-chat-test--wait-idle 60))
+                    (should (string-match-p "Nothing more will run." (forj-chat--transcript)))
+                    (should-not (file-exists-p (expand-file-name "second.txt" root))))
+                (with-current-buffer chat (set-buffer-modified-p nil))
+                (kill-buffer chat))))
+        (delete-file script)
+        (delete-file pidfile)))))
 
 (provide 'forj-recover-test)
 ;;; forj-recover-test.el ends here
