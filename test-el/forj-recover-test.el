@@ -16,6 +16,7 @@
 (require 'forj-epc-test)
 (require 'forj-chat-test)
 (require 'forj-history-test)
+(require 'forj-flow-test)
 
 (defconst forj-recover-test--calls
   (concat "Three steps.\n\n"
@@ -170,6 +171,34 @@
                 (kill-buffer chat))))
         (delete-file script)
         (delete-file pidfile)))))
+
+(ert-deftest forj-test-recover-resumed-calls-are-all-reviewed ()
+  "Resumed calls all open in the review; one that would run without asking does not run if denied."
+  (forj-test-with-project '(("a.txt" . "alpha\n"))
+    (let* ((forj-tools-review-all t)
+           (run (forj-flow-test--run root "```tool-call
+{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}
+```
+```tool-call
+{\"id\": \"w\", \"name\": \"write_file\", \"args\": {\"path\": \"new.txt\", \"content\": \"new\\n\"}}
+```
+")))
+      (with-current-buffer (forj-flow-test--review-buffer)
+        (should (string-match-p "Read a.txt.*recovered call: runs only if you approve it again" (buffer-string)))
+        (should (string-match-p "new.txt" (buffer-string)))
+        (forj-review-decide "r" (cons 'deny "not now"))
+        (forj-review-decide "w" t)
+        (forj-review-commit))
+      (should (forj-test--wait-for (cdr run) 30))
+      (let ((results (funcall (cdr run))))
+        (should (equal (plist-get (plist-get (nth 0 results) :error) :message)
+                       "The user denied this call: not now"))
+        (should (eq (plist-get (nth 1 results) :ok) t)))
+      (kill-buffer (car run))
+      (should (file-exists-p (expand-file-name "new.txt" root)))
+      ;; Nothing of the first plan is left for recovery.
+      (forj-worker-restart root)
+      (should (null (append (plist-get (forj-worker-hello (forj-test--worker root)) :unfinished) nil))))))
 
 (provide 'forj-recover-test)
 ;;; forj-recover-test.el ends here
