@@ -202,6 +202,38 @@ A plist (:at TIME :attempt N :message M :overlay O :timer T).")
 (defvar-local forj-chat--held-notices nil
   "Notices that arrived while a reply streamed, shown after it (newest first).")
 
+(defvar-local forj-chat--id nil
+  "This chat's id: names its saved copy and starts its turn ids.")
+(put 'forj-chat--id 'permanent-local t)
+
+(defvar-local forj-chat--turn-id nil
+  "The id of the user message being answered (the turn), or nil.")
+
+(defvar forj-chat-record-changed-hook nil
+  "Run in a chat buffer after its record changed (an entry added, or cut back).")
+
+(defvar forj-chat-worker-ready-functions nil
+  "Called with the worker in a chat buffer each time its worker is ready.")
+
+(defvar forj-chat-batch-interrupted-function nil
+  "Called with the entries, results and batch whose worker died, or nil.
+It takes over the turn: the results are not recorded, and the model is
+not resumed, until the interrupted batch is resolved.")
+
+(defun forj-chat-id ()
+  "This chat's id, made on first use: a timestamp and random hex."
+  (or forj-chat--id
+      (setq forj-chat--id (format "%s-%s" (format-time-string "%Y%m%dT%H%M%S")
+                                  (substring (secure-hash 'sha256 (format "%s%s%s" (random) (float-time)
+                                                                          (emacs-pid)))
+                                             0 8)))))
+
+(defun forj-chat-new-turn-id ()
+  "A new turn id for a user message of this chat (also continue and retry)."
+  (format "%s.%s" (forj-chat-id)
+          (substring (secure-hash 'sha256 (format "%s%s%s" (random) (float-time) (length forj-chat--record)))
+                     0 8)))
+
 (defconst forj-chat--heading-re "^## \\(User\\|Assistant\\|Tool results\\)$"
   "A role heading line.")
 
@@ -509,7 +541,8 @@ An existing chat of the project is shown again."
   (unless (eq forj-chat--greeted worker)
     (setq forj-chat--greeted worker)
     (dolist (warning (append (plist-get (forj-worker-hello worker) :warnings) nil))
-      (when (stringp warning) (forj-chat--notice warning))))
+      (when (stringp warning) (forj-chat--notice warning)))
+    (run-hook-with-args 'forj-chat-worker-ready-functions worker))
   (force-mode-line-update))
 
 (defun forj-chat--choose-provider ()
@@ -662,6 +695,7 @@ the user write are escaped instead (`forj-chat--escape-headings')."
   "Add an entry of ROLE with TEXT at the end of the record; return it."
   (let ((entry (list :role role :text text)))
     (setq forj-chat--record (append forj-chat--record (list entry)))
+    (run-hooks 'forj-chat-record-changed-hook)
     entry))
 
 (defun forj-chat-messages ()
@@ -856,16 +890,29 @@ counted again from zero."
   (cl-incf forj-chat--turn)
   (setq forj-chat--iterations 0 forj-chat--capped nil forj-chat--cancelled nil
         forj-chat--continuation nil)
+  ;; The worker groups checkpoints and turn-scoped rules by this id.
+  (setq forj-chat--turn-id (forj-chat-new-turn-id))
   (when text
-    (let ((entry (forj-chat--record-add
-                  "user" (concat "\n## User\n\n"
-                                 (replace-regexp-in-string "[ \t\n]+\\'" "" (forj-chat--escape text))
-                                 "\n\n"))))
+    (let ((entry (forj-chat--record-add-user
+                  (concat "\n## User\n\n"
+                          (replace-regexp-in-string "[ \t\n]+\\'" "" (forj-chat--escape text))
+                          "\n\n")
+                  forj-chat--turn-id)))
       (let ((inhibit-read-only t))
         (delete-region forj-chat--out (point-max)))
       (forj-chat--view-entry entry)
       (forj-chat--insert-prompt draft)))
   (forj-chat--with-worker #'forj-chat--request))
+
+(defun forj-chat--record-add-user (text turn)
+  "Add the user's message TEXT, the start of TURN, to the record; return it.
+The entry keeps its turn id and time: checkpoints and rewind name them."
+  (let ((forj-chat-record-changed-hook nil))
+    (forj-chat--record-add "user" text))
+  (let ((entry (car (last forj-chat--record))))
+    (nconc entry (list :turn turn :time (float-time)))
+    (run-hooks 'forj-chat-record-changed-hook)
+    entry))
 
 (defun forj-chat--with-worker (then)
   "Start the project's worker if needed, learn its tools, then call THEN."
@@ -1107,17 +1154,19 @@ result's JSON, which is what the model reads.  The view of the section
 \(from its heading to the output marker) is tied to the new entry."
   (forj-chat--tie-view
    forj-chat--results-view
-   (forj-chat--record-add
-   "tool"
-   (concat "\n## Tool results\n\n"
-           (cl-loop for entry in entries
-                    for result in results
-                    concat (concat (forj-tools-header-text entry result) "\n"
-                                   (if result
-                                       (concat "```tool-result\n" (forj-tools-json-encode result) "\n```\n")
-                                     "")))
-           "\n")))
+   (forj-chat--record-add "tool" (forj-chat--results-text entries results)))
   (setq forj-chat--results-view nil))
+
+(defun forj-chat--results-text (entries results)
+  "The transcript of the tool results section of ENTRIES and their RESULTS."
+  (concat "\n## Tool results\n\n"
+          (cl-loop for entry in entries
+                   for result in results
+                   concat (concat (forj-tools-header-text entry result) "\n"
+                                  (if result
+                                      (concat "```tool-result\n" (forj-tools-json-encode result) "\n```\n")
+                                    "")))
+          "\n"))
 
 (defun forj-chat--tie-view (start entry)
   "Tie the view from START to the output marker to the record's ENTRY."
@@ -1142,7 +1191,8 @@ result's JSON, which is what the model reads.  The view of the section
                                 (length "\n## Tool results\n\n")
                                 (length "\n## User\n\n")
                                 (length (forj-chat--input-text))))))
-    (let ((forj-tools-plan-mode (pcase forj-chat-tools-mode
+    (let ((forj-tools-turn forj-chat--turn-id)
+          (forj-tools-plan-mode (pcase forj-chat-tools-mode
                                   ('parse-only "parse_only")
                                   ('disabled "disabled")
                                   (_ "enabled"))))
@@ -1160,19 +1210,36 @@ result's JSON, which is what the model reads.  The view of the section
     (when batch
       (set-marker forj-chat--out (forj-tools-batch-end batch))
       (setq forj-chat--batch nil))
-    (forj-chat--record-results entries results)
-    (forj-chat--insert-out "\n")
-    (setq forj-chat--state 'streaming)
-    (forj-chat--flush-notices)
-    (if (or forj-chat--cancelled
-            (/= turn forj-chat--turn)
-            (and batch (forj-tools-batch-cancelled batch))
-            (forj-chat--turn-stops batch))
+    (if (and forj-chat-batch-interrupted-function
+             (= turn forj-chat--turn)
+             (not forj-chat--cancelled)
+             (cl-some (lambda (r) (equal (plist-get (plist-get r :error) :type) "worker-died")) results))
+        ;; The journal knows what ran; the results here only say the
+        ;; connection went.  Recovery tells the model what happened.
         (progn
-          (when (and batch (forj-tools-batch-cancelled batch))
-            (forj-chat--notice "the batch was cancelled in review; the model was not resumed"))
-          (forj-chat--end-turn))
-      (forj-chat--request))))
+          (let ((inhibit-read-only t))
+            (when (markerp forj-chat--results-view)
+              (delete-region forj-chat--results-view forj-chat--out)
+              (set-marker forj-chat--results-view nil)))
+          (setq forj-chat--results-view nil)
+          (funcall forj-chat-batch-interrupted-function entries results batch))
+      (forj-chat--batch-recorded batch turn entries results))))
+
+(defun forj-chat--batch-recorded (batch turn entries results)
+  "Record RESULTS of ENTRIES (of BATCH, of TURN); resume the model unless stopped."
+  (forj-chat--record-results entries results)
+  (forj-chat--insert-out "\n")
+  (setq forj-chat--state 'streaming)
+  (forj-chat--flush-notices)
+  (if (or forj-chat--cancelled
+          (/= turn forj-chat--turn)
+          (and batch (forj-tools-batch-cancelled batch))
+          (forj-chat--turn-stops batch))
+      (progn
+        (when (and batch (forj-tools-batch-cancelled batch))
+          (forj-chat--notice "the batch was cancelled in review; the model was not resumed"))
+        (forj-chat--end-turn))
+    (forj-chat--request)))
 
 (defun forj-chat--refuse-batch (entries)
   "Refuse the tool-call ENTRIES of the reply: the iteration limit is reached.
@@ -1738,10 +1805,16 @@ you had in the input goes to the kill ring."
       (unless (string-blank-p draft)
         (kill-new draft)
         (message "forj: your draft is in the kill ring"))
-      (setq forj-chat--record (cl-subseq forj-chat--record 0 index))
-      (cl-incf forj-chat--turn)
-      (forj-chat--redraw text)
+      (forj-chat-cut-record index text)
       (goto-char (point-max)))))
+
+(defun forj-chat-cut-record (index draft)
+  "Cut the record just before its entry at INDEX; put DRAFT in the input.
+An answer still due to the old turn is ignored from now on."
+  (setq forj-chat--record (cl-subseq forj-chat--record 0 index))
+  (cl-incf forj-chat--turn)
+  (forj-chat--redraw draft)
+  (run-hooks 'forj-chat-record-changed-hook))
 
 ;;; Saving
 
@@ -1787,4 +1860,10 @@ For `write-contents-functions': the file holds the record, not the view."
     (set-buffer-modified-p nil)))
 
 (provide 'forj-chat)
+
+;; Saved chats, recovery, undo and rewind build on the chat.
+(require 'forj-history)
+(require 'forj-recover)
+(require 'forj-undo)
+
 ;;; forj-chat.el ends here

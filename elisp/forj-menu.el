@@ -55,6 +55,10 @@
        (forj-tools--manual-entries forj-tools--current-batch)
        t))
 
+(defun forj-menu--recovery-waits-p ()
+  "Non-nil when an unfinished batch waits in this chat for the user's word."
+  (and (boundp 'forj-recover--pending) forj-recover--pending (commandp 'forj-recover) t))
+
 ;;; Commands of the menu's own
 
 (defun forj-menu--root ()
@@ -126,7 +130,8 @@ define yet once they exist."
     ("c" "Continue" forj-continue :if (lambda () (commandp 'forj-continue)))
     ("e" "Edit a message (fork)" forj-edit-message
      :if (lambda () (commandp 'forj-edit-message)))
-    ("t" "Give a waiting call its result" forj-tool-result :if forj-menu--call-waits-p)]
+    ("t" "Give a waiting call its result" forj-tool-result :if forj-menu--call-waits-p)
+    ("!" "Resume or discard an unfinished batch" forj-recover :if forj-menu--recovery-waits-p)]
    ["Model and tools"
     ("m" "Model" forj-set-model :if (lambda () (commandp 'forj-set-model)))
     ("P" "Provider" forj-set-provider :if (lambda () (commandp 'forj-set-provider)))
@@ -151,6 +156,7 @@ define yet once they exist."
    ["Chats"
     ("S" "Save" forj-save :if forj-menu--in-chat-p)
     ("O" "Open a saved chat" forj-open-chat)
+    ("C" "Resume an earlier chat" forj-resume :if (lambda () (commandp 'forj-resume)))
     ("D" "Demo" forj-demo)]
    ["Worker and settings"
     ("i" "Status" forj-menu-status)

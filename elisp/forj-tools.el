@@ -170,6 +170,7 @@ Objects become plists, arrays vectors, null `:null' and false `:false'."
 (require 'forj-review)
 (require 'forj-shell)
 (require 'forj-render)
+(require 'forj-files)
 
 (defvar-local forj-tools-result-style 'raw
   "How this buffer's results are drawn.
@@ -211,9 +212,11 @@ it, as does \\<forj-tools-mode-map>\\[forj-tools-toggle-fold] on its line."
   (review nil :documentation "The batch's review buffer, while it is open.")
   (cancelled nil :documentation "Non-nil if the user cancelled the batch in review.")
   (callback nil :documentation "Called with the results when the batch is done.")
-  (context nil :documentation "The consent context sent with the plan: mode, session, turn.")
+  (context nil :documentation "The consent context sent with the plan: mode and session.")
   (grants nil :documentation "Alist: approved call id -> the standing grant the user gave.")
-  (consent nil :documentation "What the worker said of consent: :turn, :grants, :mode_note."))
+  (consent nil :documentation "What the worker said of consent: :turn, :grants, :mode_note.")
+  (turn nil :documentation "The id of the user message the batch answers, or nil.")
+  (review-all nil :documentation "Non-nil: every call that would run is reviewed first."))
 
 (defvar-local forj-tools--current-batch nil
   "The batch running in this buffer, if any.")
@@ -249,16 +252,21 @@ Session and timed grants hold for one session: one chat.")
                                                                     (emacs-pid) (buffer-name)))
                                        0 20)))))
 
-(defun forj-tools--turn-id ()
-  "The id of the turn the current buffer's batches answer, or nil."
-  (bound-and-true-p forj-chat-turn-id))
-
 (defun forj-tools--consent-context ()
-  "The consent fields of a plan request from the current buffer."
-  (let ((turn (forj-tools--turn-id)))
-    (append (and forj-tools-permission-mode (list :permission_mode forj-tools-permission-mode))
-            (list :session (forj-tools-session-id))
-            (and (stringp turn) (list :turn turn)))))
+  "The consent fields of a plan request from the current buffer.
+The turn travels with the batch (`forj-tools-turn')."
+  (append (and forj-tools-permission-mode (list :permission_mode forj-tools-permission-mode))
+          (list :session (forj-tools-session-id))))
+
+(defvar forj-tools-turn nil
+  "The turn (id of the user message) new batches answer, or nil.
+The worker groups checkpoints by it, and undo and rewind name it.
+Bind it around `forj-tools-run-entries'.")
+
+(defvar forj-tools-review-all nil
+  "Non-nil: new batches show every call that would run in the review.
+Resumed calls of an interrupted batch run only once the user approves
+each of them again.  Bind it around `forj-tools-run-entries'.")
 
 (defun forj-tools-run-region (beg end &optional callback root)
   "Run the tool-call blocks between BEG and END as one batch.
@@ -292,6 +300,8 @@ are as for `forj-tools-run-region'.  Return the batch."
     (forj-tools--make-batch
      :mode forj-tools-plan-mode
      :context (forj-tools--consent-context)
+     :turn forj-tools-turn
+     :review-all forj-tools-review-all
      :buffer (current-buffer)
      :start start
      :end (copy-marker start t)
@@ -312,10 +322,26 @@ are as for `forj-tools-run-region'.  Return the batch."
     (setf (forj-epc-connection-on-event conn) #'forj-tools--dispatch-event)
     (if (null calls)
         (forj-tools--finish batch)
-      (forj-epc-call conn "plan" (append (list :calls (vconcat calls) :mode (forj-tools-batch-mode batch))
-                                         (forj-tools-batch-context batch))
-                     :success (lambda (plan) (forj-tools--review batch plan))
+      ;; The calls are journaled before anything is decided about them, so
+      ;; a crash from here on leaves the record of what the model asked.
+      (forj-epc-call conn "journal_calls" (forj-tools--with-turn batch (list :calls (vconcat calls)))
+                     :success
+                     (lambda (reply)
+                       (setf (forj-tools-batch-batch-id batch) (plist-get reply :batch_id))
+                       (forj-epc-call conn "plan"
+                                      (forj-tools--with-turn
+                                       batch (append (list :batch_id (plist-get reply :batch_id)
+                                                           :mode (forj-tools-batch-mode batch))
+                                                     (forj-tools-batch-context batch)))
+                                      :success (lambda (plan) (forj-tools--review batch plan))
+                                      :error (lambda (err) (forj-tools--fail-all batch err))))
                      :error (lambda (err) (forj-tools--fail-all batch err))))))
+
+(defun forj-tools--with-turn (batch body)
+  "BODY (a plist) with BATCH's turn added when it has one."
+  (if (forj-tools-batch-turn batch)
+      (append body (list :turn (forj-tools-batch-turn batch)))
+    body))
 
 (defvar forj-tools--batches (make-hash-table :test #'equal)
   "Batches being executed, by the worker's batch id: where events go.")
@@ -334,23 +360,99 @@ are as for `forj-tools-run-region'.  Return the batch."
       (forj-tools--await-manual batch plan)
     (forj-tools--review-and-execute batch plan)))
 
+(defun forj-tools--review-item (item)
+  "Return ITEM of a plan as the review is to show it.
+Notes about uncommitted changes made outside forj come first, with the
+worker's warnings; an item that would run without asking (in a batch
+whose every call is reviewed) says so."
+  (let* ((notes (append (plist-get item :notes) nil))
+         (warnings (append notes (append (plist-get item :warnings) nil)))
+         (item (if warnings (plist-put (copy-sequence item) :warnings (vconcat warnings)) item)))
+    (if (equal (plist-get item :disposition) "execute")
+        (plist-put (copy-sequence item) :summary
+                   (concat (or (plist-get item :summary) (plist-get item :name) "")
+                           "  (recovered call: runs only if you approve it again)"))
+      item)))
+
 (defun forj-tools--review-and-execute (batch plan)
-  "Open the review for PLAN's confirm items if any, then execute BATCH."
-  (let ((confirm (cl-remove-if-not (lambda (item) (equal (plist-get item :disposition) "confirm"))
-                                   (append (plist-get plan :items) nil))))
-    (if confirm
+  "Open the review for PLAN's confirm items if any, then execute BATCH.
+In a batch that reviews everything, `execute' items are shown too."
+  (let* ((items (append (plist-get plan :items) nil))
+         (shown (if (forj-tools-batch-review-all batch) '("confirm" "execute") '("confirm")))
+         (review (cl-remove-if-not (lambda (item) (member (plist-get item :disposition) shown)) items)))
+    (dolist (item items)
+      (when (and (equal (plist-get item :disposition) "execute") (plist-get item :notes)
+                 (not (forj-tools-batch-review-all batch)))
+        (message "forj: %s" (string-join (append (plist-get item :notes) nil) " "))))
+    (if review
         (setf (forj-tools-batch-review batch)
-              (forj-review-open confirm
+              (forj-review-open (mapcar #'forj-tools--review-item review)
                                 (lambda (approved denied modified &optional cancelled grants)
                                   (setf (forj-tools-batch-review batch) nil
                                         (forj-tools-batch-grants batch) grants)
-                                  (if cancelled
-                                      (forj-tools--cancel-in-review batch)
-                                    (forj-tools--execute batch approved denied modified)))
+                                  (cond
+                                   (cancelled (forj-tools--cancel-in-review batch))
+                                   ((forj-tools--denied-to-run items denied)
+                                    (forj-tools--execute-without batch items approved denied modified))
+                                   (t (forj-tools--execute batch approved denied modified))))
                                 (lambda (id ok fail) (forj-tools--proposal batch id ok fail))
                                 (list :timeout (plist-get plan :review_timeout_seconds)
                                       :mode-note (plist-get plan :mode_note))))
       (forj-tools--execute batch nil nil nil))))
+
+(defun forj-tools--denied-to-run (items denied)
+  "The ids of ITEMS that would run without asking but are in DENIED."
+  (cl-loop for item in items
+           when (and (equal (plist-get item :disposition) "execute")
+                     (assoc (plist-get item :id) denied))
+           collect (plist-get item :id)))
+
+(defun forj-tools--execute-without (batch items approved denied modified)
+  "Run BATCH without the `execute' ITEMS the user DENIED.
+The worker runs an `execute' item whatever the decisions say, so the
+planned batch is cancelled (nothing in it runs) and the calls the user
+let through are planned again as a batch of their own, then executed
+with the APPROVED ids and MODIFIED texts.  The denied calls are
+answered as denied, with the user's reasons."
+  (let* ((conn (forj-worker-connection (forj-tools-batch-worker batch)))
+         (dropped (forj-tools--denied-to-run items denied))
+         (old-id (forj-tools-batch-batch-id batch)))
+    (cl-loop for entry in (forj-tools-batch-entries batch)
+             for index from 0
+             for call = (plist-get entry :call)
+             when (and call (member (plist-get call :id) dropped))
+             do (let ((reason (cdr (assoc (plist-get call :id) denied))))
+                  (aset (forj-tools-batch-results batch) index
+                        (list :id (plist-get call :id) :name (plist-get call :name) :ok :false
+                              :error (list :type "permission-error"
+                                           :message (if (string-empty-p (or reason ""))
+                                                        "The user denied this call"
+                                                      (concat "The user denied this call: " reason))
+                                           :details (list :kind "UserDenied")
+                                           :recovery ["Ask the user before trying this call again"])))))
+    (let ((kept (cl-loop for entry in (forj-tools-batch-entries batch)
+                         for index from 0
+                         for call = (plist-get entry :call)
+                         when (and call (null (aref (forj-tools-batch-results batch) index)))
+                         collect call)))
+      ;; Cancelled, then executed: every call comes back cancelled and the
+      ;; batch is closed in the journal, not left to recover.
+      (forj-epc-call conn "cancel" (list :batch_id old-id)
+                     :success (lambda (_) (forj-epc-call conn "execute" (list :batch_id old-id)))
+                     :error #'ignore)
+      (remhash old-id forj-tools--batches)
+      (if (null kept)
+          (forj-tools--finish batch)
+        (forj-epc-call conn "plan" (forj-tools--with-turn
+                                    batch (append (list :calls (vconcat kept)
+                                                        :mode (forj-tools-batch-mode batch))
+                                                  (forj-tools-batch-context batch)))
+                       :success
+                       (lambda (plan)
+                         (setf (forj-tools-batch-batch-id batch) (plist-get plan :batch_id))
+                         (puthash (plist-get plan :batch_id) batch forj-tools--batches)
+                         (forj-tools--execute batch approved denied modified))
+                       :error (lambda (err) (forj-tools--fail-all batch err)))))))
 
 (defun forj-tools--cancel-in-review (batch)
   "Answer every call of BATCH as cancelled: the user cancelled it in review."
@@ -456,6 +558,15 @@ with a buffer that disagrees with the file without knowing it."
                  (const :tag "Deny the call" deny))
   :group 'forj)
 
+(defcustom forj-tools-read-only-buffers 'ask
+  "What to do when a call would change a file whose buffer is read-only.
+`ask' asks whether to let the call change the file anyway (no, the
+default answer, means the call is not run); `deny' refuses the call.
+A read-only buffer is never written behind the user's back."
+  :type '(choice (const :tag "Ask" ask)
+                 (const :tag "Refuse the call" deny))
+  :group 'forj)
+
 (defvar-local forj-tools-capacity-bytes nil
   "Room left in the model's context for this buffer's results, in bytes.
 The chat sets this from its context estimate; nil lets the worker use
@@ -524,6 +635,14 @@ inside ROOT are considered, whatever path a call names."
                   (refusal nil))
              (dolist (path (and call (forj-tools--call-paths call)))
                (let ((buffer (forj-tools--project-buffer path root (and (stringp cwd) cwd))))
+                 (when (and buffer (not refusal)
+                            (buffer-local-value 'buffer-read-only buffer)
+                            (not (and (eq forj-tools-read-only-buffers 'ask)
+                                      (yes-or-no-p
+                                       (format "%s is read-only in Emacs; let %s change the file anyway? "
+                                               (buffer-name buffer) (plist-get call :name))))))
+                   (setq refusal (format "The file %s is read-only in the user's Emacs; the call was not run.  Ask the user to make it writable if it should change"
+                                         path)))
                  (when (and buffer (buffer-modified-p buffer) (not refusal))
                    (if (pcase forj-tools-unsaved-buffers
                          ('save t)
@@ -704,11 +823,13 @@ The shared timer runs while any spinner turns."
                   (forj-tools-batch-entries batch)))
 
 (defun forj-tools--results (batch results)
-  "Match RESULTS (in call order) to BATCH's entries, then finish."
+  "Match RESULTS (in call order) to BATCH's entries, then finish.
+Entries that already have a result (denied before the batch was
+planned again without them) keep it."
   (let ((remaining (append results nil)))
     (cl-loop for entry in (forj-tools-batch-entries batch)
              for index from 0
-             when (plist-get entry :call)
+             when (and (plist-get entry :call) (null (aref (forj-tools-batch-results batch) index)))
              do (aset (forj-tools-batch-results batch) index (pop remaining))))
   (forj-tools--finish batch))
 
@@ -783,19 +904,13 @@ and the other functions go on.")
                           fn (error-message-string err))))))))
 
 (defun forj-tools--revert-changed-buffers (batch)
-  "Revert unmodified buffers visiting the files BATCH wrote, keeping point."
+  "Revert the buffers visiting every file BATCH wrote, keeping point.
+Every file of every result counts: a multi_edit's, an edit the user
+modified.  With `forj-git-auto-stage' the files are staged too."
   (let ((root (and (forj-tools-batch-worker batch)
                    (plist-get (forj-worker-hello (forj-tools-batch-worker batch)) :root))))
     (when root
-      (cl-loop for result across (forj-tools-batch-results batch)
-               for path = (plist-get (plist-get result :result) :path)
-               when (and path (eq (plist-get result :ok) t)
-                         (member (plist-get result :name)
-                                 '("write_file" "edit_region" "edit" "multi_edit")))
-               do (let ((buffer (find-buffer-visiting (expand-file-name path root))))
-                    (when (and buffer (not (buffer-modified-p buffer)))
-                      (with-current-buffer buffer
-                        (revert-buffer t t t))))))))
+      (forj-files-applied root (forj-files-changed-by-results (forj-tools-batch-results batch))))))
 
 ;;; Commands
 

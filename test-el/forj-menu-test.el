@@ -78,6 +78,11 @@
       (should-not (memq 'forj-tool-result offered))
       ;; Every entry stands for a command that exists.
       (dolist (command offered) (should (commandp command))))
+    ;; Undo, rewind and saved chats exist: their entries show.
+    (dolist (command '(forj-undo forj-rewind forj-resume))
+      (should (memq command (forj-menu-test--open))))
+    ;; No unfinished batch waits here.
+    (should-not (memq 'forj-recover (forj-menu-test--open)))
     ;; Commands the menu names that are not defined in this Emacs have no
     ;; entry; one of them defined later gets its entry at once.
     (let ((absent (seq-remove #'fboundp forj-menu-test--later-commands)))
