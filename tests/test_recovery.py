@@ -218,3 +218,31 @@ def test_a_live_worker_batches_are_not_reported_to_another(project: Path, tmp_pa
         ca.call("journal_calls", {"calls": [call("r", "read_file", path="README.md")]})
         with WorkerProcess(project, state_dir=state) as b, Client(b.port) as cb:
             assert cb.call("hello", {"token": b.token})["unfinished"] == []
+
+
+def test_fr_res_05_a_killed_worker_not_yet_reaped_counts_as_dead() -> None:
+    """A zombie keeps its pid and start time; recovery must not take it for a live worker."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from forj_py.store.journal import _start_time, alive_elsewhere
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        identity = f"{child.pid}:{_start_time(child.pid)}:test"
+        assert alive_elsewhere(identity)
+        os.kill(child.pid, signal.SIGKILL)
+        # Not reaped: wait until the kernel shows it as a zombie.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state == "Z":
+                break
+            time.sleep(0.01)
+        assert state == "Z"
+        assert not alive_elsewhere(identity)
+    finally:
+        child.kill()
+        child.wait()

@@ -571,13 +571,21 @@ def alive_elsewhere(identity: str | None) -> bool:
         return False
     except PermissionError:
         pass  # exists, owned by someone else: compare start times below
-    return _start_time(pid) == start
+    # A killed worker its parent has not reaped yet still answers kill(pid, 0)
+    # and keeps its start time: it is dead all the same.
+    return _stat_fields(pid)[:1] not in (["Z"], ["X"]) and _start_time(pid) == start
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state first); [] without /proc."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return stat_line[stat_line.rfind(")") + 2 :].split()
 
 
 def _start_time(pid: int) -> str:
     """The process's start time in clock ticks (Linux); "" where /proc has none."""
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat_line[stat_line.rfind(")") + 2 :].split()[19]
+    fields = _stat_fields(pid)
+    return fields[19] if len(fields) > 19 else ""
