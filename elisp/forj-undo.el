@@ -130,7 +130,7 @@ CONN, ROOT, BODY, WHAT and DONE are as for `forj-undo--run'."
                            :warnings (vconcat (mapcar (lambda (p) (format "%s changed since forj wrote it; you chose to overwrite it" p))
                                                       force))
                            :preview (mapconcat (lambda (f) (or (plist-get f :diff) "")) changes "")))
-               (lambda (approved _denied _modified &optional _cancelled)
+               (lambda (approved _denied _modified &optional _cancelled _grants)
                  (with-current-buffer (if (buffer-live-p buffer) buffer (current-buffer))
                    (if (not (member "undo" approved))
                        (forj-undo--say "%s: not done" what)
