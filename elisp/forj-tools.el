@@ -572,17 +572,36 @@ A read-only buffer is never written behind the user's back."
 The chat sets this from its context estimate; nil lets the worker use
 its conservative default (64 KiB per result).")
 
-(defconst forj-tools--writing-tools '("write_file" "edit_region" "edit" "multi_edit")
+(defconst forj-tools--writing-tools
+  '("write_file" "edit_region" "edit" "multi_edit" "file_patch" "apply_patch"
+    "fs_move" "fs_copy" "fs_delete")
   "Tools that change files, whose targets may be visited in Emacs.")
+
+(defun forj-tools--patch-paths (patch)
+  "The files PATCH names: a `*** Begin Patch' envelope or a unified diff."
+  (let (paths)
+    (when (stringp patch)
+      (dolist (line (split-string patch "\n"))
+        (when (string-match
+               (concat "\\`\\(?:\\*\\*\\* \\(?:Add\\|Update\\|Delete\\) File: \\|"
+                       "\\*\\*\\* Move to: \\|\\(?:---\\|\\+\\+\\+\\) \\(?:[ab]/\\)?\\)"
+                       "\\([^\t]+?\\)[ \t]*\\'")
+               line)
+          (let ((path (match-string 1 line)))
+            (unless (equal path "/dev/null") (push path paths))))))
+    (delete-dups (nreverse paths))))
 
 (defun forj-tools--call-paths (call)
   "The files CALL would change, as given in its arguments."
   (when (member (plist-get call :name) forj-tools--writing-tools)
     (let ((args (plist-get call :args)))
-      (if (equal (plist-get call :name) "multi_edit")
-          (delete-dups (mapcar (lambda (e) (plist-get e :path))
-                               (append (plist-get args :edits) nil)))
-        (list (plist-get args :path))))))
+      (delq nil
+            (pcase (plist-get call :name)
+              ("multi_edit" (delete-dups (mapcar (lambda (e) (plist-get e :path))
+                                                 (append (plist-get args :edits) nil))))
+              ("apply_patch" (forj-tools--patch-paths (plist-get args :patch)))
+              ((or "fs_move" "fs_copy") (list (plist-get args :src) (plist-get args :dst)))
+              (_ (list (plist-get args :path))))))))
 
 (defun forj-tools--project-file (path root &optional cwd)
   "The true name of the file PATH names inside ROOT, or nil.
@@ -1255,4 +1274,9 @@ hidden up to the closing fence."
                      (and (not hidden) (overlay-get fold 'forj-tools-fold-label)))))))
 
 (provide 'forj-tools)
+
+;; Buffers follow the files forj moves and deletes: loaded with the batch
+;; flow, after `provide', since it hooks into this file.
+(require 'forj-moves)
+
 ;;; forj-tools.el ends here

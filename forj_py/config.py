@@ -202,6 +202,14 @@ class ReadFileConfig(_Section):
     max_scan_bytes: int = Field(default=2_097_152, ge=1024, le=1 << 34)
 
 
+class ApplyPatchConfig(_Section):
+    # Seed 000's limit on one patch (apply_patch and file_patch), in bytes.
+    max_patch_bytes: int = Field(default=524_288, ge=1024, le=64 << 20)
+    # How many files one apply_patch may touch, and how many hunks in all.
+    max_files: int = Field(default=100, ge=1, le=10_000)
+    max_hunks: int = Field(default=1000, ge=1, le=100_000)
+
+
 class DedupeConfig(_Section):
     # An identical call (name and sorted arguments) of a listed tool inside
     # the window is answered with a Deduplicated error instead of running.
@@ -280,6 +288,7 @@ class ToolsConfig(_Section):
     search: SearchConfig = Field(default_factory=SearchConfig)
     shell: ShellConfig = Field(default_factory=ShellConfig)
     dedupe: DedupeConfig = Field(default_factory=DedupeConfig)
+    apply_patch: ApplyPatchConfig = Field(default_factory=ApplyPatchConfig)
     # Tools the model is told about in parse_only mode, where the user runs
     # them by hand; in enabled mode only with advertise_definitions = "config".
     definitions: list[ToolDefinition] = Field(default_factory=list, max_length=256)

@@ -415,6 +415,12 @@ class Consent:
             return Decision("confirm", f"reviewed: {tool.name} always asks in {mode!r}", "default")
         if not tool.mutates(f.args):
             return Decision("execute", "runs: the call changes nothing", "default")
+        if _removes_files(tool, f.args):
+            return Decision(
+                "confirm",
+                f"reviewed: {tool.name} deletes or replaces files, which {mode!r} always asks for",
+                "default",
+            )
         if mode == "accept-edits" and f.subject.changes_files and _inside(f.subject):
             return Decision(
                 "execute", "runs: the accept-edits mode (an edit inside the project)", "default"
@@ -498,6 +504,12 @@ def _read_only_call(tool: Tool[Any], args: Any) -> bool:
         return bool(check(args))
     # A tool without a classifier: read-only exactly when the call changes nothing.
     return not tool.mutates(args)
+
+
+def _removes_files(tool: Tool[Any], args: Any) -> bool:
+    """Deletes and overwriting moves: outside what accept-edits (and a quiet default) covers."""
+    check = getattr(tool, "removes_files", None)
+    return bool(check(args)) if callable(check) else False
 
 
 def _why_not_read_only(tool: Tool[Any], args: Any) -> str:

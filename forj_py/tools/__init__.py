@@ -6,8 +6,10 @@ from typing import Any
 
 from .edit import Edit
 from .edit_region import EditRegion
+from .fs import FsCopy, FsDelete, FsMove
 from .listing import Glob, ListFiles
 from .multi_edit import MultiEdit
+from .patch import ApplyPatch, FilePatch
 from .read_file import ReadFile
 from .registry import Tool
 from .run_tests import RunTests
@@ -33,4 +35,9 @@ def builtin_tools() -> list[Tool[Any]]:
         RunTests(),
         TodoWrite(),
         Task(),
+        ApplyPatch(),
+        FilePatch(),
+        FsMove(),
+        FsCopy(),
+        FsDelete(),
     ]
