@@ -1,5 +1,8 @@
 """Start the worker: ``python -m forj_py --root DIR``.
 
+(``python -m forj_py mcp --root DIR`` serves the same tools over MCP on
+stdio instead; see ``transport/mcp.py``.)
+
 Reads the token from ``FORJ_TOKEN`` (and removes it from the environment,
 so no command the worker runs inherits it), loads the configuration,
 becomes the child subreaper of the commands it runs (Linux),
@@ -64,6 +67,15 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["mcp"]:
+        # Imported here: the MCP SDK is an optional extra, and the EPC worker
+        # must not pay for importing it.
+        try:
+            from .transport.mcp import main as mcp_main
+        except ImportError as exc:
+            return _fail(f"mcp: the MCP SDK is not installed ({exc}); pip install 'forj[mcp]'")
+        return mcp_main(argv[1:])
     args = _args(argv)
     logging.basicConfig(
         level=args.log_level,

@@ -31,7 +31,7 @@ from . import errors
 from .errors import ToolFailure
 from .output import dumps, fit_json_text, json_has_controls, sanitize_value
 from .planner import PlannedCall, error_result
-from .protocol import Disposition, ErrorKind, ErrorType, Event, ToolResult
+from .protocol import Disposition, ErrorKind, ErrorType, Event, ToolError, ToolResult
 from .rules import Gate
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
@@ -360,11 +360,11 @@ def _finish(wire: dict[str, Any], limit: int, truncatable: bool) -> Finished:
         "id": wire.get("id"),
         "name": wire.get("name"),
         "ok": False,
-        "error": {
-            "type": "validation-error",
-            "message": "The result did not fit into the output limit even when cut",
-            "details": {"kind": "ExecutionFailed", "limit": limit},
-            "recovery": ["Ask for less at once (a narrower range, fewer results)"],
-        },
+        "error": ToolError(
+            type=ErrorType.VALIDATION,
+            message="The result did not fit into the output limit even when cut",
+            details={"kind": ErrorKind.EXECUTION_FAILED.value, "limit": limit},
+            recovery=["Ask for less at once (a narrower range, fewer results)"],
+        ).model_dump(mode="json"),
     }
     return Finished(failed, dumps(failed))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PROTOCOL_VERSION = 1
 
@@ -113,11 +113,71 @@ class ToolCall(BaseModel):
     meta: CallMeta = Field(default_factory=CallMeta)
 
 
+class ErrorCode(str, Enum):
+    """Seed 004's canonical error codes, carried as ``error.details.code``.
+
+    Coarser than ``type`` and ``kind``: one code per subsystem, so a host that
+    embeds forj beside other tool runtimes can sort failures without knowing
+    forj's own vocabulary.
+    """
+
+    FILE_IO = "E_FILE_IO"
+    AST_PARSE = "E_AST_PARSE"
+    AST_EDIT = "E_AST_EDIT"
+    VALIDATION_FAIL = "E_VALIDATION_FAIL"
+    GIT = "E_GIT"
+    HTTP = "E_HTTP"
+    SHELL = "E_SHELL"
+    POLICY = "E_POLICY"
+    TIMEOUT = "E_TIMEOUT"
+    INTERNAL = "E_INTERNAL"
+
+
+_CODES = frozenset(c.value for c in ErrorCode)
+
+_CODE_OF_TYPE: dict[ErrorType, ErrorCode] = {
+    ErrorType.VALIDATION: ErrorCode.VALIDATION_FAIL,
+    ErrorType.FILE: ErrorCode.FILE_IO,
+    ErrorType.PROCESS: ErrorCode.SHELL,
+    ErrorType.PERMISSION: ErrorCode.POLICY,
+    ErrorType.TIMEOUT: ErrorCode.TIMEOUT,
+    # A person stopped the batch: a decision about the call, like a denial.
+    ErrorType.CANCELLED: ErrorCode.POLICY,
+    # The file is not what the model read: a file-state problem, fixed by reading.
+    ErrorType.STALE_FILE: ErrorCode.FILE_IO,
+    ErrorType.INTERNAL: ErrorCode.INTERNAL,
+}
+
+
+def error_code(type_: ErrorType, details: dict[str, Any]) -> ErrorCode:
+    """The canonical code of an error: the one a tool set itself, else the mapping.
+
+    The mapping goes by ``type``, with two exceptions: a sandbox violation (a
+    path outside the root, a denied pattern, a limit) is a policy refusal even
+    where its type says validation, and a call forj itself stopped mid-way
+    (``interrupted``) is forj's fault, not the user's cancel.
+    """
+    own = details.get("code")
+    if isinstance(own, str) and own in _CODES:
+        return ErrorCode(own)
+    if details.get("kind") == ErrorKind.SANDBOX_VIOLATION.value:
+        return ErrorCode.POLICY
+    if details.get("interrupted") is True:
+        return ErrorCode.INTERNAL
+    return _CODE_OF_TYPE[type_]
+
+
 class ToolError(BaseModel):
     type: ErrorType
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
     recovery: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _with_code(self) -> ToolError:
+        # Every error result carries its canonical code, however it was built.
+        self.details["code"] = error_code(self.type, self.details).value
+        return self
 
 
 class ToolResult(BaseModel):
