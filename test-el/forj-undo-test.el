@@ -78,6 +78,37 @@
             (should (equal (forj-undo-test--read root "a.txt") "ALPHA\n")))
         (kill-buffer visiting)))))
 
+(ert-deftest forj-test-undo-edited-created-and-deleted-files ()
+  "Undo of a batch that edited, created and deleted files puts all three back."
+  (forj-test-with-project '(("a.txt" . "alpha\n") ("old.txt" . "keep me\n"))
+    (make-directory (expand-file-name ".git" root))
+    (let* ((worker (forj-test--worker root))
+           (plan (forj-test--call
+                  worker "plan"
+                  (list :turn "t-1"
+                        :calls (vector (list :id "r" :name "read_file" :args (list :path "a.txt"))
+                                       (list :id "e" :name "edit"
+                                             :args (list :path "a.txt" :old_string "alpha"
+                                                         :new_string "ALPHA"))
+                                       (list :id "w" :name "write_file"
+                                             :args (list :path "new.txt" :content "brand new\n"))
+                                       (list :id "d" :name "fs_delete" :args (list :path "old.txt"))))))
+           (done (forj-test--call worker "execute" (list :batch_id (plist-get plan :batch_id)
+                                                         :approved ["e" "w" "d"]))))
+      (should (cl-every (lambda (r) (eq (plist-get r :ok) t)) (plist-get done :results)))
+      (should-not (file-exists-p (expand-file-name "old.txt" root)))
+      (let ((default-directory root))
+        (with-temp-buffer
+          (setq default-directory root)
+          (forj-undo))
+        (forj-undo-test--approve)
+        (should (forj-test--wait-for
+                 (lambda () (and (file-exists-p (expand-file-name "old.txt" root))
+                                 (not (file-exists-p (expand-file-name "new.txt" root)))
+                                 (equal (forj-undo-test--read root "a.txt") "alpha\n")))
+                 30))
+        (should (equal (forj-undo-test--read root "old.txt") "keep me\n"))))))
+
 (ert-deftest forj-test-undo-changed-file-asks-before-overwriting ()
   "A file changed since forj wrote it is overwritten only when the user says so."
   (forj-test-with-project '(("a.txt" . "alpha\n"))
