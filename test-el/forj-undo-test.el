@@ -138,8 +138,11 @@
                                   (buffer-string)))
           (should (string-match-p "-changed by hand" (buffer-string))))
         (forj-undo-test--approve))
-      (should (forj-test--wait-for (lambda () (equal (forj-undo-test--read root "a.txt") "alpha\n")) 30))
-      (should-not (file-exists-p (expand-file-name "new.txt" root))))))
+      ;; The undo writes its files one after the other: wait for both.
+      (should (forj-test--wait-for
+               (lambda () (and (equal (forj-undo-test--read root "a.txt") "alpha\n")
+                               (not (file-exists-p (expand-file-name "new.txt" root)))))
+               30)))))
 
 ;;; Rewind
 
