@@ -6,6 +6,7 @@ from typing import Any
 
 from .edit import Edit
 from .edit_region import EditRegion
+from .git import GIT_TOOLS
 from .listing import Glob, ListFiles
 from .multi_edit import MultiEdit
 from .read_file import ReadFile
@@ -15,6 +16,7 @@ from .search import Search
 from .shell import RunShell
 from .task import Task
 from .todo_write import TodoWrite
+from .validate import Validate
 from .write_file import WriteFile
 
 
@@ -33,4 +35,6 @@ def builtin_tools() -> list[Tool[Any]]:
         RunTests(),
         TodoWrite(),
         Task(),
+        *(tool() for tool in GIT_TOOLS),
+        Validate(),
     ]
