@@ -218,6 +218,97 @@ class DedupeConfig(_Section):
     tools: list[str] = Field(default_factory=list)
 
 
+class GitConfig(_Section):
+    """``[tools.git]``: the git tools (seed 004 section 4's ``git`` keys)."""
+
+    timeout_seconds: float = Field(default=30, gt=0, le=3600)
+    allow_push: bool = True
+    # Rewriting a remote's history: only the user's own file can allow it.
+    allow_force_push: bool = False
+    # What "clean tree" means before a commit: no unstaged changes in the
+    # paths being committed, in any tracked file, or not checked.
+    clean_tree_for_commit: Literal["committed-paths", "all", "off"] = "committed-paths"
+    # The seed's spelling; false is clean_tree_for_commit = "off".
+    require_clean_tree_for_commit: bool = True
+
+
+VALIDATOR_RULES = (
+    "secrets.scan",
+    "code.todo.blockers",
+    "build.must.pass",
+    "lint.must.pass",
+    "fmt.must.pass",
+    "test.required.changed",
+    "commit.message.conventional",
+    "branch.naming.convention",
+    "sec.git.clean_tree",
+    "sec.paths.sandbox",
+)
+COMMAND_RULES = frozenset({"build.must.pass", "lint.must.pass", "fmt.must.pass"})
+
+
+class ValidatorConfig(_Section):
+    """One ``[[validators]]`` entry: a rule of the catalog and how much it matters."""
+
+    rule: Literal[
+        "secrets.scan",
+        "code.todo.blockers",
+        "build.must.pass",
+        "lint.must.pass",
+        "fmt.must.pass",
+        "test.required.changed",
+        "commit.message.conventional",
+        "branch.naming.convention",
+        "sec.git.clean_tree",
+        "sec.paths.sandbox",
+    ]
+    # Absent: the rule's level in the catalog.
+    enforcement: Literal["blocking", "warning", "suggestion"] | None = None
+    # The argv a *.must.pass rule runs (and test.required.changed, if given),
+    # in the command sandbox.  Only the user's own file may set one.
+    command: list[str] | None = Field(default=None, min_length=1, max_length=1000)
+    # code.todo.blockers: the branches it guards (globs); the words it refuses.
+    branches: list[str] | None = None
+    words: list[str] | None = None
+    # branch.naming.convention: the names allowed (a regular expression).
+    pattern: str | None = Field(default=None, max_length=1000)
+    # commit.message.conventional: the allowed types.
+    types: list[str] | None = None
+    # test.required.changed: which changed paths are tests (gitignore-style),
+    # and the phrase in a commit message that waives the rule.
+    tests: list[str] | None = None
+    override: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, command: list[str] | None) -> list[str] | None:
+        if command is not None and (not command[0] or any("\0" in a for a in command)):
+            raise ValueError("command is an argv: a non-empty program, no NUL characters")
+        return command
+
+    @field_validator("pattern")
+    @classmethod
+    def _regex(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return pattern
+
+    @field_validator("tests")
+    @classmethod
+    def _globs(cls, patterns: list[str] | None) -> list[str] | None:
+        for pattern in patterns or []:
+            _check_pattern(pattern)
+        return patterns
+
+
+def _default_validators() -> list[ValidatorConfig]:
+    # A commit that carries a credential is refused unless the user says otherwise.
+    return [ValidatorConfig(rule="secrets.scan", enforcement="blocking")]
+
+
 class ToolDefinition(_Section):
     """One ``[[tools.definitions]]`` entry: a tool as the model is told about it."""
 
@@ -289,6 +380,7 @@ class ToolsConfig(_Section):
     shell: ShellConfig = Field(default_factory=ShellConfig)
     dedupe: DedupeConfig = Field(default_factory=DedupeConfig)
     apply_patch: ApplyPatchConfig = Field(default_factory=ApplyPatchConfig)
+    git: GitConfig = Field(default_factory=GitConfig)
     # Tools the model is told about in parse_only mode, where the user runs
     # them by hand; in enabled mode only with advertise_definitions = "config".
     definitions: list[ToolDefinition] = Field(default_factory=list, max_length=256)
@@ -438,6 +530,18 @@ class Config(_Section):
     trust: TrustConfig = Field(default_factory=TrustConfig)
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)
     rules: list[RuleConfig] = Field(default_factory=list, max_length=1000)
+    validators: list[ValidatorConfig] = Field(default_factory=_default_validators, max_length=200)
+
+    @field_validator("validators")
+    @classmethod
+    def _commands_where_needed(cls, validators: list[ValidatorConfig]) -> list[ValidatorConfig]:
+        for entry in validators:
+            if entry.rule in COMMAND_RULES and entry.command is None:
+                raise ValueError(
+                    f"{entry.rule} runs a command: give it one, e.g. "
+                    f'{{ rule = "{entry.rule}", command = ["make", "check"] }}'
+                )
+        return validators
 
 
 @dataclass
@@ -755,6 +859,9 @@ _SAFETY_RULES: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     # Backups are the user's undo: a project may keep more of them, not fewer.
     ("tools", "backups", "max_age_days"): _larger_only,
     ("tools", "backups", "max_total_mb"): _larger_only,
+    ("tools", "git", "allow_push"): _bool_only_to(False),
+    ("tools", "git", "clean_tree_for_commit"): _stricter_of(["all", "committed-paths", "off"]),
+    ("tools", "git", "require_clean_tree_for_commit"): _bool_only_to(True),
 }
 _ROOTS_KEY = ("tools", "sandbox", "allowed_roots")
 # Keys only the user's own file may loosen, even for a trusted project:
@@ -772,6 +879,8 @@ _USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     # write the descriptions the model acts on.
     ("tools", "definitions"): lambda user, project: (user, project == user),
     ("tools", "advertise_definitions"): lambda user, project: (user, project == user),
+    # Force push rewrites a shared history.
+    ("tools", "git", "allow_force_push"): _bool_only_to(False),
 }
 
 
@@ -889,6 +998,17 @@ def _rule_list(user: list[Any], project: list[Any], trusted: bool) -> tuple[Any,
     return [*user, *kept], problems
 
 
+def _validator_list(user: list[Any], project: list[Any], trusted: bool) -> tuple[Any, list[str]]:
+    """A project adds checks; a check that runs a command comes only from your own file."""
+    kept = [v for v in project if v.command is None or v in user]
+    problems = [
+        f"[[validators]] rule = {v.rule!r} with command {v.command!r} ignored. " + _USER_ONLY_HINT
+        for v in project
+        if v not in kept
+    ]
+    return [*user, *[v for v in kept if v not in user]], problems
+
+
 _CONSENT_RULES: dict[tuple[str, ...], _ConsentRule] = {
     ("permissions", "mode"): _permission_mode,
     ("permissions", "allow"): _allow_rules,
@@ -898,6 +1018,7 @@ _CONSENT_RULES: dict[tuple[str, ...], _ConsentRule] = {
     ("permissions", "read_only_commands"): _read_only_commands,
     ("tools", "approval", "mode"): _legacy_approval_mode,
     ("rules",): _rule_list,
+    ("validators",): _validator_list,
 }
 
 

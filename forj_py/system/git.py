@@ -1,25 +1,50 @@
-"""Which files hold uncommitted changes, as git sees them.
+"""Running git on the project's repository without running anything the repository names.
 
-The worker asks git itself, outside the command sandbox, so nothing the
-repository holds may start a program: commands the model runs can write
-``.git/config`` (the sandbox lets them change the project), and a
-``core.fsmonitor`` or a filter driver there would otherwise run here,
-unsandboxed.  So every git run gets configuration that turns those off:
-no fsmonitor, no hooks, no pager, no external diff, every filter driver
-the configuration defines emptied (an empty driver is no driver), no
-submodule recursion, no optional index locks.  A missing git, a directory
-that is not a repository, or any failure means "nothing to say".
+The worker runs git itself, outside the command sandbox, with the user's
+own (global and system) configuration and credentials.  The repository's
+own configuration (``.git/config``, its includes, worktree config) is not
+the user's word: a command the model ran, or the repository's author, may
+have written it, and several of its keys make git start a program here,
+unsandboxed.  Every run therefore gets:
+
+- fixed settings that turn the usual suspects off: no fsmonitor, hooks
+  skipped (``core.hooksPath=/dev/null``), no pager, no external diff, no
+  submodule recursion, ``ext::`` transports refused;
+- for every program-naming key the repository's own configuration sets
+  (credential helpers, filter drivers, merge drivers, textconv and diff
+  commands, gpg programs, ``remote.*.uploadpack`` / ``receivepack``,
+  protocol policies, ...) an override on the command line: the value from
+  the user's global or system configuration when there is one, else a
+  value that names no program (:data:`_PROGRAM_KEYS`);
+- for push and pull, ``--receive-pack`` / ``--upload-pack`` given on the
+  command line (:data:`TRANSPORT_PROGRAMS`): for these two keys git keeps
+  the *first* value it reads, so a ``-c`` would not replace the
+  repository's;
+- an environment that pins the editor, the askpass program, the ssh
+  command and the pager (the environment wins over any configuration), and
+  keeps of the worker's ``GIT_*`` variables only the identity and where
+  the user's configuration lives.
+
+A repository-local ``core.worktree`` (a work tree somewhere else) is
+refused outright.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
+import signal
 import subprocess
+import threading
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
+# How long the status question of plan notes may take.
 TIMEOUT_SECONDS = 5.0
 
 _SAFE = (
@@ -35,53 +60,269 @@ _SAFE = (
     "safe.bareRepository=explicit",
     "-c",
     "submodule.recurse=false",
+    "-c",
+    "protocol.ext.allow=never",
+    "-c",
+    "log.showSignature=false",
     "--no-pager",
 )
 
+# The worker's GIT_* variables that stay: who commits, and where the user's
+# own configuration lives.  Everything else (GIT_DIR, GIT_WORK_TREE,
+# GIT_CONFIG_PARAMETERS, GIT_INDEX_FILE, ...) could point git elsewhere.
+_KEPT_GIT_ENV = frozenset(
+    {
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_NOSYSTEM",
+        "GIT_SSH_COMMAND",
+    }
+)
 
-def _env() -> dict[str, str]:
-    """The worker's environment without any GIT_* setting that could redirect git."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_OPTIONAL_LOCKS"] = "0"  # status must not rewrite the index
+# The programs a local (path or file://) remote runs, given as options.
+TRANSPORT_PROGRAMS = {
+    "push": "--receive-pack=git-receive-pack",
+    "pull": "--upload-pack=git-upload-pack",
+    "fetch": "--upload-pack=git-upload-pack",
+}
+
+_RESET = object()  # a multi-valued key: "" empties the list, then the user's values
+_REFUSE = object()  # a key the tools do not work with at all
+
+# (key pattern, neutral value): a repository-local key matching the pattern
+# is overridden with the user's own value, or with the neutral one.  Keys
+# are matched lowercased (git lowercases section and variable names).
+_PROGRAM_KEYS: list[tuple[re.Pattern[str], object]] = [
+    (re.compile(r"credential(\..+)?\.helper"), _RESET),
+    (re.compile(r"core\.fsmonitor"), "false"),
+    (re.compile(r"core\.hookspath"), "/dev/null"),
+    (re.compile(r"core\.alternaterefscommand"), ""),
+    (re.compile(r"core\.worktree"), _REFUSE),
+    (re.compile(r"pager\..+"), "false"),
+    (re.compile(r"diff\.external"), ""),
+    (re.compile(r"diff\..+\.(textconv|command)"), ""),
+    (re.compile(r"merge\..+\.driver"), "false"),  # /bin/false: the merge conflicts
+    (re.compile(r"filter\..+\.(clean|smudge|process)"), ""),
+    (re.compile(r"filter\..+\.required"), "false"),
+    (re.compile(r"gpg\.program"), "gpg"),
+    (re.compile(r"gpg\.openpgp\.program"), "gpg"),
+    (re.compile(r"gpg\.x509\.program"), "gpgsm"),
+    (re.compile(r"gpg\.ssh\.program"), "ssh-keygen"),
+    (re.compile(r"gpg\.ssh\.defaultkeycommand"), ""),
+    (re.compile(r"(commit|tag)\.gpgsign"), "false"),
+    (re.compile(r"protocol\.allow"), "user"),
+    (re.compile(r"protocol\.ext\.allow"), "never"),
+    (re.compile(r"protocol\..+\.allow"), "user"),
+    (re.compile(r"uploadpack\.packobjectshook"), ""),
+]
+# Keys whose program the environment pins instead (the environment wins).
+_ENV_PINNED = re.compile(r"core\.(editor|askpass|sshcommand|gitproxy|pager)|sequence\.editor")
+
+
+class GitError(Exception):
+    """git could not be run at all, or the repository cannot be worked with safely."""
+
+
+@dataclass(frozen=True)
+class GitRun:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.cancelled
+
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "surrogateescape")
+
+    def err(self) -> str:
+        return self.stderr.decode("utf-8", "replace").strip()
+
+
+def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment for git: no redirecting GIT_*, programs pinned."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_ENV}
+    for name in ("SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "PAGER"):
+        env.pop(name, None)
+    env["GIT_OPTIONAL_LOCKS"] = "0"
     env["GIT_TERMINAL_PROMPT"] = "0"
+    env["GIT_ASKPASS"] = ""  # empty: no askpass program (nobody could answer it)
+    env["GIT_EDITOR"] = ":"  # messages come with the call; nothing is edited
+    env["GIT_SEQUENCE_EDITOR"] = ":"
+    env["GIT_PAGER"] = "cat"
+    env["GIT_MERGE_AUTOEDIT"] = "no"
     env["LC_ALL"] = "C"
+    env.update(extra or {})
     return env
 
 
-def _git(cwd: str, args: list[str]) -> bytes | None:
+def _run(
+    cwd: str,
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    timeout: float,
+    stdin: bytes | None = None,
+    cancel: threading.Event | None = None,
+) -> GitRun:
+    """Run one git process in its own session; killed (with its children) at the deadline."""
     try:
-        done = subprocess.run(
-            ["git", *_SAFE, *args],
+        proc = subprocess.Popen(
+            argv,
             cwd=cwd,
-            env=_env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=TIMEOUT_SECONDS,
-            check=False,
+            env=env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.debug("git %s: %s", args[:1], exc)
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout
+    except OSError as exc:
+        raise GitError(f"git could not be started: {exc.strerror or exc}") from None
+    result: dict[str, bytes] = {}
+
+    def talk() -> None:
+        out, err = proc.communicate(stdin)
+        result["out"], result["err"] = out, err
+
+    reader = threading.Thread(target=talk, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    timed_out = cancelled = False
+    while reader.is_alive():
+        reader.join(0.05)
+        if cancel is not None and cancel.is_set():
+            cancelled = True
+        elif time.monotonic() >= deadline:
+            timed_out = True
+        else:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        reader.join(5)
+        break
+    proc.wait()
+    return GitRun(
+        proc.returncode, result.get("out", b""), result.get("err", b""), timed_out, cancelled
+    )
 
 
-def _filter_overrides(cwd: str) -> list[str]:
-    """``-c`` pairs that empty every filter driver the configuration names."""
-    out = _git(cwd, ["config", "--null", "--name-only", "--get-regexp", r"^filter\."])
-    if not out:
-        return []
-    drivers = set()
-    for key in out.decode("utf-8", "surrogateescape").split("\0"):
-        # filter.<driver>.<key>; the driver name may itself hold dots.
-        if key.count(".") >= 2:
-            drivers.add(key[len("filter.") : key.rindex(".")])
+@dataclass(frozen=True)
+class Repo:
+    """A repository git agreed to work in, with the overrides every run gets."""
+
+    cwd: str  # where commands run: the project root
+    toplevel: str  # the work tree's top (the project root or one of its parents)
+    git_dir: str
+    overrides: tuple[str, ...]
+    env: dict[str, str]
+
+    def run(
+        self,
+        args: list[str],
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        cancel: threading.Event | None = None,
+    ) -> GitRun:
+        argv = ["git", *_SAFE, *self.overrides, *args]
+        return _run(self.cwd, argv, self.env, timeout=timeout, stdin=stdin, cancel=cancel)
+
+
+def _config_entries(cwd: str, env: dict[str, str], timeout: float) -> list[tuple[str, str, str]]:
+    """Every configuration entry git sees here: (scope, lowercased key, value)."""
+    done = _run(
+        cwd,
+        ["git", *_SAFE, "config", "--list", "--show-scope", "--includes", "--null"],
+        env,
+        timeout=timeout,
+    )
+    if not done.ok:
+        raise GitError(done.err() or "git config failed")
+    # --show-scope with --null writes "scope\0key\nvalue\0": pairs of fields.
+    fields = done.out().split("\0")
+    out: list[tuple[str, str, str]] = []
+    for i in range(0, len(fields) - 1, 2):
+        scope, item = fields[i], fields[i + 1]
+        key, _, value = item.partition("\n")
+        out.append((scope, _lower_key(key), value))
+    return out
+
+
+def _lower_key(key: str) -> str:
+    """git compares section and variable names without case, subsections with case."""
+    first, _, rest = key.partition(".")
+    if "." not in rest:
+        return f"{first.lower()}.{rest.lower()}"
+    sub, _, var = rest.rpartition(".")
+    return f"{first.lower()}.{sub}.{var.lower()}"
+
+
+def overrides_for(entries: Iterable[tuple[str, str, str]]) -> tuple[list[str], dict[str, str]]:
+    """The ``-c`` pairs and environment that undo the repository's program-naming keys."""
+    entries = list(entries)
+    local = [key for scope, key, _ in entries if scope in ("local", "worktree")]
+    users: dict[str, list[str]] = {}
+    for scope, key, value in entries:
+        if scope in ("system", "global"):
+            users.setdefault(key, []).append(value)
     pairs: list[str] = []
-    for driver in sorted(drivers):
-        for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
-            pairs += ["-c", f"filter.{driver}.{key}={value}"]
-    return pairs
+    env: dict[str, str] = {}
+    for key in dict.fromkeys(local):
+        if _ENV_PINNED.fullmatch(key):
+            if key == "core.sshcommand" and "GIT_SSH_COMMAND" not in os.environ:
+                env["GIT_SSH_COMMAND"] = (users.get(key) or ["ssh"])[-1]
+            if key == "core.gitproxy":
+                env["GIT_PROXY_COMMAND"] = ""
+            continue
+        neutral = next((value for pattern, value in _PROGRAM_KEYS if pattern.fullmatch(key)), None)
+        if neutral is None:
+            continue
+        if neutral is _REFUSE:
+            raise GitError(
+                f"the repository's own configuration sets {key}, which points git at a work "
+                "tree elsewhere; the git tools do not work in such a repository"
+            )
+        if neutral is _RESET:
+            pairs += ["-c", f"{key}="]
+            pairs += [p for value in users.get(key, []) for p in ("-c", f"{key}={value}")]
+        elif key in users:
+            pairs += ["-c", f"{key}={users[key][-1]}"]
+        else:
+            pairs += ["-c", f"{key}={neutral}"]
+    return pairs, env
+
+
+def open_repo(root: str, *, timeout: float = TIMEOUT_SECONDS) -> Repo:
+    """The repository whose work tree holds ``root``, ready for safe runs.
+
+    Raises :class:`GitError` when git is missing, ``root`` is in no
+    repository, or the repository cannot be used safely.
+    """
+    env = environment()
+    top = _run(
+        root, ["git", *_SAFE, "rev-parse", "--show-toplevel", "--git-dir"], env, timeout=timeout
+    )
+    if not top.ok:
+        message = top.err() or "git rev-parse failed"
+        raise GitError(message)
+    lines = top.out().splitlines()
+    if len(lines) < 2:
+        raise GitError("not inside a git work tree")
+    toplevel = os.path.realpath(lines[0])
+    git_dir = os.path.realpath(os.path.join(root, lines[1]))
+    real_root = os.path.realpath(root)
+    if not (real_root == toplevel or real_root.startswith(toplevel.rstrip(os.sep) + os.sep)):
+        raise GitError(f"the work tree {toplevel} does not hold the project {real_root}")
+    pairs, extra_env = overrides_for(_config_entries(root, env, timeout))
+    env.update(extra_env)
+    return Repo(real_root, toplevel, git_dir, tuple(pairs), env)
 
 
 def uncommitted(root: str, paths: Iterable[str]) -> dict[str, str] | None:
@@ -93,18 +334,18 @@ def uncommitted(root: str, paths: Iterable[str]) -> dict[str, str] | None:
     wanted = sorted(set(paths))
     if not wanted:
         return {}
-    top = _git(root, ["rev-parse", "--show-toplevel"])
-    if top is None:
+    try:
+        repo = open_repo(root)
+    except GitError as exc:
+        log.debug("git: %s", exc)
         return None
-    toplevel = os.path.realpath(top.decode("utf-8", "surrogateescape").strip())
+    toplevel = repo.toplevel
     inside = [p for p in wanted if p == toplevel or p.startswith(toplevel.rstrip("/") + "/")]
     if not inside:
         return {}
-    specs = [":(literal)" + os.path.relpath(p, toplevel) for p in inside]
-    out = _git(
-        toplevel,
+    specs = [":(top,literal)" + os.path.relpath(p, toplevel) for p in inside]
+    done = repo.run(
         [
-            *_filter_overrides(toplevel),
             "status",
             "--porcelain=v1",
             "-z",
@@ -114,11 +355,12 @@ def uncommitted(root: str, paths: Iterable[str]) -> dict[str, str] | None:
             "--",
             *specs,
         ],
+        timeout=TIMEOUT_SECONDS,
     )
-    if out is None:
+    if not done.ok:
         return None
     found: dict[str, str] = {}
-    for entry in out.decode("utf-8", "surrogateescape").split("\0"):
+    for entry in done.out().split("\0"):
         if len(entry) > 3:
             found[os.path.join(toplevel, entry[3:])] = entry[:2]
     return found

@@ -7,6 +7,7 @@ from typing import Any
 from .edit import Edit
 from .edit_region import EditRegion
 from .fs import FsCopy, FsDelete, FsMove
+from .git import GIT_TOOLS
 from .listing import Glob, ListFiles
 from .multi_edit import MultiEdit
 from .patch import ApplyPatch, FilePatch
@@ -17,6 +18,7 @@ from .search import Search
 from .shell import RunShell
 from .task import Task
 from .todo_write import TodoWrite
+from .validate import Validate
 from .write_file import WriteFile
 
 
@@ -40,4 +42,6 @@ def builtin_tools() -> list[Tool[Any]]:
         FsMove(),
         FsCopy(),
         FsDelete(),
+        *(tool() for tool in GIT_TOOLS),
+        Validate(),
     ]
