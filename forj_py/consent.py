@@ -241,6 +241,7 @@ def subject_of(tool: Tool[Any], args: Any, sandbox: Sandbox, working_dir: str) -
         paths=tuple(resolved),
         given_paths=tuple(given),
         network=bool(getattr(args, "allow_network", False)),
+        globs=command is None and bool(tool.path_globs(args)),
     )
 
 

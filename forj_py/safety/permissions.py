@@ -82,6 +82,9 @@ class Subject:
     paths: tuple[str, ...] = ()
     given_paths: tuple[str, ...] = ()
     network: bool = False
+    # The call also names files by glob ("*", "src/**"): which files those
+    # are is known only when it runs, so no path rule can vouch for it.
+    globs: bool = False
 
 
 @dataclass
@@ -302,5 +305,11 @@ def _loose_candidates(command: list[str] | str) -> list[list[str]]:
 
 def paths_match(spec: Any, subject: Subject, *, strict: bool) -> bool:
     if strict:
-        return bool(subject.paths) and all(spec.match_file(p) for p in subject.paths)
-    return any(spec.match_file(p) for p in (*subject.paths, *subject.given_paths))
+        # An allow rule must cover every file; a glob may name any file.
+        return (
+            not subject.globs
+            and bool(subject.paths)
+            and all(spec.match_file(p) for p in subject.paths)
+        )
+    # A deny or ask rule holds if it may name any file of the call: a glob may.
+    return subject.globs or any(spec.match_file(p) for p in (*subject.paths, *subject.given_paths))

@@ -60,6 +60,16 @@ _SAFE = (
     "safe.bareRepository=explicit",
     "-c",
     "submodule.recurse=false",
+    # A submodule's own config is not the one overridden here: never let git
+    # step into one (its filters and textconv would run).
+    "-c",
+    "diff.ignoreSubmodules=all",
+    "-c",
+    "status.submoduleSummary=false",
+    "-c",
+    "fetch.recurseSubmodules=false",
+    "-c",
+    "push.recurseSubmodules=no",
     "-c",
     "protocol.ext.allow=never",
     "-c",
@@ -88,6 +98,16 @@ TRANSPORT_PROGRAMS = {
     "push": "--receive-pack=git-receive-pack",
     "pull": "--upload-pack=git-upload-pack",
     "fetch": "--upload-pack=git-upload-pack",
+}
+# A remote that is a path on this machine runs its receive-pack or
+# upload-pack here, and git hands a local transport none of the ``-c``
+# settings: the program names its own, so the other repository's hooks and
+# fsmonitor never run.  (Only for local remotes: a server's restricted
+# shell accepts just the plain program name.)
+LOCAL_TRANSPORT_PROGRAMS = {
+    "push": "--receive-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false receive-pack",
+    "pull": "--upload-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false upload-pack",
+    "fetch": "--upload-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false upload-pack",
 }
 
 _RESET = object()  # a multi-valued key: "" empties the list, then the user's values

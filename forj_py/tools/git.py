@@ -33,7 +33,13 @@ from .. import errors
 from ..config import Config, ValidatorConfig
 from ..output import redact
 from ..protocol import DenialReason, ErrorKind, ErrorType, RiskLevel
-from ..system.git import TRANSPORT_PROGRAMS, GitError, Repo, open_repo
+from ..system.git import (
+    LOCAL_TRANSPORT_PROGRAMS,
+    TRANSPORT_PROGRAMS,
+    GitError,
+    Repo,
+    open_repo,
+)
 from . import _validators as V
 from .registry import Tool, ToolContext
 
@@ -389,6 +395,7 @@ class GitStatus(_GitTool[GitStatusArgs]):
                 "-c",
                 "core.quotePath=false",
                 "status",
+                "--ignore-submodules=all",
                 "--porcelain=v2",
                 "--branch",
                 "-z",
@@ -440,7 +447,9 @@ class GitStatus(_GitTool[GitStatusArgs]):
             changes = changes[:MAX_CHANGES]
         result["changes"] = changes
         if not args.porcelain:
-            result["text"] = V.run_git(repo, ctx, ["status", "--", "."], "git status")
+            result["text"] = V.run_git(
+                repo, ctx, ["status", "--ignore-submodules=all", "--", "."], "git status"
+            )
         return result
 
 
@@ -475,6 +484,9 @@ class GitDiff(_GitTool[GitDiffArgs]):
     def paths(self, args: GitDiffArgs) -> list[str]:
         return [p for p in args.paths if not _GLOB_CHARS.search(p)]
 
+    def path_globs(self, args: GitDiffArgs) -> list[str]:
+        return [p for p in args.paths if _GLOB_CHARS.search(p)]
+
     def execute(self, args: GitDiffArgs, ctx: ToolContext) -> Any:
         repo = repo_of(ctx)
         argv = [
@@ -483,6 +495,10 @@ class GitDiff(_GitTool[GitDiffArgs]):
             "diff",
             "--no-ext-diff",
             "--no-textconv",
+            "--ignore-submodules=all",
+            # A rename's section names the new path only once: without
+            # renames every file has its own section, checked by its name.
+            "--no-renames",
             "--no-color",
             "--relative",
             f"-U{args.context}",
@@ -497,9 +513,10 @@ class GitDiff(_GitTool[GitDiffArgs]):
         patch = V.run_git(repo, ctx, argv, "git diff")
         kept, omitted = [], []
         for section in _sections(patch):
-            path = _section_path(section)
-            if path is not None and _denied(ctx, path) is not None:
-                omitted.append(path)
+            names = _section_paths(section)
+            denied = [p for p in names if _denied(ctx, p) is not None]
+            if denied:
+                omitted.extend(denied)
             else:
                 kept.append(section)
         result: dict[str, Any] = {"patch": redact("".join(kept)), "files": len(kept)}
@@ -514,14 +531,21 @@ def _sections(patch: str) -> list[str]:
     return [p for p in parts if p]
 
 
-def _section_path(section: str) -> str | None:
+def _section_paths(section: str) -> list[str]:
+    """Every path a diff section names: both sides, and a rename's two names."""
+    names: list[str] = []
+    header = re.match(r"diff --git a/(\S+) b/(\S+)", section)
+    if header:
+        names += [header.group(1), header.group(2)]
     for line in section.split("\n"):
-        if line.startswith("+++ b/") or line.startswith("--- a/"):
-            return V.unquote(line[4:])[2:]
         if line.startswith("@@"):
             break
-    m = re.match(r"diff --git a/(\S+) b/(\S+)", section)
-    return m.group(2) if m else None
+        if line.startswith(("+++ b/", "--- a/")):
+            names.append(V.unquote(line[4:])[2:])
+        for prefix in ("rename from ", "rename to ", "copy from ", "copy to "):
+            if line.startswith(prefix):
+                names.append(V.unquote(line[len(prefix) :]))
+    return list(dict.fromkeys(names))
 
 
 class GitLog(_GitTool[GitLogArgs]):
@@ -537,6 +561,9 @@ class GitLog(_GitTool[GitLogArgs]):
 
     def paths(self, args: GitLogArgs) -> list[str]:
         return [p for p in args.paths if not _GLOB_CHARS.search(p)]
+
+    def path_globs(self, args: GitLogArgs) -> list[str]:
+        return [p for p in args.paths if _GLOB_CHARS.search(p)]
 
     def execute(self, args: GitLogArgs, ctx: ToolContext) -> Any:
         repo = repo_of(ctx)
@@ -579,6 +606,9 @@ class GitAdd(_GitTool[GitAddArgs]):
 
     def paths(self, args: GitAddArgs) -> list[str]:
         return [p for p in args.paths if not _GLOB_CHARS.search(p)]
+
+    def path_globs(self, args: GitAddArgs) -> list[str]:
+        return [p for p in args.paths if _GLOB_CHARS.search(p)]
 
     def execute(self, args: GitAddArgs, ctx: ToolContext) -> Any:
         repo = repo_of(ctx)
@@ -935,8 +965,19 @@ class GitPush(_RemoteTool[GitPushArgs]):
                 rule="git.force_push",
             )
         repo = repo_of(ctx)
-        _remote_url(repo, ctx, args.remote)
-        argv = ["push", TRANSPORT_PROGRAMS["push"], "--no-verify"]
+        url = _remote_url(repo, ctx, args.remote)
+        programs = LOCAL_TRANSPORT_PROGRAMS if is_local_url(url) else TRANSPORT_PROGRAMS
+        # The repository's config must not turn a plain push into a forced or
+        # mirror push: no configured push refspecs, no mirror, an explicit ref.
+        argv = [
+            "-c",
+            f"remote.{args.remote}.mirror=false",
+            "-c",
+            "push.default=simple",
+            "push",
+            programs["push"],
+            "--no-verify",
+        ]
         if args.forces():
             argv.append("--force-with-lease")
         if args.set_upstream:
@@ -944,7 +985,7 @@ class GitPush(_RemoteTool[GitPushArgs]):
         spec = args.refspec
         if spec and spec.startswith("+"):
             spec = spec[1:]
-        argv += [args.remote, *([spec] if spec else [])]
+        argv += [args.remote, spec or "HEAD"]
         V.run_git(repo, ctx, argv, "git push")
         result = {"pushed": True, "remote": args.remote, "forced": args.forces()}
         return _with_hooks(result, _hooks_skipped(repo, ctx, self.hooks))
@@ -965,11 +1006,12 @@ class GitPull(_RemoteTool[GitPullArgs]):
 
     def execute(self, args: GitPullArgs, ctx: ToolContext) -> Any:
         repo = repo_of(ctx)
-        _remote_url(repo, ctx, args.remote)
+        url = _remote_url(repo, ctx, args.remote)
         _dirty_guard(repo, ctx, "git_pull")
+        programs = LOCAL_TRANSPORT_PROGRAMS if is_local_url(url) else TRANSPORT_PROGRAMS
         argv = [
             "pull",
-            TRANSPORT_PROGRAMS["pull"],
+            programs["pull"],
             "--no-edit",
             "--no-stat",
             "--rebase" if args.rebase else "--no-rebase",

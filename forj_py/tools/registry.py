@@ -156,6 +156,10 @@ class Tool(ABC, Generic[A]):
         """Path arguments to check in the sandbox at planning time."""
         return []
 
+    def path_globs(self, args: A) -> list[str]:
+        """Globs among the call's path arguments: files known only when it runs."""
+        return []
+
     def command(self, args: A) -> list[str] | str | None:
         """The command line permission rules match (tools that run commands)."""
         return None
