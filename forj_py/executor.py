@@ -342,18 +342,28 @@ class Finished:
     text: str
 
 
+_CUT_NOTE = (
+    "The result was cut to fit the output limit ({limit} bytes): the longest texts "
+    "or lists lost their ends; ask for less at once (a narrower range, fewer results)"
+)
+
+
 def _finish(wire: dict[str, Any], limit: int, truncatable: bool) -> Finished:
     """Fit a result object into ``limit`` bytes, flagging any cut so the model knows."""
     if not truncatable:  # the tool limited itself (cut base64 would decode to garbage)
         return Finished(wire, dumps(wire))
-    # Leave room for the flag we may add.
-    fitted, text, cut = fit_json_text(wire, max(limit - 24, 64))
+    # Leave room for the flag and the note we may add.
+    fitted, text, cut = fit_json_text(wire, max(limit - len(_CUT_NOTE) - 64, 64))
     if not cut:
         return Finished(wire, text)
     if isinstance(fitted, dict):
         body = fitted.get("result")
         if isinstance(body, dict):
             body["truncated"] = True
+            # A cut the tool did not make is said, not only flagged.
+            note = _CUT_NOTE.format(limit=limit)
+            previous = body.get("note")
+            body["note"] = f"{previous}. {note}" if isinstance(previous, str) else note
         return Finished(fitted, dumps(fitted))
     # The skeleton alone did not fit: say so instead of sending a broken object.
     failed = {
