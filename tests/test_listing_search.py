@@ -611,3 +611,27 @@ def test_seed001_default_excludes_by_name_agree_with_gitignore_rules(
     patterns = (*DEFAULT_EXCLUDES, "*.tar.gz", "a.b", "x~/")
     reference = _compile(list(patterns), ignore_case=True).verdict(rel, is_dir) is True
     assert Excludes(patterns).matches(rel, is_dir) == reference, rel
+
+
+@pytest.mark.parametrize("engine", ["ripgrep", "python"])
+def test_search_truncated_past_max_results_keeps_the_first_by_path(
+    make_worker: MakeWorker, project: Path, engine: str
+) -> None:
+    # 900 matching lines: past the first 11 the search only skips (ripgrep's
+    # later lines are not decoded, the fallback's later files not read), and
+    # what comes back is still the first 10 by path and line, with a note.
+    if engine == "ripgrep" and find_rg() is None:
+        pytest.skip("ripgrep is not installed")
+    user_config(f"[tools.search]\nengine = '{engine}'\n")
+    names = [f"d{i % 7}/f{i:03}.txt" for i in range(300)]
+    tree: dict[str, Any] = {}
+    for name in names:
+        folder, file = name.split("/")
+        tree.setdefault(folder, {})[file] = "hit one\nmiss\nhit two\nhit three\n"
+    write_tree(project, tree)
+    r = _search(make_worker(), query="hit", max_results=10)
+    first = sorted(names)[:4]
+    expected = [(p, line) for p in first for line in (1, 3, 4)][:10]
+    assert [(m["path"], m["line"]) for m in r["matches"]] == expected
+    assert r["truncated"] is True
+    assert "more matches than the 10 shown" in r["note"]
