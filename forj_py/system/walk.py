@@ -29,7 +29,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from typing import NamedTuple
 
 from ..patterns import LineScan, RegexSet, gitignore_regexes, line_scanner, linear
@@ -127,8 +127,15 @@ class Walker:
         max_depth: int | None = None,
         follow_symlinks: bool = False,
         files_only: bool = False,
+        wanted: Callable[[str], bool] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> Iterator[Entry]:
-        """Entries under ``start_rel`` (breadth-first, names sorted), filtered as above."""
+        """Entries under ``start_rel`` (breadth-first, names sorted), filtered as above.
+
+        ``wanted``: only paths it accepts are yielded (and ``stat``-ed); the
+        walk still goes through every directory.  ``check`` runs before each
+        directory is read (a cancel check that raises).
+        """
         seen: set[tuple[int, int]] = set()
         start_abs = self.root if start_rel in ("", ".") else os.path.join(self.root, start_rel)
         try:
@@ -144,6 +151,8 @@ class Walker:
             follow_symlinks,
             files_only,
             seen,
+            wanted,
+            check,
         )
 
     def _walk_dir(
@@ -155,6 +164,8 @@ class Walker:
         follow: bool,
         files_only: bool,
         seen: set[tuple[int, int]],
+        wanted: Callable[[str], bool] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> Iterator[Entry]:
         # Breadth first, names sorted within each directory: a walk stopped
         # early (a cap) has shown the top of the tree, not one deep corner.
@@ -164,12 +175,15 @@ class Walker:
         )
         while queue:
             abs_dir, rel_dir, depth = queue.popleft()
+            if check is not None:
+                check()
             try:
                 with os.scandir(abs_dir) as it:
                     children = sorted(it, key=_name)
             except OSError:
                 continue
-            for entry, child, target_dir in self._judge(rel_dir, children, depth, follow, seen):
+            judged = self._judge(rel_dir, children, depth, follow, seen, wanted)
+            for entry, child, target_dir in judged:
                 if entry is not None:
                     is_file = entry.kind == "file" or (entry.kind == "symlink" and not target_dir)
                     if not files_only or is_file:
@@ -190,6 +204,7 @@ class Walker:
         depth: int,
         follow: bool,
         seen: set[tuple[int, int]],
+        wanted: Callable[[str], bool] | None = None,
     ) -> Iterator[tuple[Entry | None, os.DirEntry[str], bool]]:
         """One directory's children that pass every filter, in order.
 
@@ -245,6 +260,10 @@ class Walker:
                 visible = self._inside(real)
                 if not visible and not ((is_dir or target_dir) and self._above(real)):
                     continue
+            if wanted is not None and not wanted(rel):
+                if is_dir or target_dir:
+                    yield None, child, target_dir  # not shown, but walked through
+                continue
             entry = _entry(child, rel, depth, is_link, is_dir)
             if entry is None:
                 continue

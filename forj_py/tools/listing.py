@@ -236,10 +236,11 @@ class Glob(Tool[GlobArgs]):
                 ctx.sandbox, include_hidden=args.include_hidden, excludes=excludes.without(lifted)
             )
             walkers.append(walker)
-            for i, entry in enumerate(walker.walk("")):
-                if i % 2048 == 0:
-                    ctx.check_cancelled()
-                if entry.rel not in seen and matcher.match(entry.rel):
+            # Only matches are stat-ed; cancelling is checked per directory,
+            # so a pattern that matches nothing still stops.
+            walk = walker.walk("", wanted=matcher.match, check=ctx.check_cancelled)
+            for entry in walk:
+                if entry.rel not in seen:
                     if not fit.add(entry):
                         stopped = True
                         break
