@@ -13,14 +13,12 @@ import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from wcmatch import glob as wcglob
 
 from .. import errors
 from ..output import dumps
 from ..system.walk import Entry, Excludes, Walker
 from .registry import Tool, ToolContext
 
-_GLOB_FLAGS = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
 # wcmatch compiles globs to backtracking ``re`` expressions.  Stars within
 # a name stay cheap (it makes them non-backtracking), but each "**" can
 # retry every directory level: against a 60-level path, two take about
@@ -215,8 +213,11 @@ class Glob(Tool[GlobArgs]):
                         "Or list the files of a narrower directory with list_files",
                     ],
                 )
+        from wcmatch import glob as wcglob  # here: not every worker globs, all start
+
+        flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
         try:
-            matcher = wcglob.compile(patterns, flags=_GLOB_FLAGS)
+            matcher = wcglob.compile(patterns, flags=flags)
         except Exception as exc:  # wcmatch has its own errors (pattern limits, ...)
             raise errors.bad_args(f"Invalid glob pattern: {exc}") from None
         # Patterns that name an excluded thing ('node_modules/**', '**/*.png')
@@ -231,7 +232,7 @@ class Glob(Tool[GlobArgs]):
         fit = Fit(limit, ctx.output_limit)
         stopped = False
         for lifted, group in sorted(groups.items(), key=lambda item: sorted(item[0])):
-            matcher = wcglob.compile(group, flags=_GLOB_FLAGS)
+            matcher = wcglob.compile(group, flags=flags)
             walker = Walker(
                 ctx.sandbox, include_hidden=args.include_hidden, excludes=excludes.without(lifted)
             )
