@@ -94,6 +94,23 @@ def main() -> list[tuple[str, str, str]]:
                     "≤ 1.3×",
                 )
             )
+            # A regex with many hits: the default 200 results of thousands.
+            regex = r"def \w+\("
+            t_rg = median_of(rg_direct("--json", regex), 15)
+            t_forj = median_of(
+                lambda: run_calls(
+                    c, [{"id": "s", "name": "search", "args": {"query": regex, "is_regex": True}}]
+                ),
+                15,
+            )
+            rows.append(
+                (
+                    "search a regex with many hits (`def \\w+\\(`, default max_results) in the "
+                    "stdlib vs rg --json",
+                    f"{t_forj * 1000:.0f} ms vs {t_rg * 1000:.0f} ms ({t_forj / t_rg:.2f}×)",
+                    "≤ 1.3×",
+                )
+            )
             t_files = median_of(rg_direct("--files"), 15)
             t_list = median_of(
                 lambda: run_calls(
