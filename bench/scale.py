@@ -179,6 +179,18 @@ def main() -> list[tuple[str, str, str]]:
                     )
                     if label == "rare literal":
                         ratios["search"].append(f"{t_forj / t_ref:.2f}×")
+                # The fixed cost of any call (plan, execute, five journal
+                # commits with fsync, two round trips): a read of a tiny file.
+                t_small = median_of(
+                    lambda: run_call(c, "read_file", {"path": ".gitignore"}), runs, warmup=1
+                )
+                rows.append(
+                    (
+                        f"fixed cost of a call, same worker ({n:,}-file tree): read_file of 60 B",
+                        f"{t_small * 1000:.1f} ms",
+                        "—",
+                    )
+                )
                 after = rss_mb(pid)
                 rows.append(
                     (

@@ -1,9 +1,10 @@
 """``list_files`` and ``glob``: what is in the project.
 
 Both walk with :class:`forj_py.system.walk.Walker` (ignore files, hidden files,
-denied patterns, no escape through symlinks), stop at the configured entry
-cap and say so, and return entries ``{path, size, mtime, type}`` with
-paths relative to the project root, sorted by path.
+denied patterns, no escape through symlinks) breadth-first, stop at the
+configured entry cap or at what the output limit can carry and say which
+(:class:`Fit`), and return entries ``{path, size, mtime, type}`` with paths
+relative to the project root, sorted by path.
 """
 
 from __future__ import annotations
