@@ -319,6 +319,10 @@ def main() -> None:
 
     rows.extend(edits.main())
 
+    import durability  # one durable edit beside the least a durable edit does
+
+    rows.extend(durability.main())
+
     import recovery  # git notes in plan, undo, hello with batches to recover
 
     rows.extend(recovery.main())
