@@ -368,13 +368,16 @@ def _finish(
     ``encoded`` is ``wire``'s JSON when the caller has it: a result that
     fits is then not encoded again.
     """
-    # Leave room for the flag and the note we may add.
-    room = max(limit - len(_CUT_NOTE) - 64, 64)
-    if encoded is not None and (not truncatable or utf8_len(encoded) <= room):
+    fits = max(limit - 24, 64)  # room for the flag a cut adds
+    if encoded is not None and (not truncatable or utf8_len(encoded) <= fits):
         return Finished(wire, encoded)
     if not truncatable:  # the tool limited itself (cut base64 would decode to garbage)
         return Finished(wire, dumps(wire))
-    fitted, text, cut = fit_json_text(wire, room)
+    text = encoded if encoded is not None else dumps(wire)
+    if utf8_len(text) <= fits:
+        return Finished(wire, text)
+    # It must be cut: leave room for the note too.
+    fitted, text, cut = fit_json_text(wire, max(limit - len(_CUT_NOTE) - 64, 64))
     if not cut:
         return Finished(wire, text)
     if isinstance(fitted, dict):
