@@ -149,7 +149,9 @@ def main() -> list[tuple[str, str, str]]:
                     args = {"query": query, "case_sensitive": True}
                     t_ref = median_of(
                         lambda q=query, r=root: subprocess.run(  # type: ignore[misc]
-                            [rg, "--json", "--fixed-strings", "--case-sensitive", q],
+                            # "." explicit: with no path and a stdin that is not
+                            # a terminal, rg would search stdin.
+                            [rg, "--json", "--fixed-strings", "--case-sensitive", q, "."],
                             cwd=r,
                             stdout=subprocess.DEVNULL,
                             check=False,

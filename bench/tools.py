@@ -69,7 +69,13 @@ def main() -> list[tuple[str, str, str]]:
 
             def rg_direct(*argv: str) -> Callable[[], object]:
                 return lambda: subprocess.run(
-                    [rg, *argv], cwd=stdlib, stdout=subprocess.DEVNULL, check=False
+                    # The path is explicit: given no path and a stdin that is
+                    # not a terminal, rg searches stdin instead of the tree.
+                    [rg, *argv, "."],
+                    cwd=stdlib,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    check=False,
                 )
 
             query = "def __init_subclass__"
