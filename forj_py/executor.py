@@ -29,7 +29,7 @@ from typing import Any
 
 from . import errors
 from .errors import ToolFailure
-from .output import dumps, fit_json_text, json_has_controls, sanitize_value
+from .output import dumps, fit_json_text, json_has_controls, sanitize_value, utf8_len
 from .planner import PlannedCall, error_result
 from .protocol import Disposition, ErrorKind, ErrorType, Event, ToolError, ToolResult
 from .rules import Gate
@@ -113,7 +113,7 @@ class Runner:
             # Each later call keeps enough room for an error or a short answer.
             reserve = MIN_RESULT_BYTES * (len(batch.calls) - index - 1)
             call_limit = max(min(per_call, room - reserve, budget - reserve), MIN_RESULT_BYTES)
-            wire, truncatable = self._one(
+            wire, truncatable, encoded = self._one(
                 batch,
                 planned,
                 approved,
@@ -122,7 +122,7 @@ class Runner:
                 emit,
                 (modified or {}).get(planned.call_id),
             )
-            finished = _finish(wire, call_limit, truncatable)
+            finished = _finish(wire, call_limit, truncatable, encoded)
             spent = len(finished.text.encode("utf-8"))
             budget -= spent
             room -= spent
@@ -162,46 +162,50 @@ class Runner:
         limit: int,
         emit: EmitFn,
         user_texts: dict[str, str] | None = None,
-    ) -> tuple[dict[str, Any], bool]:
-        """The call's result, and whether the framework may cut it to fit."""
+    ) -> tuple[dict[str, Any], bool, str | None]:
+        """The call's result, whether the framework may cut it to fit, and its JSON if known."""
         cid, name = planned.call_id, planned.name
         if planned.disposition is Disposition.RESOLVED:
             assert planned.result is not None
-            return planned.result, True
+            return planned.result, True, None
         if batch.cancel.is_set():
             # Recovery tells a call that never started from one stopped mid-way.
             failure = errors.cancelled()
             failure.error.details["started"] = False
-            return error_result(cid, name, failure), True
+            return error_result(cid, name, failure), True, None
         # The service refuses to execute parse_only batches, so no MANUAL here.
         assert planned.disposition in (Disposition.CONFIRM, Disposition.EXECUTE)
         if planned.disposition is Disposition.CONFIRM:
             if planned.preview is None and planned.preview_note is not None:
                 # The user approved without seeing the change: do not run it.
-                return error_result(
-                    cid,
-                    name,
-                    errors.bad_args(
-                        f"No preview could be shown for this call ({planned.preview_note}); "
-                        "nothing was done",
-                        recovery=["Make the call again on its own, after any reads it needs"],
+                return (
+                    error_result(
+                        cid,
+                        name,
+                        errors.bad_args(
+                            f"No preview could be shown for this call ({planned.preview_note}); "
+                            "nothing was done",
+                            recovery=["Make the call again on its own, after any reads it needs"],
+                        ),
                     ),
-                ), True
+                    True,
+                    None,
+                )
             if batch.review_expired:
-                return error_result(cid, name, review_timed_out(batch.review_timeout)), True
+                return error_result(cid, name, review_timed_out(batch.review_timeout)), True, None
             if cid in denied:
-                return error_result(cid, name, errors.user_denied(denied[cid] or None)), True
+                return error_result(cid, name, errors.user_denied(denied[cid] or None)), True, None
             if cid not in approved:
-                return error_result(cid, name, errors.user_denied(None)), True
+                return error_result(cid, name, errors.user_denied(None)), True, None
         gate = batch.gate
         if gate is not None:
             # The rules again, against what really ran: an earlier call of the
             # batch may have been denied or failed since planning.
             violation = gate.before(name, planned.raw_args or {})
             if violation is not None:
-                return error_result(cid, name, violation), True
+                return error_result(cid, name, violation), True, None
         emit(Event(batch_id=batch.batch_id, call_id=cid, seq=planned.seq, kind="started"))
-        result, truncatable = self._run_tool(batch, planned, limit, emit, user_texts)
+        result, truncatable, encoded = self._run_tool(batch, planned, limit, emit, user_texts)
         if gate is not None:
             gate.after(name, planned.raw_args or {}, cid, bool(result.get("ok")))
         emit(
@@ -213,7 +217,7 @@ class Runner:
                 ok=bool(result.get("ok")),
             )
         )
-        return result, truncatable
+        return result, truncatable, encoded
 
     def _run_tool(
         self,
@@ -222,7 +226,7 @@ class Runner:
         limit: int,
         emit: EmitFn,
         user_texts: dict[str, str] | None = None,
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[dict[str, Any], bool, str | None]:
         assert planned.tool is not None and planned.args is not None
         tool, args = planned.tool, planned.args
         cid = planned.call_id
@@ -281,7 +285,7 @@ class Runner:
 
         with batch.lock:
             if batch.cancel.is_set():
-                return error_result(cid, tool.name, errors.cancelled()), True
+                return error_result(cid, tool.name, errors.cancelled()), True, None
             batch.current = ctx
             batch.wake.clear()
         timeout = planned.timeout or tool.timeout(self.config)
@@ -302,21 +306,29 @@ class Runner:
         if not done.is_set():
             ctx.cancel.set()  # tell the abandoned call to stop at its next check
             if batch.cancel.is_set():
-                return error_result(cid, tool.name, errors.cancelled()), True
+                return error_result(cid, tool.name, errors.cancelled()), True, None
             failure = errors.timed_out(tool.name, time.monotonic() - started, timeout)
-            return error_result(cid, tool.name, failure), True
+            return error_result(cid, tool.name, failure), True, None
         if "failure" in box:
-            return error_result(cid, tool.name, box["failure"]), True
+            return error_result(cid, tool.name, box["failure"]), True, None
         value = box.get("value")
+        text: str | None
         try:
-            # One encode to look for controls beats a walk over every string.
-            clean = not json_has_controls(dumps(value))
+            # One encode to look for controls beats a walk over every string;
+            # a clean result's text is the one journaled and sent.
+            text = dumps(value)
+            clean = not json_has_controls(text)
         except (TypeError, ValueError):
-            clean = False
+            text, clean = None, False
         if not clean:
             value = sanitize_value(value)
+            text = None
         wire = ToolResult(id=cid, name=tool.name, ok=True, result=value).wire()
-        return wire, ctx.allow_truncation
+        encoded = None
+        if text is not None and list(wire)[-1] == "result":
+            head = dumps({k: v for k, v in wire.items() if k != "result"})
+            encoded = f'{head[:-1]},"result":{text}}}'
+        return wire, ctx.allow_truncation, encoded
 
 
 def review_timed_out(seconds: float) -> ToolFailure:
@@ -342,18 +354,40 @@ class Finished:
     text: str
 
 
-def _finish(wire: dict[str, Any], limit: int, truncatable: bool) -> Finished:
-    """Fit a result object into ``limit`` bytes, flagging any cut so the model knows."""
+_CUT_NOTE = (
+    "The result was cut to fit the output limit ({limit} bytes): the longest texts "
+    "or lists lost their ends; ask for less at once (a narrower range, fewer results)"
+)
+
+
+def _finish(
+    wire: dict[str, Any], limit: int, truncatable: bool, encoded: str | None = None
+) -> Finished:
+    """Fit a result object into ``limit`` bytes, flagging any cut so the model knows.
+
+    ``encoded`` is ``wire``'s JSON when the caller has it: a result that
+    fits is then not encoded again.
+    """
+    fits = max(limit - 24, 64)  # room for the flag a cut adds
+    if encoded is not None and (not truncatable or utf8_len(encoded) <= fits):
+        return Finished(wire, encoded)
     if not truncatable:  # the tool limited itself (cut base64 would decode to garbage)
         return Finished(wire, dumps(wire))
-    # Leave room for the flag we may add.
-    fitted, text, cut = fit_json_text(wire, max(limit - 24, 64))
+    text = encoded if encoded is not None else dumps(wire)
+    if utf8_len(text) <= fits:
+        return Finished(wire, text)
+    # It must be cut: leave room for the note too.
+    fitted, text, cut = fit_json_text(wire, max(limit - len(_CUT_NOTE) - 64, 64))
     if not cut:
         return Finished(wire, text)
     if isinstance(fitted, dict):
         body = fitted.get("result")
         if isinstance(body, dict):
             body["truncated"] = True
+            # A cut the tool did not make is said, not only flagged.
+            note = _CUT_NOTE.format(limit=limit)
+            previous = body.get("note")
+            body["note"] = f"{previous}. {note}" if isinstance(previous, str) else note
         return Finished(fitted, dumps(fitted))
     # The skeleton alone did not fit: say so instead of sending a broken object.
     failed = {

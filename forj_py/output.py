@@ -122,7 +122,15 @@ def json_has_controls(text: str) -> bool:
     False positives (an escaped backslash before "u001b") only cost the slow
     path; there are no false negatives.
     """
+    # ASCII JSON holds no raw C1, bidi or surrogate character, and its C0
+    # controls are escapes that start with a backslash: substring searches
+    # in C rule both out for almost every result.
+    if text.isascii() and "\x7f" not in text and not any(esc in text for esc in _ASCII_ESCAPES):
+        return False
     return _JSON_CONTROL_RE.search(text) is not None or _SURROGATE_RE.search(text) is not None
+
+
+_ASCII_ESCAPES = ("\\u00", "\\b", "\\f", "\\r")
 
 
 def sanitize_value(value: Any) -> Any:
@@ -153,8 +161,12 @@ def truncate_text(text: str, max_bytes: int, marker: str = TRUNCATION_MARKER) ->
     return body + marker
 
 
-def _utf8_len(text: str) -> int:
+def utf8_len(text: str) -> int:
+    """Bytes of ``text`` in UTF-8, without encoding it when it is ASCII."""
     return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+_utf8_len = utf8_len
 
 
 def json_size(value: Any) -> int:

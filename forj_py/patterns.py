@@ -23,6 +23,8 @@ denial.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import importlib
 import logging
 import re
@@ -252,6 +254,10 @@ class RegexSet:
     def __len__(self) -> int:
         return len(self.sources)
 
+    @property
+    def ignore_case(self) -> bool:
+        return self._ignore_case
+
     def any(self, text: str) -> bool:
         return any(engine.search(text) for engine in self._any)
 
@@ -296,3 +302,71 @@ class RegexSet:
         if regex_set is False:
             return None
         return regex_set.Match(text)
+
+
+# Sources with anchors or flags that mean something else once many paths
+# share one text: "\A", "\z" and "\Z" would only match at its ends, an inline
+# flag could turn multi-line mode off.  Such sources are matched path by path.
+_WHOLE_TEXT_ONLY = re.compile(r"\\[AzZ]|\(\?[^:P]")
+
+
+class LineScan:
+    """Which of many paths a set of regexes may match, in one RE2 pass.
+
+    The walk asks about every name in the project; RE2's Python binding
+    costs microseconds per call, more than the matching itself.  A
+    directory's paths are joined with newlines and scanned at once in
+    multi-line mode, with no expression able to match a newline, so a
+    match lies within one path.  Each line a match touches is reported: a
+    *suspect* that the caller then judges alone, by the exact code a single
+    path goes through; a path no match touches is matched by no
+    expression (anything matching it alone also matches it as a line of
+    the text, so the leftmost-match scan cannot step over it).  A path
+    that holds a newline cannot be a line: callers judge those alone.
+    """
+
+    def __init__(self, sources: Sequence[str], *, ignore_case: bool = False) -> None:
+        if not HAVE_RE2 or not linear():
+            raise ValueError("one pass over many paths needs RE2")
+        if any(_WHOLE_TEXT_ONLY.search(s) for s in sources):
+            raise ValueError("an expression anchored to the whole text")
+        options = _re2_options(ignore_case)
+        options.dot_nl = False
+        options.never_nl = True
+        combined = "(?m)" + ("|".join(f"(?:{s})" for s in sources) if sources else "[^\\s\\S]")
+        self._regexp = _re2.compile(combined, options)._regexp
+        self._unanchored = _re2._re2.RE2.Anchor.UNANCHORED
+
+    def hits(self, lines: Sequence[str]) -> set[int]:
+        """Indices of ``lines`` (none holding a newline) that a match touches."""
+        text = "\n".join(lines)
+        data = text.encode("utf-8")
+        starts: list[int] = []
+        offset = 0
+        ascii_only = len(data) == len(text)
+        for line in lines:
+            starts.append(offset)
+            offset += (len(line) if ascii_only else len(line.encode("utf-8"))) + 1
+        found: set[int] = set()
+        pos, end = 0, len(data)
+        match = self._regexp.Match
+        while pos <= end:
+            begin, stop = match(self._unanchored, data, pos, end)[0]
+            if begin == -1:
+                break
+            first = bisect.bisect_right(starts, begin) - 1
+            last = bisect.bisect_right(starts, max(stop - 1, begin)) - 1
+            found.update(range(first, last + 1))
+            if last + 1 >= len(starts):
+                break
+            pos = starts[last + 1]  # the rest of a suspect line tells nothing more
+        return found
+
+
+@functools.lru_cache(maxsize=64)
+def line_scanner(sources: tuple[str, ...], ignore_case: bool = False) -> LineScan | None:
+    """A :class:`LineScan` of ``sources``, or None where paths must be matched one by one."""
+    try:
+        return LineScan(sources, ignore_case=ignore_case)
+    except Exception:  # no RE2, an anchored source, over RE2's memory budget
+        return None

@@ -509,6 +509,9 @@ class Worker:
             f'"results":[{",".join(f.text for f in finished)}]}}'
         )
         batch_id = batch.batch_id
+        # The journal has the results and the reply carries them; a batch kept
+        # in memory for later questions needs only its state.
+        batch.results = []
         reply.on_sent = lambda: self._delivered(batch_id)
         return reply
 

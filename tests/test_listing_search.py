@@ -146,7 +146,81 @@ def test_list_files_caps_and_says_so(make_worker: MakeWorker, project: Path) -> 
     write_tree(project, {"many": {f"f{i:03}.txt": "x" for i in range(50)}})
     r = _one(make_worker(), "list_files")
     assert r["result"]["truncated"] is True and len(r["result"]["files"]) == 10
-    assert "Stopped at 10 entries" in r["result"]["note"]
+    assert r["result"]["shown"] == 10
+    assert "Listed 10 entries breadth-first, the entry limit (10)" in r["result"]["note"]
+
+
+def _deep_tree(levels: int, per_dir: int, width: int, name: str = "f") -> dict[str, Any]:
+    tree: dict[str, Any] = {f"{name}{i:03}_{'x' * 40}.txt": "x" for i in range(per_dir)}
+    if levels > 1:
+        for d in range(width):
+            tree[f"d{d}"] = _deep_tree(levels - 1, per_dir, width, name)
+    return tree
+
+
+def _depth(path: str) -> int:
+    return path.count("/") + 1
+
+
+def test_list_files_stopped_by_the_output_limit_says_so_truthfully(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    # 4 levels of 30 files and 3 subdirectories: 1,200 entries of ~90
+    # bytes each, more than the default 100 KiB output limit holds.
+    write_tree(project, {"tree": _deep_tree(4, 30, 3)})
+    _, reply = run(make_worker(), [call("x", "list_files", max_depth=64)])
+    r = reply["results"][0]["result"]
+    files = [f["path"] for f in r["files"]]
+    assert r["truncated"] is True and r["shown"] == len(files)
+    assert (
+        f"Listed {len(files)} entries breadth-first, as many as fit the output limit" in (r["note"])
+    )
+    # The walk stopped where the output limit would have: nothing was cut
+    # after it (no marker, no second note).
+    assert "cut to fit" not in r["note"]
+    assert 500 < len(files) < 1200
+    # Breadth first: everything above the deepest level shown is there.
+    deepest = max(_depth(p) for p in files)
+    every = [p.relative_to(project).as_posix() for p in project.rglob("*")]
+    shallower = {p for p in every if _depth(p) < deepest and not p.startswith(".")}
+    assert shallower <= set(files)
+    claimed = int(r["note"].split("down to depth ")[1].split()[0])
+    assert claimed == deepest - 1
+    assert files == sorted(files)
+
+
+def test_list_files_complete_listing_has_no_note(make_worker: MakeWorker, project: Path) -> None:
+    write_tree(project, {"tree": _deep_tree(3, 5, 2)})
+    r = _one(make_worker(), "list_files", max_depth=64)["result"]
+    assert r["truncated"] is False and "note" not in r and "shown" not in r
+    every = {p.relative_to(project).as_posix() for p in project.rglob("*")}
+    assert {f["path"] for f in r["files"]} == {p for p in every if not p.startswith(".")}
+
+
+def test_glob_stopped_by_the_output_limit_says_so_truthfully(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    write_tree(project, {"tree": _deep_tree(4, 30, 3)})
+    _, reply = run(make_worker(), [call("x", "glob", patterns=["**/*.txt"], max_results=5000)])
+    r = reply["results"][0]["result"]
+    assert r["truncated"] is True and r["shown"] == len(r["files"]) > 500
+    assert (
+        f"Listed {len(r['files'])} matches breadth-first, as many as fit the output" in (r["note"])
+    )
+    assert "cut to fit" not in r["note"]
+
+
+def test_a_result_cut_only_by_the_output_limit_says_so(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    # search returns match lines the tool does not budget: the executor cuts them.
+    write_tree(project, {f"m{i}.txt": ("needle " + "y" * 200 + "\n") * 20 for i in range(60)})
+    user_config("[tools.output]\nmax_bytes = 8192\n")
+    _, reply = run(make_worker(), [call("x", "search", query="needle", max_results=1000)])
+    r = reply["results"][0]
+    assert r["ok"], r
+    assert r["result"]["truncated"] is True
+    assert "cut to fit the output limit (8192 bytes)" in r["result"]["note"]
 
 
 def test_list_files_symlinks_stay_inside(
@@ -537,3 +611,27 @@ def test_seed001_default_excludes_by_name_agree_with_gitignore_rules(
     patterns = (*DEFAULT_EXCLUDES, "*.tar.gz", "a.b", "x~/")
     reference = _compile(list(patterns), ignore_case=True).verdict(rel, is_dir) is True
     assert Excludes(patterns).matches(rel, is_dir) == reference, rel
+
+
+@pytest.mark.parametrize("engine", ["ripgrep", "python"])
+def test_search_truncated_past_max_results_keeps_the_first_by_path(
+    make_worker: MakeWorker, project: Path, engine: str
+) -> None:
+    # 900 matching lines: past the first 11 the search only skips (ripgrep's
+    # later lines are not decoded, the fallback's later files not read), and
+    # what comes back is still the first 10 by path and line, with a note.
+    if engine == "ripgrep" and find_rg() is None:
+        pytest.skip("ripgrep is not installed")
+    user_config(f"[tools.search]\nengine = '{engine}'\n")
+    names = [f"d{i % 7}/f{i:03}.txt" for i in range(300)]
+    tree: dict[str, Any] = {}
+    for name in names:
+        folder, file = name.split("/")
+        tree.setdefault(folder, {})[file] = "hit one\nmiss\nhit two\nhit three\n"
+    write_tree(project, tree)
+    r = _search(make_worker(), query="hit", max_results=10)
+    first = sorted(names)[:4]
+    expected = [(p, line) for p in first for line in (1, 3, 4)][:10]
+    assert [(m["path"], m["line"]) for m in r["matches"]] == expected
+    assert r["truncated"] is True
+    assert "more matches than the 10 shown" in r["note"]

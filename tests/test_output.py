@@ -170,6 +170,16 @@ def test_json_control_check_never_misses_what_sanitize_would_change(text: str) -
         assert json_has_controls(dumps({"k": [text]}))
 
 
+@settings(max_examples=500)
+@given(st.text(alphabet=st.characters(max_codepoint=127)))
+def test_json_control_check_on_ascii_never_misses_what_sanitize_would_change(text: str) -> None:
+    # ASCII text takes the substring shortcut; it must miss nothing either.
+    from forj_py.output import dumps, json_has_controls
+
+    if sanitize(text) != text:
+        assert json_has_controls(dumps({"k": [text]}))
+
+
 # --- credentials in URLs -------------------------------------------------------------------
 
 

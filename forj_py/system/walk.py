@@ -24,14 +24,15 @@ way, so both searches see the same files:
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import re
 import stat
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from typing import NamedTuple
 
-from ..patterns import RegexSet, gitignore_regexes, linear
+from ..patterns import LineScan, RegexSet, gitignore_regexes, line_scanner, linear
 from ..safety.paths import Sandbox
 
 IGNORE_FILES = (".gitignore", ".ignore", ".rgignore")  # lowest precedence first
@@ -126,8 +127,15 @@ class Walker:
         max_depth: int | None = None,
         follow_symlinks: bool = False,
         files_only: bool = False,
+        wanted: Callable[[str], bool] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> Iterator[Entry]:
-        """Entries under ``start_rel`` (depth-first, names sorted), filtered as above."""
+        """Entries under ``start_rel`` (breadth-first, names sorted), filtered as above.
+
+        ``wanted``: only paths it accepts are yielded (and ``stat``-ed); the
+        walk still goes through every directory.  ``check`` runs before each
+        directory is read (a cancel check that raises).
+        """
         seen: set[tuple[int, int]] = set()
         start_abs = self.root if start_rel in ("", ".") else os.path.join(self.root, start_rel)
         try:
@@ -143,6 +151,8 @@ class Walker:
             follow_symlinks,
             files_only,
             seen,
+            wanted,
+            check,
         )
 
     def _walk_dir(
@@ -154,68 +164,144 @@ class Walker:
         follow: bool,
         files_only: bool,
         seen: set[tuple[int, int]],
+        wanted: Callable[[str], bool] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> Iterator[Entry]:
-        # Depth first with an explicit stack: nested generators would pass
-        # every entry up through one frame per directory level.
+        # Breadth first, names sorted within each directory: a walk stopped
+        # early (a cap) has shown the top of the tree, not one deep corner.
         limit = MAX_DEPTH if max_depth is None else min(max_depth, MAX_DEPTH)
-        denied = self.sandbox.denied_inside
-        stack: list[tuple[str, str, int] | Entry] = [(abs_dir, rel_dir, depth)]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, Entry):
-                yield item
-                continue
-            abs_dir, rel_dir, depth = item
+        queue: collections.deque[tuple[str, str, int]] = collections.deque(
+            [(abs_dir, rel_dir, depth)]
+        )
+        while queue:
+            abs_dir, rel_dir, depth = queue.popleft()
+            if check is not None:
+                check()
             try:
                 with os.scandir(abs_dir) as it:
                     children = sorted(it, key=_name)
             except OSError:
                 continue
-            chain = self._specs_above(rel_dir)
-            pending: list[tuple[str, str, int] | Entry] = []
-            for child in children:
-                name = child.name
-                if not name.isascii():
-                    try:
-                        name.encode("utf-8")
-                    except UnicodeEncodeError:
-                        self.unreadable_names += 1  # the model could not name it
-                        continue
-                if name == ".git" or (name[0] == "." and not self.include_hidden):
-                    continue
-                rel = f"{rel_dir}/{name}" if rel_dir else name
+            judged = self._judge(rel_dir, children, depth, follow, seen, wanted)
+            for entry, child, target_dir in judged:
+                if entry is not None:
+                    is_file = entry.kind == "file" or (entry.kind == "symlink" and not target_dir)
+                    if not files_only or is_file:
+                        yield entry
+                if (child.is_dir(follow_symlinks=False) or target_dir) and depth < limit:
+                    queue.append(
+                        (
+                            child.path,
+                            f"{rel_dir}/{child.name}" if rel_dir else child.name,
+                            depth + 1,
+                        )
+                    )
+
+    def _judge(
+        self,
+        rel_dir: str,
+        children: list[os.DirEntry[str]],
+        depth: int,
+        follow: bool,
+        seen: set[tuple[int, int]],
+        wanted: Callable[[str], bool] | None = None,
+    ) -> Iterator[tuple[Entry | None, os.DirEntry[str], bool]]:
+        """One directory's children that pass every filter, in order.
+
+        Yields (entry to show or None for a directory only walked through,
+        the child, whether it is a followed symlink to a directory).  The
+        denied patterns and each ignore file's rules are asked about the
+        whole directory at once (:class:`LineScan`); only the names one of
+        them may match are then judged one by one, by the same code a
+        single path goes through.
+        """
+        chain = self._specs_above(rel_dir)
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        kept: list[tuple[os.DirEntry[str], str, bool, bool]] = []
+        for child in children:
+            name = child.name
+            if not name.isascii():
                 try:
-                    is_link = child.is_symlink()
-                    is_dir = child.is_dir(follow_symlinks=False)
-                except OSError:
+                    name.encode("utf-8")
+                except UnicodeEncodeError:
+                    self.unreadable_names += 1  # the model could not name it
                     continue
-                if denied(rel, is_dir) is not None:
+            if name == ".git" or (name[0] == "." and not self.include_hidden):
+                continue
+            try:
+                is_link = child.is_symlink()
+                is_dir = child.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            kept.append((child, prefix + name, is_link, is_dir))
+        if not kept:
+            return
+        # Which children some rule may apply to; None means "ask about each".
+        suspects = self._suspects(rel_dir, chain, kept)
+        denied = self.sandbox.denied_inside
+        excludes = self.excludes
+        for n, (child, rel, is_link, is_dir) in enumerate(kept):
+            exact = suspects is None or n in suspects or is_link
+            if exact and denied(rel, is_dir) is not None:
+                continue
+            target_dir = False
+            if is_link and follow:
+                target_dir = self._followable_dir(child.path, seen)
+            if exact and chain and self._ignored_in(chain, rel, is_dir or target_dir):
+                continue
+            if excludes is not None and excludes.matches(rel, is_dir or target_dir):
+                self.excluded += 1
+                if len(self.excluded_examples) < EXCLUDED_EXAMPLES:
+                    self.excluded_examples.append(rel + "/" if is_dir or target_dir else rel)
+                continue
+            visible = True
+            if not self._everything:
+                real = os.path.realpath(child.path) if target_dir else child.path
+                visible = self._inside(real)
+                if not visible and not ((is_dir or target_dir) and self._above(real)):
                     continue
-                target_dir = False
-                if is_link and follow:
-                    target_dir = self._followable_dir(child.path, seen)
-                if chain and self._ignored_in(chain, rel, is_dir or target_dir):
-                    continue
-                if self.excludes is not None and self.excludes.matches(rel, is_dir or target_dir):
-                    self.excluded += 1
-                    if len(self.excluded_examples) < EXCLUDED_EXAMPLES:
-                        self.excluded_examples.append(rel + "/" if is_dir or target_dir else rel)
-                    continue
-                visible = True
-                if not self._everything:
-                    real = os.path.realpath(child.path) if target_dir else child.path
-                    visible = self._inside(real)
-                    if not visible and not ((is_dir or target_dir) and self._above(real)):
-                        continue
-                entry = _entry(child, rel, depth, is_link, is_dir)
-                if entry is None:
-                    continue
-                is_file = entry.kind == "file" or (entry.kind == "symlink" and not target_dir)
-                if visible and (not files_only or is_file):
-                    pending.append(entry)
-                if (is_dir or target_dir) and depth < limit:
-                    pending.append((child.path, rel, depth + 1))
-            stack.extend(reversed(pending))
+            if wanted is not None and not wanted(rel):
+                if is_dir or target_dir:
+                    yield None, child, target_dir  # not shown, but walked through
+                continue
+            entry = _entry(child, rel, depth, is_link, is_dir)
+            if entry is None:
+                continue
+            yield (entry if visible else None), child, target_dir
+
+    def _suspects(
+        self,
+        rel_dir: str,
+        chain: list[tuple[int, Rules]],
+        kept: list[tuple[os.DirEntry[str], str, bool, bool]],
+    ) -> set[int] | None:
+        """Indices of ``kept`` that a denied pattern or an ignore rule may match."""
+        denied_scan = _denied_scan(self.sandbox)
+        if denied_scan is None:
+            return None
+        lines: list[str] = []
+        owners: list[int] = []
+        for n, (_, rel, _, is_dir) in enumerate(kept):
+            if "\n" in rel:
+                return None  # one path over two lines: judge each path alone
+            lines.append(rel)
+            owners.append(n)
+            if is_dir:
+                lines.append(rel + "/")
+                owners.append(n)
+        hits = denied_scan.hits(lines)
+        if hits is None:
+            return None
+        suspects = {owners[i] for i in hits}
+        for strip, rules in chain:
+            scan = rules.scan()
+            if scan is None:
+                return None
+            found = scan.hits([line[strip:] for line in lines])
+            if found is None:
+                return None
+            suspects.update(owners[i] for i in found)
+        return suspects
 
     def _inside(self, path: str) -> bool:
         return any(path == r or path.startswith(r + os.sep) for r in self._roots)
@@ -258,6 +344,18 @@ def _entry(
     return Entry(rel, kind, st.st_size, int(st.st_mtime), depth)
 
 
+def _denied_scan(sandbox: Sandbox) -> LineScan | None:
+    """The sandbox's denied patterns as one :class:`LineScan`; None: check each path.
+
+    Only for a sandbox whose one allowed root is the project: with several,
+    a path is also judged relative to the root that holds it.
+    """
+    patterns = getattr(sandbox, "_denied", None)
+    if not isinstance(patterns, RegexSet) or sandbox.allowed_roots != [sandbox.project_root]:
+        return None
+    return line_scanner(tuple(patterns.sources), patterns.ignore_case)
+
+
 class Excludes:
     """Names listings and searches skip unless asked for (``[tools.listing] default_excludes``).
 
@@ -287,7 +385,8 @@ class Excludes:
                 self._names.add(pattern.lower())
             else:
                 rest.append(pattern)
-        self._longest = max((len(x) for x in self._suffixes), default=0)
+        # Every suffix starts with ".": ending with one is what "*.png" means.
+        self._suffix_tuple = tuple(sorted(self._suffixes))
         self._all = _compile(rest, ignore_case=True) if rest else None
         self._each_rules: list[Rules] | None = None
 
@@ -313,12 +412,8 @@ class Excludes:
         name = rel.rpartition("/")[2].lower()
         if name in self._names or (is_dir and name in self._dir_names):
             return True
-        if self._suffixes:
-            dot = name.find(".", max(0, len(name) - self._longest))
-            while dot != -1:
-                if name[dot:] in self._suffixes:
-                    return True
-                dot = name.find(".", dot + 1)
+        if self._suffix_tuple and name.endswith(self._suffix_tuple):
+            return True
         return self._all is not None and self._all.verdict(rel, is_dir) is True
 
     def under(self, rel: str, is_dir: bool) -> set[int]:
@@ -389,6 +484,10 @@ class Rules:
             self._any_sources.append(itself)
             self._any_rules.append((self.count, ignores))
         self.count += 1
+
+    def scan(self) -> LineScan | None:
+        """All these rules as one :class:`LineScan` (paths, and directories with a slash)."""
+        return line_scanner(tuple(self._any_sources + self._dir_sources), self._ignore_case)
 
     def freeze(self) -> Rules:
         self._any = RegexSet(self._any_sources, ignore_case=self._ignore_case)

@@ -1,24 +1,25 @@
 """``list_files`` and ``glob``: what is in the project.
 
 Both walk with :class:`forj_py.system.walk.Walker` (ignore files, hidden files,
-denied patterns, no escape through symlinks), stop at the configured entry
-cap and say so, and return entries ``{path, size, mtime, type}`` with
-paths relative to the project root, sorted by path.
+denied patterns, no escape through symlinks) breadth-first, stop at the
+configured entry cap or at what the output limit can carry and say which
+(:class:`Fit`), and return entries ``{path, size, mtime, type}`` with paths
+relative to the project root, sorted by path.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from wcmatch import glob as wcglob
 
 from .. import errors
+from ..output import dumps
 from ..system.walk import Entry, Excludes, Walker
 from .registry import Tool, ToolContext
 
-_GLOB_FLAGS = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
 # wcmatch compiles globs to backtracking ``re`` expressions.  Stars within
 # a name stay cheap (it makes them non-backtracking), but each "**" can
 # retry every directory level: against a 60-level path, two take about
@@ -81,34 +82,95 @@ class ListFiles(Tool[ListFilesArgs]):
         # for the same reason; other excludes still apply inside it.
         excludes = excludes.without(excludes.named_by(start or ".", is_dir=True))
         walker = Walker(ctx.sandbox, include_hidden=args.include_hidden, excludes=excludes)
-        entries: list[Entry] = []
-        truncated = False
-        for i, entry in enumerate(
-            walker.walk(start, max_depth=args.max_depth, follow_symlinks=args.follow_symlinks)
-        ):
+        fit = Fit(cap, ctx.output_limit, _RESERVED + _json_len(sp.display))
+        walk = walker.walk(start, max_depth=args.max_depth, follow_symlinks=args.follow_symlinks)
+        for i, entry in enumerate(walk):
             if i % 2048 == 0:
                 ctx.check_cancelled()
-            if len(entries) >= cap:
-                truncated = True
+            if not fit.add(entry):
                 break
-            entries.append(entry)
-        entries.sort(key=lambda e: e.rel)
-        result: dict[str, Any] = {
-            "directory": sp.display,
-            "files": [_wire(e) for e in entries],
-            "truncated": truncated,
-        }
-        notes = []
-        if truncated:
-            notes.append(
-                f"Stopped at {cap} entries; list a subdirectory or use a smaller max_depth"
-            )
+        result: dict[str, Any] = {"directory": sp.display}
+        notes = fit.finish(result, "entries", "list a subdirectory or use a smaller max_depth")
         notes.extend(say_excluded(result, [walker]))
         if notes:
             result["note"] = ". ".join(notes)
         if walker.unreadable_names:
             result["skipped_names"] = walker.unreadable_names
         return result
+
+
+# Room kept in the output limit for what surrounds the entries: the result's
+# envelope, its notes (which quote up to five skipped paths) and counts.
+_RESERVED = 2048
+_ENTRY_FRAME = len('{"path":"","size":,"mtime":,"type":""},')
+_PLAIN_PATH = re.compile(r'[^"\\\x00-\x1f\x7f-\U0010ffff]*\Z')
+
+
+def _json_len(text: str) -> int:
+    """Bytes of ``text`` as a JSON string, quotes excluded."""
+    if _PLAIN_PATH.match(text):
+        return len(text)
+    return len(dumps(text).encode("utf-8")) - 2
+
+
+class Fit:
+    """Entries kept in walk order (breadth first) up to a count and a byte budget.
+
+    The budget is the call's output limit, so a listing is never cut again
+    after the walk: it stops at what the result can carry and says which
+    limit stopped it, instead of a list the output limit shortened silently.
+    """
+
+    def __init__(self, cap: int, output_limit: int, reserved: int = 0) -> None:
+        self.cap = cap
+        self.output_limit = output_limit
+        self.budget = max(output_limit - _RESERVED - reserved, 0)
+        self.used = 0
+        self.entries: list[Entry] = []
+        self.stopped_by: str | None = None  # "count" | "bytes"
+
+    def add(self, entry: Entry) -> bool:
+        """Keep ``entry``; False (and nothing kept) when a limit is reached."""
+        if len(self.entries) >= self.cap:
+            self.stopped_by = "count"
+            return False
+        size = (
+            _ENTRY_FRAME
+            + _json_len(entry.rel)
+            + len(str(entry.size))
+            + len(str(entry.mtime))
+            + len(entry.kind)
+        )
+        if self.used + size > self.budget:
+            self.stopped_by = "bytes"
+            return False
+        self.used += size
+        self.entries.append(entry)
+        return True
+
+    def finish(self, result: dict[str, Any], what: str, advice: str) -> list[str]:
+        """Put the entries (sorted by path) into ``result``; the notes to give."""
+        kept = self.entries
+        result["files"] = [_wire(e) for e in sorted(kept, key=_by_path)]
+        result["truncated"] = self.stopped_by is not None
+        if self.stopped_by is None:
+            return []
+        result["shown"] = len(kept)
+        why = (
+            f"the entry limit ({self.cap})"
+            if self.stopped_by == "count"
+            else f"as many as fit the output limit ({self.output_limit} bytes)"
+        )
+        complete = ""
+        if kept and kept[-1].depth > 1:
+            complete = f"; every entry down to depth {kept[-1].depth - 1} is listed"
+        return [
+            f"Listed {len(kept)} {what} breadth-first, {why}{complete}; there are more: {advice}"
+        ]
+
+
+def _by_path(entry: Entry) -> str:
+    return entry.rel
 
 
 class GlobArgs(BaseModel):
@@ -152,8 +214,11 @@ class Glob(Tool[GlobArgs]):
                         "Or list the files of a narrower directory with list_files",
                     ],
                 )
+        from wcmatch import glob as wcglob  # here: not every worker globs, all start
+
+        flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
         try:
-            matcher = wcglob.compile(patterns, flags=_GLOB_FLAGS)
+            matcher = wcglob.compile(patterns, flags=flags)
         except Exception as exc:  # wcmatch has its own errors (pattern limits, ...)
             raise errors.bad_args(f"Invalid glob pattern: {exc}") from None
         # Patterns that name an excluded thing ('node_modules/**', '**/*.png')
@@ -163,30 +228,29 @@ class Glob(Tool[GlobArgs]):
         for pattern in patterns:
             groups.setdefault(frozenset(excludes.named_by(pattern)), []).append(pattern)
         seen: set[str] = set()
-        matches: list[Entry] = []
         walkers: list[Walker] = []
-        truncated = False
         limit = min(args.max_results, ctx.config.tools.listing.max_entries)
+        fit = Fit(limit, ctx.output_limit)
+        stopped = False
         for lifted, group in sorted(groups.items(), key=lambda item: sorted(item[0])):
-            matcher = wcglob.compile(group, flags=_GLOB_FLAGS)
+            matcher = wcglob.compile(group, flags=flags)
             walker = Walker(
                 ctx.sandbox, include_hidden=args.include_hidden, excludes=excludes.without(lifted)
             )
             walkers.append(walker)
-            for i, entry in enumerate(walker.walk("")):
-                if i % 2048 == 0:
-                    ctx.check_cancelled()
-                if entry.rel not in seen and matcher.match(entry.rel):
-                    if len(matches) >= limit:
-                        truncated = True
+            # Only matches are stat-ed; cancelling is checked per directory,
+            # so a pattern that matches nothing still stops.
+            walk = walker.walk("", wanted=matcher.match, check=ctx.check_cancelled)
+            for entry in walk:
+                if entry.rel not in seen:
+                    if not fit.add(entry):
+                        stopped = True
                         break
                     seen.add(entry.rel)
-                    matches.append(entry)
-            if truncated:
+            if stopped:
                 break
-        matches.sort(key=lambda e: e.rel)
-        result: dict[str, Any] = {"files": [_wire(e) for e in matches], "truncated": truncated}
-        notes = [f"Stopped at {limit} matches; use a narrower pattern"] if truncated else []
+        result: dict[str, Any] = {}
+        notes = fit.finish(result, "matches", "use a narrower pattern or a deeper directory in it")
         if len(walkers) == 1:  # with several walks, one's skips are another's matches
             notes.extend(say_excluded(result, walkers))
         if notes:

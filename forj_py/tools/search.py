@@ -127,7 +127,14 @@ class Search(Tool[SearchArgs]):
             truncated = True
         redacted = sum(m.pop(_REDACTED, 0) for m in matches)
         result: dict[str, Any] = {"matches": matches, "truncated": truncated, "engine": used}
-        return say_redacted(result, redacted, "; text inside a credential is never matched")
+        say_redacted(result, redacted, "; text inside a credential is never matched")
+        if truncated:
+            more = (
+                f"There are more matches than the {len(matches)} shown (the first by path "
+                "and line); narrow the search with include_paths or a more specific query"
+            )
+            result["note"] = f"{result['note']}. {more}" if "note" in result else more
+        return result
 
 
 class _Skip:
@@ -288,12 +295,23 @@ def _search_rg(
     threading.Thread(target=stop_on_cancel, daemon=True, name="forj-rg-cancel").start()
     include = _spec(args.include_paths)
     within = _root_prefixes(ctx)
-    matches: list[dict[str, Any]] = []
+    best = _Best(args.max_results)
+    decoded = 0
     truncated = False
     stderr = b""
     try:
         assert proc.stdout is not None
         for raw in proc.stdout:
+            decoded += 1
+            if best.full:
+                where = _peek(raw)
+                if where is not None and best.beyond(*where):
+                    # Sorts after every match kept: not even decoded.
+                    truncated = True
+                    if decoded >= CEILING:
+                        _kill(proc)
+                        break
+                    continue
             message = json.loads(raw)
             if message.get("type") != "match":
                 continue
@@ -322,8 +340,8 @@ def _search_rg(
                     continue
                 start = len(line_bytes[:start_b].decode("utf-8", "replace"))
                 end = start + len(line_bytes[start_b:end_b].decode("utf-8", "replace"))
-                matches.append(_match(path, data["line_number"], text, start, end))
-            if len(matches) >= CEILING:
+                best.add(_match(path, data["line_number"], text, start, end))
+            if decoded >= CEILING:
                 truncated = True
                 _kill(proc)
                 break
@@ -338,6 +356,8 @@ def _search_rg(
             proc.stdout.close()
         errfile.close()
     ctx.check_cancelled()
+    matches = best.matches()
+    truncated = truncated or best.dropped
     if code == 2 and not matches and not truncated:
         message = stderr.decode("utf-8", "replace").strip()
         if "regex" in message.lower() or "error parsing" in message.lower():
@@ -351,6 +371,82 @@ def _search_rg(
         if "glob" in message.lower():
             raise errors.bad_args(f"Invalid path glob: {message}")
     return matches, truncated
+
+
+class _Best:
+    """The first ``wanted`` + 1 matches by (path, line, column) among those seen.
+
+    The one extra tells that there were more.  Matches inside a credential
+    are dropped at once (they never take a place).  Once enough are kept,
+    the last kept is the bar: a line that sorts after it cannot be
+    returned, so it need not be decoded (:func:`_peek`).
+    """
+
+    def __init__(self, wanted: int) -> None:
+        self.keep = wanted + 1
+        self._items: list[dict[str, Any]] = []
+        self._bar: tuple[str, int] | None = None
+        self.dropped = False  # some kept match was pushed out by better ones
+
+    @property
+    def full(self) -> bool:
+        return self._bar is not None
+
+    def beyond(self, path: str, line: int) -> bool:
+        return self._bar is not None and (path, line) > self._bar
+
+    def add(self, match: dict[str, Any]) -> None:
+        if match.get(_HIDDEN):
+            return
+        self._items.append(match)
+        # The first time enough are kept, and then each time twice as many are.
+        limit = self.keep if self._bar is None else 2 * self.keep
+        if len(self._items) >= limit:
+            self._trim()
+
+    def _trim(self) -> None:
+        self._items.sort(key=_order)
+        if len(self._items) > self.keep:
+            self.dropped = True
+            del self._items[self.keep :]
+        last = self._items[-1]
+        self._bar = (last["path"], last["line"])
+
+    def matches(self) -> list[dict[str, Any]]:
+        self._items.sort(key=_order)
+        return self._items
+
+
+def _order(match: dict[str, Any]) -> tuple[str, int, int]:
+    return match["path"], match["line"], match["column"]
+
+
+_PEEK_PATH = b'{"type":"match","data":{"path":{"text":"'
+_PEEK_LINE = b'"line_number":'
+
+
+def _peek(raw: bytes) -> tuple[str, int] | None:
+    """(path, line number) of an rg ``match`` message without decoding it; None: decode it.
+
+    Only for the plain shape: a path with escapes or not UTF-8 is decoded.
+    A key spelled inside a JSON string has its quotes escaped, so the
+    first ``"line_number":`` is the key itself.
+    """
+    if not raw.startswith(_PEEK_PATH):
+        return None
+    start = len(_PEEK_PATH)
+    end = raw.find(b'"', start)
+    at = raw.find(_PEEK_LINE, end)
+    if end < 0 or at < 0 or b"\\" in raw[start:end]:
+        return None
+    digits = at + len(_PEEK_LINE)
+    stop = digits
+    while stop < len(raw) and 48 <= raw[stop] <= 57:
+        stop += 1
+    if stop == digits:
+        return None
+    path = raw[start:end].decode("utf-8", "replace")
+    return (path[2:] if path.startswith("./") else path), int(raw[digits:stop])
 
 
 def _root_prefixes(ctx: ToolContext) -> list[str] | None:
@@ -399,12 +495,15 @@ def _search_python(
     exclude = _spec(args.exclude_paths)
     max_size = ctx.config.tools.read_file.max_scan_bytes
     walker = Walker(ctx.sandbox, excludes=skip.walk)
-    matches: list[dict[str, Any]] = []
+    best = _Best(args.max_results)
+    found_lines = 0
     for count, entry in enumerate(walker.walk("", files_only=True)):
         if count % 256 == 0:
             ctx.check_cancelled()
         if entry.kind != "file" or entry.size > max_size:
             continue
+        if best.beyond(entry.rel, 0):
+            continue  # every match in it would sort after every match kept: not read
         if include is not None and not include.match_file(entry.rel):
             continue
         if exclude is not None and exclude.match_file(entry.rel):
@@ -438,14 +537,15 @@ def _search_python(
                 start, end = m.start(), m.end()
                 if spans:
                     start, end = _original_span(start, end, spans)
-                matches.append(_match(entry.rel, line_no, line, start, end))
+                best.add(_match(entry.rel, line_no, line, start, end))
                 found = True
             matched_lines += found
             if matched_lines > args.max_results:
                 break
-        if len(matches) >= CEILING:
-            return matches, True
-    return matches, False
+        found_lines += matched_lines
+        if found_lines >= CEILING:
+            return best.matches(), True
+    return best.matches(), best.dropped
 
 
 def _original_span(start: int, end: int, spans: list[tuple[int, int]]) -> tuple[int, int]:

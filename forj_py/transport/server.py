@@ -26,12 +26,14 @@ method name is only looked up in a fixed table.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import itertools
 import json
 import logging
 import socket
 import socketserver
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +53,34 @@ from .sexp import Symbol
 log = logging.getLogger(__name__)
 
 POOL_THREADS = 8
+
+
+# After a reply this large (a listing of 100,000 files is ~7 MB of JSON, and
+# many times that as Python objects on the way) the freed memory is handed
+# back to the system: glibc keeps what a pool thread freed in that thread's
+# arena, and a worker that once listed a big tree would hold it for good.
+LARGE_REPLY_CHARS = 1 << 20
+
+
+def give_back_memory() -> None:
+    """Return freed heap memory to the system where the C library can (glibc)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if sys.platform != "linux":
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return None
+    return trim
 
 
 @dataclass(frozen=True)
@@ -287,6 +317,9 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             else:
                 if sent and isinstance(result, Encoded) and result.on_sent is not None:
                     result.on_sent()  # the reply is the client's now (recovery)
+                if len(reply) >= LARGE_REPLY_CHARS:
+                    del result, reply
+                    give_back_memory()
         if self.reject_after_reply:
             self.close()
         if self.stop_after_reply:

@@ -1,0 +1,92 @@
+"""The walk's one-pass-per-directory matching misses nothing a path-by-path check finds."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_tree
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forj_py import patterns
+from forj_py.patterns import LineScan, RegexSet, gitignore_regexes
+from forj_py.safety.paths import Sandbox
+from forj_py.system import walk
+from forj_py.system.walk import Excludes, Walker
+
+needs_re2 = pytest.mark.skipif(not patterns.HAVE_RE2, reason="google-re2 is not installed")
+
+_PARTS = st.sampled_from(["a", "b", ".env", "x.log", "build", "id_rsa", "é", "k ey", "n\x01"])
+_LINES = st.sampled_from(
+    [
+        "*.log",
+        "build/",
+        "/a",
+        "a/**/b",
+        "**/.env",
+        "!x.log",
+        "id_*",
+        "*é*",
+        "b/*",
+        "k?ey",
+        "[ab]",
+        "**/build/**",
+    ]
+)
+
+
+@needs_re2
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_LINES, min_size=1, max_size=6),
+    st.lists(st.lists(_PARTS, min_size=1, max_size=4), min_size=1, max_size=12),
+    st.booleans(),
+)
+def test_line_scan_reports_every_path_a_rule_matches(
+    lines: list[str], paths: list[list[str]], ignore_case: bool
+) -> None:
+    sources = [s for line in lines for s, _ in gitignore_regexes(line, marks_dirs=True)]
+    texts = ["/".join(parts) for parts in paths]
+    texts += [t + "/" for t in texts]
+    one_by_one = RegexSet(sources, ignore_case=ignore_case)
+    scan = LineScan(sources, ignore_case=ignore_case)
+    hits = scan.hits(texts)
+    for n, text in enumerate(texts):
+        if one_by_one.matching(text):
+            assert n in hits, (text, lines)
+
+
+def _random_tree(rng: random.Random, depth: int) -> dict[str, Any]:
+    names = ["src", "build", "a", ".env", "x.log", "keep.log", "id_rsa.pub", "n.py", "IMG.PNG"]
+    tree: dict[str, Any] = {}
+    for name in rng.sample(names, rng.randrange(2, len(names))):
+        if depth > 0 and "." not in name:
+            tree[name] = _random_tree(rng, depth - 1)
+        else:
+            tree[name] = "x"
+    if rng.random() < 0.5:
+        tree[".gitignore"] = rng.choice(["*.log\n!keep.log\n", "build/\n", "/a\nsrc/*.py\n"])
+    return tree
+
+
+@needs_re2
+@pytest.mark.parametrize("seed", range(6))
+def test_walk_with_one_pass_per_directory_equals_the_path_by_path_walk(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "p"
+    write_tree(root, _random_tree(random.Random(seed), 4))
+    sandbox = Sandbox(root, denied_patterns=["**/*.pub", "src/n.py"])
+    excludes = Excludes(["*.png", "node_modules/"])
+
+    def entries() -> list[Any]:
+        walker = Walker(sandbox, include_hidden=True, excludes=excludes)
+        return sorted(walker.walk("", max_depth=64))
+
+    fast = entries()
+    monkeypatch.setattr(walk, "_denied_scan", lambda sandbox: None)
+    assert fast == entries()
+    assert not any(e.rel.endswith((".pub", ".env")) for e in fast)
