@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .sqlite import open_private
+
 SCHEMA_VERSION = 2
 
 _SCHEMA = """
@@ -121,17 +123,8 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not path.exists():
-                # Create it private before SQLite opens it.
-                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-            self._db = sqlite3.connect(
-                str(path), timeout=10.0, check_same_thread=False, isolation_level=None
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db, version = open_private(path, timeout=10.0)
             self._db.execute("PRAGMA foreign_keys=ON")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise JournalError(
                     f"{path}: written by a newer forj (schema {version}); upgrade forj"

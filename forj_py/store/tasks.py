@@ -17,7 +17,6 @@ from waiting on the writer).
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -25,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+from .sqlite import open_private
 
 SCHEMA_VERSION = 1
 FILE_NAME = "tasks.sqlite3"
@@ -154,16 +155,7 @@ class TaskStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not path.exists():
-                # Private before SQLite opens it: notes may hold anything.
-                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-            self._db = sqlite3.connect(
-                str(path), timeout=15.0, check_same_thread=False, isolation_level=None
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            self._db, version = open_private(path, timeout=15.0)
             if version > SCHEMA_VERSION:
                 raise TaskStoreError(
                     f"{path}: written by a newer forj (schema {version}); upgrade forj"
