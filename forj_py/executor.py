@@ -12,7 +12,8 @@ stop through ``ctx.cancel``; tools check it between steps and writing tools
 check it before they commit, so a call that timed out never lands late.
 
 Every result is sanitized and fitted to the output budget, then journaled
-before the next call starts.  The budget belongs to the batch: the capacity
+(durably) before the next call starts; the last one together with the
+batch's final state.  The budget belongs to the batch: the capacity
 the caller gives is what the model's context has left for all the batch's
 results together, and each result spends from it.
 """
@@ -126,6 +127,9 @@ class Runner:
             spent = len(finished.text.encode("utf-8"))
             budget -= spent
             room -= spent
+            # The batch ends with its last result: one durable commit for both.
+            last = index == len(batch.calls) - 1
+            final = "cancelled" if batch.cancel.is_set() else "done"
             self._journal(
                 batch,
                 functools.partial(
@@ -135,11 +139,15 @@ class Runner:
                     planned.call_id,
                     bool(finished.wire.get("ok")),
                     finished.text,
+                    state=final if last else None,
                 ),
             )
             batch.results.append(finished)
-        batch.state = "cancelled" if batch.cancel.is_set() else "done"
-        self._journal(batch, lambda: self.journal.record_state(batch.batch_id, batch.state))
+            if last:
+                batch.state = final
+        if not batch.calls:
+            batch.state = "cancelled" if batch.cancel.is_set() else "done"
+            self._journal(batch, lambda: self.journal.record_state(batch.batch_id, batch.state))
         return batch.results
 
     def _journal(self, batch: Batch, write: Callable[[], None]) -> None:

@@ -257,11 +257,17 @@ class Worker:
         return {"batch_id": batch_id}
 
     def _record_calls(
-        self, batch_id: str, mode: ToolsMode, calls: list[Any], turn: str | None
+        self,
+        batch_id: str,
+        mode: ToolsMode,
+        calls: list[Any],
+        turn: str | None,
+        durable: bool = True,
     ) -> None:
         idents = [identify(seq, raw) for seq, raw in enumerate(calls)]
-        # The calls are durable before anything is decided about them: a crash
+        # The calls are recorded before anything is decided about them: a crash
         # during planning still leaves the record of what the model asked.
+        # Planned at once, they are flushed with the plan, before its answer.
         self.journal.record_batch(
             batch_id,
             self.root,
@@ -269,6 +275,7 @@ class Worker:
             [(cid, name, raw) for (cid, name), raw in zip(idents, calls, strict=False)],
             turn=turn,
             worker=self.identity,
+            durable=durable,
         )
 
     def _journaled_calls(self, batch_id: str, calls: list[Any] | None) -> list[Any]:
@@ -319,7 +326,7 @@ class Worker:
         else:
             batch_id = uuid.uuid4().hex
             raw_calls = req.calls
-            self._record_calls(batch_id, mode, raw_calls, req.turn)
+            self._record_calls(batch_id, mode, raw_calls, req.turn, durable=False)
         # Without a turn id every batch is a turn of its own.
         turn = req.turn or f"batch:{batch_id}"
         available = self.consent.available_names(permission_mode)

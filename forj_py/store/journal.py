@@ -5,11 +5,36 @@ it completes and before the next call starts, so a crash loses nothing; and
 nothing ever re-executes by itself after a crash (its side effects may have
 happened already): the journal only records, it never drives execution.
 
-SQLite in WAL mode with ``synchronous=FULL`` (a commit is on disk when it
-returns), one file per user under the state directory (outside every
-project, mode 0600: results hold file contents).  Several workers, one per
-project, share the file; SQLite's locking and a busy timeout keep them
-apart.
+SQLite in WAL mode, one file per user under the state directory (outside
+every project, mode 0600: results hold file contents).  Several workers,
+one per project, share the file; SQLite's locking and a busy timeout keep
+them apart.
+
+Durable where it matters, and only there.  The connection runs with
+``synchronous=NORMAL``: a commit reaches the operating system at once (a
+killed worker loses nothing) but is not flushed to the disk by itself.  The
+writes that come before something the outside world sees are *durable*
+commits, made with ``synchronous=FULL``: the WAL file is flushed before
+the commit returns.  The WAL is one file written in order, each frame
+checksummed over all earlier ones, so flushing it makes every earlier
+commit durable too, and a power loss can only cut off its end: it never
+keeps a later commit and loses an earlier one.  The durable points are:
+
+- before a tool runs: the batch's state ``executing`` (so recovery never
+  mistakes a call that may have run for one that never started), which
+  also flushes the calls, the plan and every consent record before it;
+- before a result is reported, or the next call starts: the result (the
+  last one of a batch together with the batch's final state);
+- before a plan is answered: the dispositions and any ready results;
+- each file a tool writes, before the tool goes on;
+- undo, recovery's resolutions, and calls journaled on their own.
+
+What is left to the next durable commit (or to the operating system) is
+what nobody has acted on yet: the calls of a batch being planned (nothing
+was answered or run), consent reasons and turn ids (flushed before
+anything runs), and the mark that a reply reached the client (losing it
+makes recovery offer a batch whose results were already seen: shown
+again, never run again).
 
 Schema 2 adds what recovery and undo need: the turn a batch belongs to, the
 worker that owns it, whether its results reached the client, how a
@@ -131,6 +156,8 @@ class Journal:
                 )
             self._db.executescript(_SCHEMA)
             self._migrate(version)
+            # Durable commits ask for FULL one by one (see the module's docstring).
+            self._db.execute("PRAGMA synchronous=NORMAL")
         except (OSError, sqlite3.Error) as exc:
             raise JournalError(f"cannot open the journal {path}: {exc}") from None
         self._lock = threading.Lock()
@@ -139,16 +166,23 @@ class Journal:
         with self._lock:
             self._db.close()
 
-    def _tx(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def _tx(self, statements: list[tuple[str, tuple[Any, ...]]], durable: bool = True) -> None:
+        """One transaction; ``durable``: on the disk (with every earlier one) when it returns."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            if durable:
+                self._db.execute("PRAGMA synchronous=FULL")
             try:
-                for sql, params in statements:
-                    self._db.execute(sql, params)
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    for sql, params in statements:
+                        self._db.execute(sql, params)
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            finally:
+                if durable:
+                    self._db.execute("PRAGMA synchronous=NORMAL")
 
     def _migrate(self, version: int) -> None:
         """Bring a schema-1 journal (or a new one) to schema 2, once, whoever gets there first."""
@@ -187,8 +221,14 @@ class Journal:
         turn: str | None = None,
         worker: str | None = None,
         kind: str = "tools",
+        durable: bool = True,
     ) -> None:
-        """The calls of a new batch, as received, before anything is planned."""
+        """The calls of a new batch, as received, before anything is planned.
+
+        ``durable`` False when the next durable commit comes before anything
+        is answered or run (planning them at once): a killed worker still
+        leaves them, and the plan's own commit flushes them.
+        """
         now = time.time()
         stmts: list[tuple[str, tuple[Any, ...]]] = [
             (
@@ -206,7 +246,7 @@ class Journal:
                     (batch_id, seq, call_id, name, json.dumps(raw, ensure_ascii=True)),
                 )
             )
-        self._tx(stmts)
+        self._tx(stmts, durable)
 
     def record_plan(
         self, batch_id: str, dispositions: list[str], resolved: dict[int, dict[str, Any]]
@@ -234,7 +274,9 @@ class Journal:
                     (batch_id, seq, stage, reason, now),
                 )
                 for seq, reason in reasons.items()
-            ]
+            ],
+            # An audit line: flushed by the commit that precedes running anything.
+            durable=False,
         )
 
     def consent(self, batch_id: str) -> dict[int, dict[str, str]]:
@@ -259,20 +301,37 @@ class Journal:
             ]
         )
 
-    def record_result(self, batch_id: str, seq: int, call_id: str, ok: bool, text: str) -> None:
-        """One result, committed before the next call starts, so a crash loses none.
+    def record_result(
+        self,
+        batch_id: str,
+        seq: int,
+        call_id: str,
+        ok: bool,
+        text: str,
+        *,
+        state: str | None = None,
+    ) -> None:
+        """One result, durable before the next call starts, so a crash loses none.
 
         ``text`` is the result's JSON exactly as it goes back to the client,
-        so the record is what the model reads.
+        so the record is what the model reads.  ``state``: the batch's final
+        state, for its last result: one commit for both.
         """
-        self._tx(
-            [
+        now = time.time()
+        stmts: list[tuple[str, tuple[Any, ...]]] = [
+            (
+                "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)",
+                (batch_id, seq, call_id, 1 if ok else 0, text, now),
+            )
+        ]
+        if state is not None:
+            stmts.append(
                 (
-                    "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)",
-                    (batch_id, seq, call_id, 1 if ok else 0, text, time.time()),
+                    "UPDATE batches SET state=?, updated_at=? WHERE batch_id=?",
+                    (state, now, batch_id),
                 )
-            ]
-        )
+            )
+        self._tx(stmts)
 
     @staticmethod
     def _result_stmt(
@@ -344,12 +403,22 @@ class Journal:
     def record_turn(self, batch_id: str, turn: str) -> None:
         """Name the batch's turn, unless planning already did."""
         self._tx(
-            [("UPDATE batches SET turn=? WHERE batch_id=? AND turn IS NULL", (turn, batch_id))]
+            [("UPDATE batches SET turn=? WHERE batch_id=? AND turn IS NULL", (turn, batch_id))],
+            # Flushed by the commit that precedes running or answering anything.
+            durable=False,
         )
 
     def record_delivered(self, batch_id: str) -> None:
-        """The execute reply reached the client: its results are the client's now."""
-        self._tx([("UPDATE batches SET delivered_at=? WHERE batch_id=?", (time.time(), batch_id))])
+        """The execute reply reached the client: its results are the client's now.
+
+        Not flushed by itself: a power loss that takes it makes recovery offer
+        a batch the client already saw, whose results are shown again and
+        whose calls never run again; the next durable commit flushes it.
+        """
+        self._tx(
+            [("UPDATE batches SET delivered_at=? WHERE batch_id=?", (time.time(), batch_id))],
+            durable=False,
+        )
 
     def record_resolution(self, batch_id: str, resolution: str) -> None:
         self._tx(
@@ -411,29 +480,34 @@ class Journal:
         Returns the row's id, for :meth:`forget_file_change`.
         """
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("PRAGMA synchronous=FULL")
             try:
-                cur = self._db.execute(
-                    "INSERT INTO file_changes (batch_id, seq, call_id, path, canonical, existed, "
-                    "backup, hash_before, hash_after, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        batch_id,
-                        seq,
-                        call_id,
-                        change.path,
-                        change.canonical,
-                        1 if change.existed else 0,
-                        change.backup,
-                        change.hash_before,
-                        change.hash_after,
-                        time.time(),
-                    ),
-                )
-                row_id = cur.lastrowid
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    cur = self._db.execute(
+                        "INSERT INTO file_changes (batch_id, seq, call_id, path, canonical, "
+                        "existed, backup, hash_before, hash_after, at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            batch_id,
+                            seq,
+                            call_id,
+                            change.path,
+                            change.canonical,
+                            1 if change.existed else 0,
+                            change.backup,
+                            change.hash_before,
+                            change.hash_after,
+                            time.time(),
+                        ),
+                    )
+                    row_id = cur.lastrowid
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            finally:
+                self._db.execute("PRAGMA synchronous=NORMAL")
         assert row_id is not None
         return row_id
 
