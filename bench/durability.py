@@ -11,22 +11,48 @@ The reference, in this Python: read the file, replace the text, write a
 backup and ``fsync`` it, write a temporary file, ``fsync``, ``rename``,
 ``fsync`` the directory, and five commits of a small row into an SQLite
 database in WAL mode with ``synchronous=FULL`` (the journal's settings).
-Reports medians; asserts nothing.
+The two run in turns, one sample of each at a time, so that both see the
+same load on a shared machine (a disk's flush time moves by 10× from one
+second to the next).  Reports medians; asserts nothing.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import statistics
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import median_of  # sets the import path for forj_py
+import common  # noqa: F401 - sets the import path for forj_py
 
 from forj_py.transport.client import Client, WorkerProcess
 
 LINES = 200
+RUNS = 40
+
+
+def medians_in_turns(
+    first: Callable[[], object], second: Callable[[], object], runs: int, warmup: int = 3
+) -> tuple[float, float]:
+    """The median wall times of ``first`` and ``second``, sampled alternately."""
+    for _ in range(warmup):
+        first()
+        second()
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        first()
+        t1 = time.perf_counter()
+        second()
+        t2 = time.perf_counter()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+    return statistics.median(a), statistics.median(b)
 
 
 def _durable_reference(root: Path, db: sqlite3.Connection, counter: list[int]) -> None:
@@ -68,8 +94,6 @@ def main() -> list[tuple[str, str, str]]:
         db.execute("CREATE TABLE log (n INTEGER, what TEXT)")
         db.isolation_level = "DEFERRED"
         counter = [0]
-        t_ref = median_of(lambda: _durable_reference(root, db, counter), 30)
-        db.close()
 
         env = dict(os.environ, FORJ_STATE_DIR=str(Path(tmp) / "state"))
         env.pop("FORJ_CONFIG", None)
@@ -96,7 +120,10 @@ def main() -> list[tuple[str, str, str]]:
                 }
                 batch([{"id": "e", "name": "edit", "args": args}])
 
-            t_forj = median_of(edit, 30)
+            t_forj, t_ref = medians_in_turns(
+                edit, lambda: _durable_reference(root, db, counter), RUNS
+            )
+        db.close()
     return [
         (
             f"one durable `edit` of a {LINES}-line file, end to end, vs read + replace + "
