@@ -346,15 +346,16 @@ class Worker:
             state_dir=self.journal.path.parent,
         )
         calls = plan_batch(pc, mode, raw_calls)
-        self.journal.record_plan(
-            batch_id,
-            [c.disposition.value for c in calls],
-            {c.seq: c.result for c in calls if c.result is not None},
-        )
+        # The reasons first: the plan's own commit flushes them with it.
         self._journal_consent(
             batch_id,
             "plan",
             {c.seq: f"[{permission_mode}] {c.reason}" for c in calls if c.reason is not None},
+        )
+        self.journal.record_plan(
+            batch_id,
+            [c.disposition.value for c in calls],
+            {c.seq: c.result for c in calls if c.result is not None},
         )
         gate = Gate(self.consent.engine, session, turn, available)
         batch = Batch(

@@ -185,3 +185,101 @@ def test_a_schema_1_journal_is_upgraded_and_its_history_is_not_reported(
     db.close()
     # Opening it again is a no-op.
     make_worker()
+
+
+class _Flushes:
+    """Follows the journal connection's statements: was every commit so far flushed?
+
+    A commit made with ``synchronous=FULL`` flushes the WAL, and with it every
+    commit before it; so all is on disk exactly when the latest commit was FULL.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self.mode = "NORMAL"
+        self.commits: list[str] = []
+        journal._db.set_trace_callback(self._trace)
+
+    def _trace(self, statement: str) -> None:
+        text = statement.strip().upper()
+        if text.startswith("PRAGMA SYNCHRONOUS="):
+            self.mode = text.split("=", 1)[1]
+        elif text == "COMMIT":
+            self.commits.append(self.mode)
+
+    def all_flushed(self) -> bool:
+        return bool(self.commits) and self.commits[-1] == "FULL"
+
+
+class Probe(Tool[PeekArgs]):
+    """Notes, when it runs, whether everything journaled so far is on disk."""
+
+    name = "probe"
+    description = "Check the journal's flushes."
+    Args = PeekArgs
+    side_effecting = True
+
+    def __init__(self) -> None:
+        self.flushes: _Flushes | None = None
+        self.seen: list[tuple[bool, int]] = []
+
+    def summary(self, args: PeekArgs) -> str:
+        return "Probe"
+
+    def execute(self, args: PeekArgs, ctx: ToolContext) -> Any:
+        assert self.flushes is not None
+        self.seen.append((self.flushes.all_flushed(), len(self.flushes.commits)))
+        return {}
+
+
+def test_fr_res_04b_everything_is_flushed_before_a_call_runs_and_before_each_reply(
+    make_worker: MakeWorker,
+) -> None:
+    user_config('[tools.approval]\nallowlist = ["probe"]\n')
+    probe = Probe()
+    worker = make_worker(extra_tools=[probe])
+    flushes = probe.flushes = _Flushes(worker.journal)
+    plan = worker.plan({"calls": [call("1", "probe"), call("2", "probe"), call("3", "nope")]})
+    # The plan's answer: the calls, dispositions and the ready error are on disk.
+    assert flushes.all_flushed()
+    # The calls themselves were not flushed on their own: one flush for the plan.
+    assert flushes.commits[0] == "NORMAL"
+    reply = worker.execute({"batch_id": plan["batch_id"]}, lambda e: None)
+    assert [r["ok"] for r in reply["results"]] == [True, True, False]
+    # Each call ran with all before it on disk: the batch executing, then the
+    # first result; the reply leaves with every result and the end flushed.
+    assert [ok for ok, _ in probe.seen] == [True, True]
+    assert probe.seen[1][1] > probe.seen[0][1]
+    assert flushes.all_flushed()
+    final = worker.journal.batch(plan["batch_id"])
+    assert final is not None and final["state"] == "done"
+    assert [c["result"] for c in final["calls"]] == reply["results"]
+    # Marking the reply delivered is left to the next flush (recovery would
+    # show the results again, never run anything again).
+    assert reply.on_sent is not None
+    reply.on_sent()
+    assert not flushes.all_flushed()
+    meta = worker.journal.batch_meta(plan["batch_id"])
+    assert meta is not None and meta["delivered_at"] is not None
+
+
+def test_journal_flushes_each_file_change_before_the_tool_goes_on(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    flushes = _Flushes(worker.journal)
+    seen: list[bool] = []
+    original = worker.journal.record_file_change
+
+    def record(*args: Any) -> int:
+        row = original(*args)
+        seen.append(flushes.all_flushed())
+        return row
+
+    worker.journal.record_file_change = record  # type: ignore[method-assign]
+    _, result = run(
+        worker,
+        [call("w", "write_file", path="new.txt", content="x\n")],
+        approved=["w"],
+    )
+    assert result["results"][0]["ok"], result
+    assert seen == [True]

@@ -635,3 +635,50 @@ def test_search_truncated_past_max_results_keeps_the_first_by_path(
     assert [(m["path"], m["line"]) for m in r["matches"]] == expected
     assert r["truncated"] is True
     assert "more matches than the 10 shown" in r["note"]
+
+
+@needs_rg
+def test_search_orders_directory_by_directory_and_stops_at_the_first_by_path(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    # Names that sort differently as strings ('a-b.txt' < 'a.txt' < 'a/z.txt')
+    # and as a tree lists them ('a' first, then 'a b.txt', 'a-b.txt'...): the
+    # results follow the tree, which is the order ripgrep is stopped in.
+    write_tree(
+        project,
+        {
+            "a": {"z.txt": "hit\nhit\n", "b": {"c.txt": "hit\n"}},
+            "a-b.txt": "hit\n",
+            "a.txt": "hit\nmiss\nhit\n",
+            "a b.txt": "hit\n",
+            "a0.txt": "hit\n",
+            "A.txt": "hit\n",
+        },
+    )
+    tree_order = [
+        ("A.txt", 1),
+        ("a/b/c.txt", 1),
+        ("a/z.txt", 1),
+        ("a/z.txt", 2),
+        ("a b.txt", 1),
+        ("a-b.txt", 1),
+        ("a.txt", 1),
+        ("a.txt", 3),
+        ("a0.txt", 1),
+    ]
+    rg, py = _engines(make_worker)
+    for worker in (rg, py):
+        everything = _search(worker, query="hit", case_sensitive=True, include_paths=["a*", "A*"])
+        assert [(m["path"], m["line"]) for m in everything["matches"]] == tree_order
+        assert everything["truncated"] is False
+        for cut in (1, 3, 4, 8):
+            r = _search(
+                worker,
+                query="hit",
+                case_sensitive=True,
+                include_paths=["a*", "A*"],
+                max_results=cut,
+            )
+            assert [(m["path"], m["line"]) for m in r["matches"]] == tree_order[:cut], cut
+            assert r["truncated"] is True
+            assert f"more matches than the {cut} shown" in r["note"]

@@ -17,7 +17,15 @@ Matches are ``{path, line, column, match_text, before, after}``: ``line``
 and ``column`` 1-based (column in characters), ``before``/``after`` the
 rest of the matched line on either side (each cut to 200 characters).
 Results are sorted by path, line and column; at most ``max_results``
-come back, with ``truncated`` when there were more.
+come back, with ``truncated`` when there were more.  "By path" is
+directory by directory, each directory's names in code-point order
+(``a/z.py`` before ``a-b.py``, as a tree lists them): the order in which
+``rg --sort path`` prints its matches, so ripgrep is stopped as soon as
+it has printed one match more than can be returned: the first by path
+are then certain, and the one more says there were more.  Sorting costs
+rg its threads; measured (docs/benchmarks.md), a search of few matches
+takes as long either way here, and one of many is over in a fraction of
+the time, its later lines never printed nor read.
 """
 
 from __future__ import annotations
@@ -121,7 +129,7 @@ class Search(Tool[SearchArgs]):
         # Before the cut: a match hidden inside a credential must not even
         # take the place of one that is shown.
         matches = [m for m in matches if not m.get(_HIDDEN)]
-        matches.sort(key=lambda m: (m["path"], m["line"], m["column"]))
+        matches.sort(key=_order)
         if len(matches) > args.max_results:
             matches = matches[: args.max_results]
             truncated = True
@@ -259,6 +267,8 @@ def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip) -> lis
     ]
     if not args.is_regex:
         cmd.append("--fixed-strings")
+    # In the results' order (one thread), so the search stops once it has enough.
+    cmd += ["--sort", "path"]
     # include_paths are applied to rg's output instead: an rg --glob would
     # also re-include files the ignore rules leave out.
     for glob in [*(args.exclude_paths or []), *skip.walk.patterns]:
@@ -273,6 +283,7 @@ def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip) -> lis
 def _search_rg(
     rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip
 ) -> tuple[list[dict[str, Any]], bool]:
+    """The first matches by path, and whether there were more."""
     # stderr to a file: rg can print more warnings than a pipe holds, and
     # nothing reads the pipe until stdout is done.
     errfile = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
@@ -303,19 +314,9 @@ def _search_rg(
         assert proc.stdout is not None
         for raw in proc.stdout:
             decoded += 1
-            if best.full:
-                where = _peek(raw)
-                if where is not None and best.beyond(*where):
-                    # Sorts after every match kept: not even decoded.
-                    truncated = True
-                    if decoded >= CEILING:
-                        _kill(proc)
-                        break
-                    continue
-            message = json.loads(raw)
-            if message.get("type") != "match":
-                continue
-            data = message["data"]
+            if not raw.startswith(_MATCH):
+                continue  # begin, end, context and summary messages
+            data = json.loads(raw)["data"]
             path = _rg_text(data["path"])
             path = path[2:] if path.startswith("./") else path
             if include is not None and not include.match_file(path):
@@ -341,6 +342,11 @@ def _search_rg(
                 start = len(line_bytes[:start_b].decode("utf-8", "replace"))
                 end = start + len(line_bytes[start_b:end_b].decode("utf-8", "replace"))
                 best.add(_match(path, data["line_number"], text, start, end))
+            if best.enough:
+                # rg prints in the results' order: all that is left sorts after
+                # these, and the one past max_results says there is more.
+                _kill(proc)
+                break
             if decoded >= CEILING:
                 truncated = True
                 _kill(proc)
@@ -378,22 +384,23 @@ class _Best:
 
     The one extra tells that there were more.  Matches inside a credential
     are dropped at once (they never take a place).  Once enough are kept,
-    the last kept is the bar: a line that sorts after it cannot be
-    returned, so it need not be decoded (:func:`_peek`).
+    the last kept is the bar: a file or line that sorts after it cannot
+    be returned, so it need not be read.
     """
 
     def __init__(self, wanted: int) -> None:
         self.keep = wanted + 1
         self._items: list[dict[str, Any]] = []
-        self._bar: tuple[str, int] | None = None
+        self._bar: tuple[tuple[str, ...], int] | None = None
         self.dropped = False  # some kept match was pushed out by better ones
 
     @property
-    def full(self) -> bool:
-        return self._bar is not None
+    def enough(self) -> bool:
+        """As many are kept as can be returned, and one more."""
+        return len(self._items) >= self.keep
 
     def beyond(self, path: str, line: int) -> bool:
-        return self._bar is not None and (path, line) > self._bar
+        return self._bar is not None and (path_key(path), line) > self._bar
 
     def add(self, match: dict[str, Any]) -> None:
         if match.get(_HIDDEN):
@@ -410,43 +417,24 @@ class _Best:
             self.dropped = True
             del self._items[self.keep :]
         last = self._items[-1]
-        self._bar = (last["path"], last["line"])
+        self._bar = (path_key(last["path"]), last["line"])
 
     def matches(self) -> list[dict[str, Any]]:
         self._items.sort(key=_order)
         return self._items
 
 
-def _order(match: dict[str, Any]) -> tuple[str, int, int]:
-    return match["path"], match["line"], match["column"]
+def path_key(path: str) -> tuple[str, ...]:
+    """A path's place in the results: directory by directory, as ``rg --sort path`` walks."""
+    return tuple(path.split("/"))
 
 
-_PEEK_PATH = b'{"type":"match","data":{"path":{"text":"'
-_PEEK_LINE = b'"line_number":'
+def _order(match: dict[str, Any]) -> tuple[tuple[str, ...], int, int]:
+    return path_key(match["path"]), match["line"], match["column"]
 
 
-def _peek(raw: bytes) -> tuple[str, int] | None:
-    """(path, line number) of an rg ``match`` message without decoding it; None: decode it.
-
-    Only for the plain shape: a path with escapes or not UTF-8 is decoded.
-    A key spelled inside a JSON string has its quotes escaped, so the
-    first ``"line_number":`` is the key itself.
-    """
-    if not raw.startswith(_PEEK_PATH):
-        return None
-    start = len(_PEEK_PATH)
-    end = raw.find(b'"', start)
-    at = raw.find(_PEEK_LINE, end)
-    if end < 0 or at < 0 or b"\\" in raw[start:end]:
-        return None
-    digits = at + len(_PEEK_LINE)
-    stop = digits
-    while stop < len(raw) and 48 <= raw[stop] <= 57:
-        stop += 1
-    if stop == digits:
-        return None
-    path = raw[start:end].decode("utf-8", "replace")
-    return (path[2:] if path.startswith("./") else path), int(raw[digits:stop])
+# Every ``match`` message starts so (rg writes its keys in a fixed order).
+_MATCH = b'{"type":"match"'
 
 
 def _root_prefixes(ctx: ToolContext) -> list[str] | None:
