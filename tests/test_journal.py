@@ -263,7 +263,7 @@ def test_fr_res_04b_everything_is_flushed_before_a_call_runs_and_before_each_rep
 
 
 def test_journal_flushes_each_file_change_before_the_tool_goes_on(
-    make_worker: MakeWorker, project: Path
+    make_worker: MakeWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker = make_worker()
     flushes = _Flushes(worker.journal)
@@ -275,7 +275,7 @@ def test_journal_flushes_each_file_change_before_the_tool_goes_on(
         seen.append(flushes.all_flushed())
         return row
 
-    worker.journal.record_file_change = record  # type: ignore[method-assign]
+    monkeypatch.setattr(worker.journal, "record_file_change", record)
     _, result = run(
         worker,
         [call("w", "write_file", path="new.txt", content="x\n")],
