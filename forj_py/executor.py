@@ -109,7 +109,16 @@ class Runner:
         room = capacity or DEFAULT_CAPACITY_BYTES
         # The whole reply must fit one EPC frame, escaping included.
         budget = MAX_BATCH_REPLY_BYTES
-        self._journal(batch, lambda: self.journal.record_state(batch.batch_id, "executing"))
+        # Flushed before anything runs that changes anything (see store/journal.py).
+        effects = any(
+            c.tool is not None
+            and c.tool.side_effecting
+            and c.disposition is not Disposition.RESOLVED
+            for c in batch.calls
+        )
+        self._journal(
+            batch, lambda: self.journal.record_state(batch.batch_id, "executing", durable=effects)
+        )
         for index, planned in enumerate(batch.calls):
             # Each later call keeps enough room for an error or a short answer.
             reserve = MIN_RESULT_BYTES * (len(batch.calls) - index - 1)

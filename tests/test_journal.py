@@ -283,3 +283,20 @@ def test_journal_flushes_each_file_change_before_the_tool_goes_on(
     )
     assert result["results"][0]["ok"], result
     assert seen == [True]
+
+
+def test_fr_res_04b_a_batch_of_reads_is_flushed_with_its_result_not_before(
+    make_worker: MakeWorker,
+) -> None:
+    # Nothing it runs changes anything: the calls were flushed with the plan,
+    # and the flush of the result is the batch's first after that.
+    worker = make_worker()
+    flushes = _Flushes(worker.journal)
+    plan = worker.plan({"calls": [call("r", "read_file", path="README.md")]})
+    assert flushes.all_flushed()
+    planned = len(flushes.commits)
+    reply = worker.execute({"batch_id": plan["batch_id"]}, lambda e: None)
+    assert reply["results"][0]["ok"]
+    assert flushes.commits[planned:] == ["NORMAL", "FULL"]  # executing; result and end
+    final = worker.journal.batch(plan["batch_id"])
+    assert final is not None and final["state"] == "done"

@@ -22,7 +22,11 @@ keeps a later commit and loses an earlier one.  The durable points are:
 
 - before a tool runs: the batch's state ``executing`` (so recovery never
   mistakes a call that may have run for one that never started), which
-  also flushes the calls, the plan and every consent record before it;
+  also flushes the calls, the plan and every consent record before it.
+  A batch of calls that change nothing (reads, searches) is left to the
+  flush of its first result: its calls were flushed with the plan, and
+  if recovery took one that ran for one that never started, running it
+  again would change nothing;
 - before a result is reported, or the next call starts: the result (the
   last one of a batch together with the batch's final state);
 - before a plan is answered: the dispositions and any ready results;
@@ -291,14 +295,16 @@ class Journal:
             out.setdefault(seq, {})[stage] = reason
         return out
 
-    def record_state(self, batch_id: str, state: str) -> None:
+    def record_state(self, batch_id: str, state: str, durable: bool = True) -> None:
+        """The batch's state; ``durable`` False only where running it again would change nothing."""
         self._tx(
             [
                 (
                     "UPDATE batches SET state=?, updated_at=? WHERE batch_id=?",
                     (state, time.time(), batch_id),
                 )
-            ]
+            ],
+            durable,
         )
 
     def record_result(
