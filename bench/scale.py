@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,19 @@ def reference_listing(rg: str, root: Path, *extra: str) -> Callable[[], int]:
         return len(json.dumps(entries))
 
     return run
+
+
+def medians_in_turns(fns: list[Callable[[], object]], runs: int) -> list[float]:
+    """The median wall time of each of ``fns``, sampled one after the other, ``runs`` times."""
+    for fn in fns:
+        fn()
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, times in zip(fns, samples, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return [statistics.median(times) for times in samples]
 
 
 def forj_rg_command(rg: str, root: Path, query: str) -> list[str]:
@@ -145,31 +160,30 @@ def main() -> list[tuple[str, str, str]]:
 
                 # A literal in a few files, and one in every file (the default
                 # 200 results, most of the tree's matches never decoded).
+                # Sampled in turns (forj, rg, rg with forj's flags), so that all
+                # three see the same load on a shared machine.
                 for query, label in (("value = 12345", "rare literal"), ("value", "every file")):
                     args = {"query": query, "case_sensitive": True}
-                    t_ref = median_of(
-                        lambda q=query, r=root: subprocess.run(  # type: ignore[misc]
-                            # "." explicit: with no path and a stdin that is not
-                            # a terminal, rg would search stdin.
-                            [rg, "--json", "--fixed-strings", "--case-sensitive", q, "."],
-                            cwd=r,
-                            stdout=subprocess.DEVNULL,
-                            check=False,
-                        ),
+                    t_forj, t_ref, t_flags = medians_in_turns(
+                        [
+                            lambda a=args: run_call(c, "search", a),  # type: ignore[misc]
+                            lambda q=query, r=root: subprocess.run(  # type: ignore[misc]
+                                # "." explicit: with no path and a stdin that is not
+                                # a terminal, rg would search stdin.
+                                [rg, "--json", "--fixed-strings", "--case-sensitive", q, "."],
+                                cwd=r,
+                                stdout=subprocess.DEVNULL,
+                                check=False,
+                            ),
+                            lambda q=query, r=root: subprocess.run(  # type: ignore[misc]
+                                forj_rg_command(rg, r, q),
+                                cwd=r,
+                                stdout=subprocess.DEVNULL,
+                                check=False,
+                            ),
+                        ],
                         runs,
-                        warmup=1,
                     )
-                    t_flags = median_of(
-                        lambda q=query, r=root: subprocess.run(  # type: ignore[misc]
-                            forj_rg_command(rg, r, q),
-                            cwd=r,
-                            stdout=subprocess.DEVNULL,
-                            check=False,
-                        ),
-                        runs,
-                        warmup=1,
-                    )
-                    t_forj = median_of(lambda a=args: run_call(c, "search", a), runs, warmup=1)  # type: ignore[misc]
                     rows.append(
                         (
                             f"search, {label}, {n:,}-file tree, default max_results vs rg --json",

@@ -34,6 +34,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -271,13 +272,30 @@ def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip) -> lis
     cmd += ["--sort", "path"]
     # include_paths are applied to rg's output instead: an rg --glob would
     # also re-include files the ignore rules leave out.
-    for glob in [*(args.exclude_paths or []), *skip.walk.patterns]:
+    for glob in [*(args.exclude_paths or []), *_joined_suffixes(skip.walk.patterns)]:
         cmd += ["--glob", "!" + glob]
     # Last, so nothing before them can re-include: .git and every denied pattern.
     for glob in [".git", *ctx.sandbox.denied_patterns]:
         cmd += ["--glob", "!" + glob]
     cmd += ["--regexp", args.query, "--", "."]
     return cmd
+
+
+_PLAIN_SUFFIX = re.compile(r"\*\.[^*?\[\]{},\\!/]+")
+
+
+def _joined_suffixes(patterns: list[str]) -> list[str]:
+    """The excludes with every ``*.ext`` made one ``*.{a,b,...}``: the same files.
+
+    rg compiles each glob on every run, and the default excludes hold some
+    sixty suffixes: one alternation compiles and matches in a fraction of
+    the time (measured: docs/benchmarks.md).
+    """
+    suffixes = [p[2:] for p in patterns if _PLAIN_SUFFIX.fullmatch(p)]
+    rest = [p for p in patterns if not _PLAIN_SUFFIX.fullmatch(p)]
+    if len(suffixes) < 2:
+        return list(patterns)
+    return ["*.{" + ",".join(suffixes) + "}", *rest]
 
 
 def _search_rg(
