@@ -20,12 +20,15 @@ Results are sorted by path, line and column; at most ``max_results``
 come back, with ``truncated`` when there were more.  "By path" is
 directory by directory, each directory's names in code-point order
 (``a/z.py`` before ``a-b.py``, as a tree lists them): the order in which
-``rg --sort path`` prints its matches, so ripgrep is stopped as soon as
-it has printed one match more than can be returned: the first by path
-are then certain, and the one more says there were more.  Sorting costs
-rg its threads; measured (docs/benchmarks.md), a search of few matches
-takes as long either way here, and one of many is over in a fraction of
-the time, its later lines never printed nor read.
+``rg --sort path`` prints its matches.
+
+ripgrep runs once or twice.  First on all its threads, in no order: most
+searches find few matches, and those are all read.  Once that run has
+printed more matching lines than can be returned, it is stopped and rg
+runs again with ``--sort path`` (one thread), stopped as soon as it has
+printed one match more than can be returned: the first by path are then
+certain, the one more says there were more, and the later lines are
+never printed nor read (measured: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -122,7 +125,11 @@ class Search(Tool[SearchArgs]):
             )
         skip = _Skip(default_excludes(ctx), args.include_paths or [])
         if rg is not None:
-            matches, truncated = _search_rg(rg, args, ctx, skip)
+            found = _search_rg(rg, args, ctx, skip, ordered=False)
+            if found is None:  # more than can be returned: again in order, stopped early
+                found = _search_rg(rg, args, ctx, skip, ordered=True)
+                assert found is not None
+            matches, truncated = found
             used = "ripgrep"
         else:
             matches, truncated = _search_python(args, ctx, skip)
@@ -249,7 +256,9 @@ def _strip_eol(line: str) -> str:
 # --- ripgrep ---------------------------------------------------------------------
 
 
-def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip) -> list[str]:
+def _rg_command(
+    rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip, ordered: bool = False
+) -> list[str]:
     cmd = [
         rg,
         "--json",
@@ -268,8 +277,9 @@ def _rg_command(rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip) -> lis
     ]
     if not args.is_regex:
         cmd.append("--fixed-strings")
-    # In the results' order (one thread), so the search stops once it has enough.
-    cmd += ["--sort", "path"]
+    if ordered:
+        # In the results' order (one thread), so the search stops once it has enough.
+        cmd += ["--sort", "path"]
     # include_paths are applied to rg's output instead: an rg --glob would
     # also re-include files the ignore rules leave out.
     for glob in [*(args.exclude_paths or []), *_joined_suffixes(skip.walk.patterns)]:
@@ -299,14 +309,20 @@ def _joined_suffixes(patterns: list[str]) -> list[str]:
 
 
 def _search_rg(
-    rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip
-) -> tuple[list[dict[str, Any]], bool]:
-    """The first matches by path, and whether there were more."""
+    rg: str, args: SearchArgs, ctx: ToolContext, skip: _Skip, *, ordered: bool
+) -> tuple[list[dict[str, Any]], bool] | None:
+    """The first matches by path, and whether there were more.
+
+    ``ordered`` False: rg on all its threads, in no order, and None as soon
+    as it has printed more matching lines than can be returned (search
+    again ``ordered``: stopped at the first ``max_results`` + 1).
+    """
+    patience = None if ordered else args.max_results + 1
     # stderr to a file: rg can print more warnings than a pipe holds, and
     # nothing reads the pipe until stdout is done.
     errfile = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
     proc = subprocess.Popen(
-        _rg_command(rg, args, ctx, skip),
+        _rg_command(rg, args, ctx, skip, ordered),
         cwd=ctx.sandbox.project_root,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -326,6 +342,7 @@ def _search_rg(
     within = _root_prefixes(ctx)
     best = _Best(args.max_results)
     decoded = 0
+    matched = 0
     truncated = False
     stderr = b""
     try:
@@ -334,6 +351,9 @@ def _search_rg(
             decoded += 1
             if not raw.startswith(_MATCH):
                 continue  # begin, end, context and summary messages
+            matched += 1
+            if patience is not None and matched > patience:
+                return None  # rg is stopped below
             data = json.loads(raw)["data"]
             path = _rg_text(data["path"])
             path = path[2:] if path.startswith("./") else path
@@ -360,7 +380,7 @@ def _search_rg(
                 start = len(line_bytes[:start_b].decode("utf-8", "replace"))
                 end = start + len(line_bytes[start_b:end_b].decode("utf-8", "replace"))
                 best.add(_match(path, data["line_number"], text, start, end))
-            if best.enough:
+            if ordered and best.enough:
                 # rg prints in the results' order: all that is left sorts after
                 # these, and the one past max_results says there is more.
                 _kill(proc)
