@@ -125,3 +125,28 @@ def test_git_answers_nothing_outside_a_repository(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     assert git.uncommitted(str(tmp_path), [str(tmp_path / "f")]) is None
     assert git.uncommitted(str(tmp_path), []) == {}
+
+
+def test_outside_any_repository_no_git_process_is_started(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No .git in the project or above it: git could not find a work tree,
+    # so none is asked (the check runs before every write).
+    if git._may_be_in_work_tree(str(project.parent)):
+        pytest.skip("the temporary directory is inside a git work tree")
+    started: list[list[str]] = []
+    real_run = git._run
+
+    def spy(cwd: str, argv: list[str], *args: Any, **kwargs: Any) -> Any:
+        started.append(argv)
+        return real_run(cwd, argv, *args, **kwargs)
+
+    monkeypatch.setattr(git, "_run", spy)
+    target = str(project / "README.md")
+    assert git.uncommitted(str(project), [target]) is None
+    assert started == []
+    # Inside a repository (from a subdirectory too) git is asked as before.
+    committed(project)
+    (project / "README.md").write_text("# changed\n")
+    assert git.uncommitted(str(project / "src"), [target]) == {target: " M"}
+    assert started

@@ -345,6 +345,22 @@ def open_repo(root: str, *, timeout: float = TIMEOUT_SECONDS) -> Repo:
     return Repo(real_root, toplevel, git_dir, tuple(pairs), env)
 
 
+def _may_be_in_work_tree(root: str) -> bool:
+    """Whether git could find a work tree holding ``root``: a ``.git`` in it or above it.
+
+    git looks for nothing else (its environment here has no ``GIT_DIR``);
+    without one, ``rev-parse`` could only fail.
+    """
+    here = os.path.realpath(root)
+    while True:
+        if os.path.lexists(os.path.join(here, ".git")):
+            return True
+        parent = os.path.dirname(here)
+        if parent == here:
+            return False
+        here = parent
+
+
 def uncommitted(root: str, paths: Iterable[str]) -> dict[str, str] | None:
     """Absolute path -> git's two-letter status, for those of ``paths`` that differ from HEAD.
 
@@ -354,6 +370,8 @@ def uncommitted(root: str, paths: Iterable[str]) -> dict[str, str] | None:
     wanted = sorted(set(paths))
     if not wanted:
         return {}
+    if not _may_be_in_work_tree(root):
+        return None  # asked before every write: spare a git process outside any repository
     try:
         repo = open_repo(root)
     except GitError as exc:
