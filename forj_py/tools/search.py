@@ -298,8 +298,8 @@ def _joined_suffixes(patterns: list[str]) -> list[str]:
     """The excludes with every ``*.ext`` made one ``*.{a,b,...}``: the same files.
 
     rg compiles each glob on every run, and the default excludes hold some
-    sixty suffixes: one alternation compiles and matches in a fraction of
-    the time (measured: docs/benchmarks.md).
+    sixty suffixes: one alternation costs rg less (measured:
+    docs/benchmarks.md).
     """
     suffixes = [p[2:] for p in patterns if _PLAIN_SUFFIX.fullmatch(p)]
     rest = [p for p in patterns if not _PLAIN_SUFFIX.fullmatch(p)]
