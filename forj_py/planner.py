@@ -200,6 +200,10 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         raise errors.unknown_tool(call.name, pc.registry.names())
     tool = entry.tool
     planned.tool = tool
+    # A seed 004 name (file_read, shell_exec...) is its forj tool to every
+    # rule: a deny rule for run_shell also refuses shell_exec.
+    if tool.alias_of is not None:
+        _denied_tool(pc, tool.alias_of)
     # 5. duplicate ids: the first call with an id runs, later ones do not.
     if duplicate:
         raise errors.duplicate_call_id(call.id)
@@ -288,14 +292,15 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         planned.summary = short_summary(f"[{', '.join(tags)}] " + tool.summary(args))
     planned.warnings = notes
     assert pc.consent is not None
-    subject = subject_of(tool, args, pc.sandbox, planned.working_dir)
+    rule_tool, rule_args, rule_raw = tool.as_rules_see_it(args, raw_args)
+    subject = subject_of(rule_tool, rule_args, pc.sandbox, planned.working_dir)
     planned.subject = subject
     decision = pc.consent.decide(
         Facts(
             call_id=planned.call_id,
-            tool=tool,
-            args=args,
-            raw_args=raw_args,
+            tool=rule_tool,
+            args=rule_args,
+            raw_args=rule_raw,
             subject=subject,
             mode=pc.permission_mode,
             notes=notes,

@@ -14,6 +14,7 @@ from .patch import ApplyPatch, FilePatch
 from .read_file import ReadFile
 from .registry import Tool
 from .run_tests import RunTests
+from .seed004 import SEED004_TOOLS
 from .search import Search
 from .shell import RunShell
 from .task import Task
@@ -44,4 +45,5 @@ def builtin_tools() -> list[Tool[Any]]:
         FsDelete(),
         *(tool() for tool in GIT_TOOLS),
         Validate(),
+        *(tool() for tool in SEED004_TOOLS),
     ]

@@ -137,6 +137,9 @@ class Tool(ABC, Generic[A]):
     timeout_kind: ClassVar[str] = "default"
     # Runs a command: permission patterns match its command line, not paths.
     runs_commands: ClassVar[bool] = False
+    # Another name for a tool (seed 004's file_read for read_file): accepted,
+    # not offered to the model, and judged by every rule as that tool.
+    alias_of: ClassVar[str | None] = None
 
     def mutates(self, args: A) -> bool:
         """Whether this call changes anything (a dry run does not)."""
@@ -151,6 +154,12 @@ class Tool(ABC, Generic[A]):
     @abstractmethod
     def summary(self, args: A) -> str:
         """One line for the approval view; no I/O, secrets redacted by the caller."""
+
+    def as_rules_see_it(
+        self, args: A, raw: dict[str, Any]
+    ) -> tuple[Tool[Any], Any, dict[str, Any]]:
+        """The tool, arguments and raw arguments that consent judges (an alias: its tool's)."""
+        return self, args, raw
 
     def paths(self, args: A) -> list[str]:
         """Path arguments to check in the sandbox at planning time."""
@@ -217,10 +226,15 @@ class Registry:
         return self._entries.get(name)
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        """The offered tools' names, sorted; aliases are found by :meth:`get` only.
+
+        A model told of both names has two tools for one job, and a rule
+        names the tool an alias stands for.
+        """
+        return sorted(n for n, e in self._entries.items() if e.tool.alias_of is None)
 
     def definitions(self) -> list[dict[str, Any]]:
-        """Every tool's definition, sorted by name: the same tools give the same prompt."""
+        """Every offered tool's definition, sorted by name: the same tools give the same prompt."""
         return [self._entries[name].definition for name in self.names()]
 
 
