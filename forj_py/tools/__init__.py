@@ -14,8 +14,8 @@ from .patch import ApplyPatch, FilePatch
 from .read_file import ReadFile
 from .registry import Tool
 from .run_tests import RunTests
-from .seed004 import SEED004_TOOLS
 from .search import Search
+from .seed004 import SEED004_TOOLS
 from .shell import RunShell
 from .task import Task
 from .todo_write import TodoWrite
