@@ -97,7 +97,7 @@ def test_sdk_fs_list_gives_paths(make_worker: MakeWorker, project: Path) -> None
 
 
 def test_sdk_grep_gives_file_line_col_snippet(make_worker: MakeWorker, project: Path) -> None:
-    write_tree(project, {"src": {"x.rs": "fn a() {\n    panic!(\"no\");\n}\n"}})
+    write_tree(project, {"src": {"x.rs": 'fn a() {\n    panic!("no");\n}\n'}})
     worker = make_worker()
     (r,) = _exec(worker, call("g", "grep", pattern=r"panic!", glob="src/**"))
     assert r["ok"], r
