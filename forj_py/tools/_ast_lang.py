@@ -226,7 +226,6 @@ class Found:
     name: str
     exported: bool
     documented: bool
-    container: bool  # definitions nested in it are its members
 
 
 def _text(node: Any) -> str:
@@ -266,7 +265,7 @@ def _python(node: Any, parents: list[Found]) -> Found | None:
     public = not name.startswith("_") or (name.startswith("__") and name.endswith("__"))
     nested_in_fn = any(p.kind in ("fn", "method") for p in parents)
     exported = public and not nested_in_fn and all(p.exported for p in parents)
-    return Found(kind, name, exported, documented, kind == "class")
+    return Found(kind, name, exported, documented)
 
 
 def _js(node: Any, parents: list[Found]) -> Found | None:
@@ -304,7 +303,7 @@ def _js(node: Any, parents: list[Found]) -> Found | None:
         exported = bool(parents) and parents[-1].exported and not name.startswith("#")
     target = anchor.parent if exported and kind != "method" else anchor
     documented = target is not None and _comment_before(target, ("/**",))
-    return Found(kind, name, exported, documented, kind in ("class", "interface"))
+    return Found(kind, name, exported, documented)
 
 
 def _go(node: Any, parents: list[Found]) -> Found | None:
@@ -323,7 +322,7 @@ def _go(node: Any, parents: list[Found]) -> Found | None:
         return None
     exported = name[:1].isupper()
     documented = _comment_before(anchor, ("//", "/*"))
-    return Found(kind, name, exported, documented, False)
+    return Found(kind, name, exported, documented)
 
 
 def _rust(node: Any, parents: list[Found]) -> Found | None:
@@ -352,7 +351,7 @@ def _rust(node: Any, parents: list[Found]) -> Found | None:
         c.type == "attribute_item" and _text(c).replace(" ", "").startswith("#[doc")
         for c in _siblings_before(node)
     )
-    return Found(kind, name, exported, documented, kind in ("trait", "module"))
+    return Found(kind, name, exported, documented)
 
 
 def _siblings_before(node: Any) -> Iterator[Any]:
@@ -376,7 +375,7 @@ def _c(node: Any, parents: list[Found]) -> Found | None:
             c.type == "storage_class_specifier" and _text(c) == "static" for c in node.children
         )
         documented = _comment_before(node, ("/*", "//"))
-        return Found("fn", _text(name_node), not static, documented, False)
+        return Found("fn", _text(name_node), not static, documented)
     if node.type in ("struct_specifier", "enum_specifier", "union_specifier"):
         if node.child_by_field_name("body") is None or not _field_name(node):
             return None  # a use of the type, not its definition
@@ -391,7 +390,7 @@ def _c(node: Any, parents: list[Found]) -> Found | None:
             )
             else node
         )
-        return Found(kind, _field_name(node), True, _comment_before(anchor, ("/*", "//")), False)
+        return Found(kind, _field_name(node), True, _comment_before(anchor, ("/*", "//")))
     return None
 
 
@@ -405,33 +404,33 @@ _FINDERS: dict[str, Callable[[Any, list[Found]], Found | None]] = {
     "c": _c,
 }
 
-# Identifier tokens a rename may change.  Property names in JS/TS and field
-# names in Go/Rust/C are included: a method or field is referred to through
-# them (obj.name), and a rename is by spelling, not by type.
-IDENTIFIERS = {
-    "python": frozenset({"identifier"}),
+# Identifier tokens a rename may change, by what is renamed.  Member names
+# (obj.name) are property/field identifiers: only a method's rename touches
+# them, so renaming a function `parse` leaves `s.parse()` alone.  Type names
+# are type identifiers where the grammar says so.  Go's exported functions
+# are reached as pkg.Name, a field identifier too.
+_PLAIN = frozenset({"identifier"})
+_MEMBERS = {
     "javascript": frozenset(
-        {
-            "identifier",
-            "property_identifier",
-            "shorthand_property_identifier",
-            "private_property_identifier",
-        }
+        {"property_identifier", "shorthand_property_identifier", "private_property_identifier"}
     ),
-    "typescript": frozenset(
-        {
-            "identifier",
-            "property_identifier",
-            "shorthand_property_identifier",
-            "private_property_identifier",
-            "type_identifier",
-        }
-    ),
-    "go": frozenset({"identifier", "field_identifier", "type_identifier"}),
-    "rust": frozenset({"identifier", "field_identifier", "type_identifier"}),
-    "c": frozenset({"identifier", "field_identifier", "type_identifier"}),
+    "go": frozenset({"field_identifier"}),
+    "rust": frozenset({"field_identifier"}),
+    "c": frozenset({"field_identifier"}),
+    "python": frozenset(),
 }
-IDENTIFIERS["tsx"] = IDENTIFIERS["typescript"]
+_MEMBERS["typescript"] = _MEMBERS["tsx"] = _MEMBERS["javascript"]
+_TYPE_KINDS = frozenset({"class", "struct", "enum", "interface", "trait", "type"})
+
+
+def identifier_types(language: str, kind: str) -> frozenset[str]:
+    """The node types a rename of a ``kind`` definition changes in ``language``."""
+    wanted = set(_PLAIN)
+    if kind == "method" or (language == "go" and kind == "fn"):
+        wanted |= _MEMBERS[language]
+    if kind in _TYPE_KINDS:
+        wanted.add("type_identifier")
+    return frozenset(wanted)
 
 
 def _definitions(path: str, language: str, root: Any) -> list[Definition]:
@@ -469,9 +468,10 @@ def _definitions(path: str, language: str, root: Any) -> list[Definition]:
     return out
 
 
-def identifier_sites(language: str, root: Any, name: str) -> list[tuple[int, int]]:
-    """Byte spans of every identifier token spelled ``name``."""
-    wanted = IDENTIFIERS[language]
+def identifier_sites(language: str, kind: str, root: Any, name: str) -> list[tuple[int, int]]:
+    """Byte spans of every identifier token spelled ``name`` that a rename of a ``kind``
+    definition changes."""
+    wanted = identifier_types(language, kind)
     raw = name.encode("utf-8")
     return [
         (n.start_byte, n.end_byte)

@@ -134,7 +134,7 @@ class AstEdit(Tool[AstEditArgs]):
             lang = files[path].language
             data = loaded.text.encode("utf-8")
             tree = L.tree_of(lang, data)
-            sites = L.identifier_sites(lang, tree.root_node, target.name)
+            sites = L.identifier_sites(lang, target.kind, tree.root_node, target.name)
             if not sites:
                 continue
             new = bytearray(data)
