@@ -96,6 +96,10 @@ class AstIndex:
                 raise AstIndexError(
                     f"{path} was written by a newer forj (schema {version}); move it aside"
                 )
+            # A cache of what the files say, rebuilt from them at will: a crash
+            # may lose the last writes (never consistency), and a parse of
+            # hundreds of files is not hundreds of disk syncs.
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except (OSError, sqlite3.Error) as exc:
@@ -110,57 +114,60 @@ class AstIndex:
             ).fetchall()
         return {r[0]: FileRow(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows}
 
-    def touch(self, root: str, path: str, size: int, mtime_ns: int) -> None:
-        """The file's content is what was parsed; only its stat changed."""
+    def touch(self, root: str, stats: Iterable[tuple[str, int, int]]) -> None:
+        """Files whose content is what was parsed; only their (path, size, mtime_ns) changed."""
         self._write(
             "UPDATE files SET size = ?, mtime_ns = ? WHERE root = ? AND path = ?",
-            [(size, mtime_ns, root, path)],
+            [(size, mtime_ns, root, path) for path, size, mtime_ns in stats],
         )
 
-    def replace(self, root: str, row: FileRow, nodes: Iterable[NodeRow]) -> None:
-        """Store one file's parse, replacing what was known of it."""
-        node_rows = [
-            (
-                root,
-                n.id,
-                n.path,
-                n.kind,
-                n.name,
-                n.qualname,
-                n.start_byte,
-                n.end_byte,
-                n.start_line,
-                n.end_line,
-                int(n.exported),
-                int(n.documented),
-            )
-            for n in nodes
-        ]
+    def replace(self, root: str, parses: Iterable[tuple[FileRow, Iterable[NodeRow]]]) -> None:
+        """Store files' parses, each replacing what was known of it, in one transaction."""
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                self._db.execute("DELETE FROM nodes WHERE root = ? AND path = ?", (root, row.path))
-                self._db.execute(
-                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        root,
-                        row.path,
-                        row.language,
-                        row.size,
-                        row.mtime_ns,
-                        row.sha256,
-                        row.errors,
-                        json.dumps(row.problems),
-                    ),
-                )
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    node_rows,
-                )
+                for row, nodes in parses:
+                    self._replace_one(root, row, nodes)
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()
                 raise AstIndexError(f"cannot write the AST index {self.path}: {exc}") from None
+
+    def _replace_one(self, root: str, row: FileRow, nodes: Iterable[NodeRow]) -> None:
+        self._db.execute("DELETE FROM nodes WHERE root = ? AND path = ?", (root, row.path))
+        self._db.execute(
+            "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                root,
+                row.path,
+                row.language,
+                row.size,
+                row.mtime_ns,
+                row.sha256,
+                row.errors,
+                json.dumps(row.problems),
+            ),
+        )
+        self._db.executemany(
+            "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    root,
+                    n.id,
+                    n.path,
+                    n.kind,
+                    n.name,
+                    n.qualname,
+                    n.start_byte,
+                    n.end_byte,
+                    n.start_line,
+                    n.end_line,
+                    int(n.exported),
+                    int(n.documented),
+                )
+                for n in nodes
+            ],
+        )
 
     def forget(self, root: str, paths: Iterable[str]) -> None:
         """Drop files that are gone (or no longer readable) and their definitions."""

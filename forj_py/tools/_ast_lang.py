@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -433,50 +433,98 @@ def identifier_types(language: str, kind: str) -> frozenset[str]:
     return frozenset(wanted)
 
 
+# The node types each finder looks at: tree-sitter finds them (a query runs
+# in C), the finder judges each; walking every node in Python would cost
+# several times the parse itself.
+_DEFINITION_TYPES = {
+    "python": ("function_definition", "class_definition"),
+    "javascript": (
+        "function_declaration",
+        "generator_function_declaration",
+        "class_declaration",
+        "abstract_class_declaration",
+        "method_definition",
+        "interface_declaration",
+        "type_alias_declaration",
+        "enum_declaration",
+        "variable_declarator",
+    ),
+    "go": ("function_declaration", "method_declaration", "type_spec"),
+    "rust": (
+        "function_item",
+        "struct_item",
+        "enum_item",
+        "trait_item",
+        "type_item",
+        "mod_item",
+        "union_item",
+    ),
+    "c": ("function_definition", "struct_specifier", "enum_specifier", "union_specifier"),
+}
+_DEFINITION_TYPES["typescript"] = _DEFINITION_TYPES["tsx"] = _DEFINITION_TYPES["javascript"]
+_queries: dict[tuple[str, frozenset[str]], Any] = {}
+
+
+def _nodes_of_types(language: str, root: Any, types: Iterable[str]) -> list[Any]:
+    """Every node of ``types`` (those the grammar has) under ``root``, in document order."""
+    import tree_sitter
+
+    lang = grammar(language)
+    wanted = frozenset(t for t in types if lang.id_for_node_kind(t, True))
+    if not wanted:
+        return []
+    key = (language, wanted)
+    with _lock:
+        query = _queries.get(key)
+        if query is None:
+            source = " ".join(f"({t}) @n" for t in sorted(wanted))
+            query = _queries[key] = tree_sitter.Query(lang, source)
+    found = tree_sitter.QueryCursor(query).captures(root).get("n", [])
+    return sorted(found, key=lambda n: (n.start_byte, -n.end_byte))
+
+
 def _definitions(path: str, language: str, root: Any) -> list[Definition]:
     finder = _FINDERS[language]
     out: list[Definition] = []
     seen: dict[tuple[str, str], int] = {}
-    # (node, the definitions enclosing it)
-    stack: list[tuple[Any, list[Found]]] = [(root, [])]
-    while stack:
-        node, parents = stack.pop()
-        found = finder(node, parents) if node.is_named else None
-        inner = parents
-        if found is not None and found.name:
-            qual = ".".join([p.name for p in parents] + [found.name])
-            ordinal = seen.get((found.kind, qual), 0)
-            seen[(found.kind, qual)] = ordinal + 1
-            out.append(
-                Definition(
-                    node_id(path, found.kind, qual, ordinal),
-                    found.kind,
-                    found.name,
-                    qual,
-                    node.start_byte,
-                    node.end_byte,
-                    node.start_point[0] + 1,
-                    node.end_point[0] + 1,
-                    found.exported,
-                    found.documented,
-                )
+    # The definitions enclosing the current node: (its end, what it is).
+    stack: list[tuple[int, Found]] = []
+    for node in _nodes_of_types(language, root, _DEFINITION_TYPES[language]):
+        while stack and stack[-1][0] <= node.start_byte:
+            stack.pop()
+        parents = [found for _, found in stack]
+        found = finder(node, parents)
+        if found is None or not found.name:
+            continue
+        qual = ".".join([*(p.name for p in parents), found.name])
+        ordinal = seen.get((found.kind, qual), 0)
+        seen[(found.kind, qual)] = ordinal + 1
+        out.append(
+            Definition(
+                node_id(path, found.kind, qual, ordinal),
+                found.kind,
+                found.name,
+                qual,
+                node.start_byte,
+                node.end_byte,
+                node.start_point[0] + 1,
+                node.end_point[0] + 1,
+                found.exported,
+                found.documented,
             )
-            inner = [*parents, found]
-        for child in reversed(node.children):
-            stack.append((child, inner))
-    out.sort(key=lambda d: d.start_byte)
+        )
+        stack.append((node.end_byte, found))
     return out
 
 
 def identifier_sites(language: str, kind: str, root: Any, name: str) -> list[tuple[int, int]]:
     """Byte spans of every identifier token spelled ``name`` that a rename of a ``kind``
     definition changes."""
-    wanted = identifier_types(language, kind)
     raw = name.encode("utf-8")
     return [
         (n.start_byte, n.end_byte)
-        for n in _walk(root)
-        if n.type in wanted and n.end_byte - n.start_byte == len(raw) and n.text == raw
+        for n in _nodes_of_types(language, root, identifier_types(language, kind))
+        if n.end_byte - n.start_byte == len(raw) and n.text == raw
     ]
 
 

@@ -123,6 +123,66 @@ def sync(
     known = index.files(root)
     report = Report()
     gone: list[str] = []
+    pending = _Pending(index, root)
+    try:
+        _sync(ctx, paths, known, limit, incremental, deadline, report, gone, pending)
+    finally:
+        # What was parsed before a failure or a cancel is kept.
+        pending.flush()
+    if gone:
+        _forget(index, root, gone)
+        report.removed.extend(gone)
+    return report
+
+
+class _Pending:
+    """Index writes gathered and committed in batches: one transaction per batch."""
+
+    BATCH = 256
+
+    def __init__(self, index: AstIndex, root: str) -> None:
+        self.index = index
+        self.root = root
+        self.parses: list[tuple[FileRow, list[NodeRow]]] = []
+        self.touches: list[tuple[str, int, int]] = []
+
+    def parsed(self, row: FileRow, parsed: L.Parsed) -> None:
+        self.parses.append((row, _nodes(row, parsed)))
+        if len(self.parses) >= self.BATCH:
+            self.flush()
+
+    def touched(self, path: str, size: int, mtime_ns: int) -> None:
+        self.touches.append((path, size, mtime_ns))
+        if len(self.touches) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        try:
+            if self.parses:
+                self.index.replace(self.root, self.parses)
+            if self.touches:
+                self.index.touch(self.root, self.touches)
+        except AstIndexError as exc:
+            raise errors.file_error(
+                str(exc),
+                "ast.sqlite3",
+                recovery=["Tell the user: the state directory must be writable"],
+            ) from None
+        finally:
+            self.parses, self.touches = [], []
+
+
+def _sync(
+    ctx: ToolContext,
+    paths: list[str],
+    known: dict[str, FileRow],
+    limit: int,
+    incremental: bool,
+    deadline: float | None,
+    report: Report,
+    gone: list[str],
+    pending: _Pending,
+) -> None:
     for rel in paths:
         ctx.check_cancelled()
         if deadline is not None and time.monotonic() > deadline:
@@ -184,7 +244,7 @@ def sync(
             continue
         digest = sha256(data)
         if incremental and fresh and row is not None and row.sha256 == digest:
-            index.touch(root, rel, st.st_size, st.st_mtime_ns)
+            pending.touched(rel, st.st_size, st.st_mtime_ns)
             report.unchanged += 1
             _note_errors(report, row)
             continue
@@ -198,17 +258,13 @@ def sync(
             parsed.error_count,
             [p.json() for p in parsed.problems],
         )
-        _store(index, root, new_row, parsed)
+        pending.parsed(new_row, parsed)
         report.parsed.append(rel)
         _note_errors(report, new_row)
-    if gone:
-        _forget(index, root, gone)
-        report.removed.extend(gone)
-    return report
 
 
-def _store(index: AstIndex, root: str, row: FileRow, parsed: L.Parsed) -> None:
-    nodes = [
+def _nodes(row: FileRow, parsed: L.Parsed) -> list[NodeRow]:
+    return [
         NodeRow(
             d.id,
             row.path,
@@ -224,12 +280,6 @@ def _store(index: AstIndex, root: str, row: FileRow, parsed: L.Parsed) -> None:
         )
         for d in parsed.definitions
     ]
-    try:
-        index.replace(root, row, nodes)
-    except AstIndexError as exc:
-        raise errors.file_error(
-            str(exc), row.path, recovery=["Tell the user: the state directory must be writable"]
-        ) from None
 
 
 def _forget(index: AstIndex, root: str, paths: list[str]) -> None:
