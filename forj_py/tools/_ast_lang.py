@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import errors
 from ..errors import ToolFailure
+from ..output import redact_url_credentials
 from ..protocol import ErrorCode, ErrorKind, ErrorType
 
 # The kinds a definition can be: the vocabulary of ``where.type``.
@@ -189,6 +190,7 @@ def problems_of(root: Any) -> tuple[list[SyntaxProblem], int]:
                     message = f"missing {node.type!r}"
                 else:
                     text = (node.text or b"")[:40].decode("utf-8", "replace").split("\n")[0]
+                    text, _ = redact_url_credentials(text)
                     message = f"unexpected {text!r}" if text else "syntax error"
                 found.append(SyntaxProblem(row + 1, col + 1, message))
     return found, count

@@ -89,7 +89,9 @@ class AstEdit(Tool[AstEditArgs]):
         return f"Rename symbol {args.target_node_id} to {args.new_name}{dry}"
 
     def path_globs(self, args: AstEditArgs) -> list[str]:
-        return list(args.paths or [])
+        # The files are known only when the rename is computed: without
+        # paths it may reach any file, so a deny or ask rule on files holds.
+        return list(args.paths or ["**"])
 
     def _stage(self, args: AstEditArgs, ctx: ToolContext) -> tuple[str, list[_File]]:
         if not _NAME.match(args.new_name):
