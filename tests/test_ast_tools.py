@@ -547,3 +547,19 @@ def test_code_ast_parsed_validator_checks_the_staged_files(
     assert [(v["rule"], v["level"], v["file"], v["line"]) for v in bad["violations"]] == [
         ("code.ast.parsed", "blocking", "go/server.go", 2)
     ]
+
+
+def test_ast_edit_from_a_subdirectory_cwd(make_worker: MakeWorker, code: Path) -> None:
+    worker = make_worker()
+    node = _target(worker, "py/auth.py", "auth_login")
+    rename = {
+        "id": "r",
+        "name": "ast_edit",
+        "args": {"target_node_id": node, "new_name": "sign_in"},
+        "meta": {"cwd": "web"},
+    }
+    plan = worker.plan({"calls": [rename]})
+    reply = worker.execute({"batch_id": plan["batch_id"], "approved": ["r"]}, lambda e: None)
+    assert reply["results"][0]["ok"], reply
+    assert reply["results"][0]["result"]["files_touched"] == ["py/auth.py", "py/use.py"]
+    assert "sign_in(NAME)" in (code / "py/use.py").read_text()

@@ -91,8 +91,8 @@ class AstGenerate(AstTool, Tool[GenerateArgs]):
                 "narrow the globs, or raise max_files / [tools.ast] max_files"
             )
             files = files[:cap]
-        if files:
-            L.grammar(L.language_of(files[0]) or "python")  # not installed: say so at once
+        for language in sorted({L.language_of(f) or "" for f in files} - {""}):
+            L.grammar(language)  # not installed: say so before anything is parsed
         index = S.open_index(ctx)
         report = S.sync(
             ctx, index, files, incremental=args.incremental, deadline=S.deadline_of(ctx)

@@ -23,6 +23,7 @@ matches its approved diff, and nothing is written.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -128,9 +129,11 @@ class AstEdit(Tool[AstEditArgs]):
         if target.path not in candidates:
             candidates.insert(0, target.path)
         staged: list[_File] = []
+        # Index paths are relative to the project root, whatever the call's cwd.
+        at_root = dataclasses.replace(ctx, working_dir=root)
         for path in candidates:
             ctx.check_cancelled()
-            loaded = _edit.load(ctx, path, must_exist=True, enforce_read=False)
+            loaded = _edit.load(at_root, path, must_exist=True, enforce_read=False)
             if target.name not in loaded.text:
                 continue
             lang = files[path].language
