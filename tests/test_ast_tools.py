@@ -563,3 +563,16 @@ def test_ast_edit_from_a_subdirectory_cwd(make_worker: MakeWorker, code: Path) -
     assert reply["results"][0]["ok"], reply
     assert reply["results"][0]["result"]["files_touched"] == ["py/auth.py", "py/use.py"]
     assert "sign_in(NAME)" in (code / "py/use.py").read_text()
+
+
+def test_ast_edit_says_when_the_new_name_is_already_there(
+    make_worker: MakeWorker, code: Path
+) -> None:
+    worker = make_worker()
+    node = _target(worker, "py/auth.py", "auth_login")
+    plan = worker.plan({"calls": [call("r", "ast_edit", target_node_id=node, new_name="_check")]})
+    preview = plan["items"][0]["preview"]
+    assert "note: _check already appears 2 time(s) in this file" in preview
+    result = ok(worker, "ast_edit", target_node_id=node, new_name="_check", dry_run=True)
+    assert result["clashes"] == {"py/auth.py": 2}
+    assert "def auth_login" in (code / "py/auth.py").read_text()

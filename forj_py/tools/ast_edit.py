@@ -66,6 +66,9 @@ class _File:
     loaded: _edit.Loaded
     new_text: str
     sites: int
+    # Identifiers already spelled like the new name: the rename may merge
+    # two things into one, which parsing cannot see.
+    clashes: int = 0
 
 
 class AstEdit(Tool[AstEditArgs]):
@@ -163,7 +166,8 @@ class AstEdit(Tool[AstEditArgs]):
                     path=path,
                     problems=[p.json() for p in problems[:5]],
                 )
-            staged.append(_File(loaded, bytes(new).decode("utf-8"), len(sites)))
+            clashes = len(L.identifier_sites(lang, target.kind, tree.root_node, args.new_name))
+            staged.append(_File(loaded, bytes(new).decode("utf-8"), len(sites), clashes))
             if len(staged) > MAX_FILES:
                 raise L.ast_failure(
                     ErrorCode.AST_EDIT,
@@ -216,6 +220,11 @@ class AstEdit(Tool[AstEditArgs]):
             "files_touched": [f.loaded.sp.display for f in staged],
             "sites": {f.loaded.sp.display: f.sites for f in staged},
             "total_sites": sum(f.sites for f in staged),
+            **(
+                {"clashes": {f.loaded.sp.display: f.clashes for f in staged if f.clashes}}
+                if any(f.clashes for f in staged)
+                else {}
+            ),
             "backups": {f.loaded.sp.display: b for f, b in zip(staged, backups, strict=True) if b},
             "note": (
                 "identifiers only (strings and comments untouched), by name: every identifier "
@@ -226,8 +235,13 @@ class AstEdit(Tool[AstEditArgs]):
 
 
 def _review(f: _File, old_name: str, new_name: str) -> str:
-    note = f"{f.sites} identifier(s) {old_name} -> {new_name}"
-    return _edit.review(f.loaded.sp.display, f.loaded.text, f.new_text, True, [note])
+    notes = [f"{f.sites} identifier(s) {old_name} -> {new_name}"]
+    if f.clashes:
+        notes.append(
+            f"{new_name} already appears {f.clashes} time(s) in this file: check the rename "
+            "does not merge two names into one"
+        )
+    return _edit.review(f.loaded.sp.display, f.loaded.text, f.new_text, True, notes)
 
 
 def _diffs(staged: list[_File], old_name: str, new_name: str) -> str:
