@@ -11,7 +11,7 @@ Measures, on this machine, in one run:
   (bench/scale.py; ``FORJ_BENCH_MAX_FILES=10000`` leaves out the 100k
   tree, about a minute to generate), run_shell (bench/shell.py), edits
   (bench/edits.py), the command sandbox's start-up cost (bench/sandbox.py),
-  recovery and undo (bench/recovery.py).
+  recovery and undo (bench/recovery.py), the AST tools (bench/syntax.py).
 
 Prints a Markdown table (with machine and date) and writes it to
 bench/results/latest.md for docs/benchmarks.md.
@@ -326,6 +326,10 @@ def main() -> None:
     import recovery  # git notes in plan, undo, hello with batches to recover
 
     rows.extend(recovery.main())
+
+    import syntax  # the AST tools: cold and incremental index, queries, a rename
+
+    rows.extend(syntax.main())
 
     lines = [
         f"Machine: {machine()}  ",

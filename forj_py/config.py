@@ -232,6 +232,17 @@ class GitConfig(_Section):
     require_clean_tree_for_commit: bool = True
 
 
+class AstConfig(_Section):
+    """``[tools.ast]``: the AST tools (ast_generate, ast_query, ast_edit, ast_validate)."""
+
+    # Seed 004's limits: building the index may take minutes, an edit must not.
+    generate_timeout_seconds: float = Field(default=300, gt=0, le=86_400)
+    edit_timeout_seconds: float = Field(default=30, gt=0, le=3600)
+    # One call parses at most this many files; larger files are skipped, said so.
+    max_files: int = Field(default=5000, ge=1, le=1_000_000)
+    max_file_bytes: int = Field(default=2 << 20, ge=1024, le=64 << 20)
+
+
 VALIDATOR_RULES = (
     "secrets.scan",
     "code.todo.blockers",
@@ -243,6 +254,7 @@ VALIDATOR_RULES = (
     "branch.naming.convention",
     "sec.git.clean_tree",
     "sec.paths.sandbox",
+    "code.ast.parsed",
 )
 COMMAND_RULES = frozenset({"build.must.pass", "lint.must.pass", "fmt.must.pass"})
 
@@ -261,6 +273,7 @@ class ValidatorConfig(_Section):
         "branch.naming.convention",
         "sec.git.clean_tree",
         "sec.paths.sandbox",
+        "code.ast.parsed",
     ]
     # Absent: the rule's level in the catalog.
     enforcement: Literal["blocking", "warning", "suggestion"] | None = None
@@ -381,6 +394,7 @@ class ToolsConfig(_Section):
     dedupe: DedupeConfig = Field(default_factory=DedupeConfig)
     apply_patch: ApplyPatchConfig = Field(default_factory=ApplyPatchConfig)
     git: GitConfig = Field(default_factory=GitConfig)
+    ast: AstConfig = Field(default_factory=AstConfig)
     # Tools the model is told about in parse_only mode, where the user runs
     # them by hand; in enabled mode only with advertise_definitions = "config".
     definitions: list[ToolDefinition] = Field(default_factory=list, max_length=256)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .ast import AST_TOOLS
+from .ast_edit import AstEdit
 from .edit import Edit
 from .edit_region import EditRegion
 from .fs import FsCopy, FsDelete, FsMove
@@ -46,4 +48,6 @@ def builtin_tools() -> list[Tool[Any]]:
         *(tool() for tool in GIT_TOOLS),
         Validate(),
         *(tool() for tool in SEED004_TOOLS),
+        *(tool() for tool in AST_TOOLS),
+        AstEdit(),
     ]
