@@ -39,7 +39,7 @@ background in the project root; nothing waits for it."
   :group 'forj)
 
 (defconst forj-files--writing-tools
-  '("write_file" "edit_region" "edit" "multi_edit" "ast_edit")
+  '("write_file" "file_write" "edit_region" "edit" "multi_edit" "ast_edit")
   "Tools whose results name files they changed.")
 
 (defun forj-files-changed-by-result (result)
