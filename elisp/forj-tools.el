@@ -573,8 +573,8 @@ The chat sets this from its context estimate; nil lets the worker use
 its conservative default (64 KiB per result).")
 
 (defconst forj-tools--writing-tools
-  '("write_file" "file_write" "edit_region" "edit" "multi_edit" "file_patch" "apply_patch"
-    "fs_move" "fs_copy" "fs_delete" "ast_edit")
+  '("write_file" "file_write" "edit_region" "edit" "multi_edit" "file_patch"
+    "apply_patch" "fs_move" "fs_copy" "fs_delete" "ast_edit")
   "Tools that change files, whose targets may be visited in Emacs.")
 
 (defun forj-tools--patch-paths (patch)
