@@ -17,6 +17,7 @@ or its port refuses connections) is stale: it is removed and ignored.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -119,17 +120,17 @@ def find(state_dir: Path, root: str) -> Rendezvous | None:
 
 def _read(path: Path) -> Rendezvous:
     # O_NOFOLLOW: a link planted in the state directory is refused, not followed.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     try:
-        st = os.fstat(fd)
-        check_trusted(path, st)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RendezvousRefused(f"{path} is a symbolic link; not used") from None
+        raise
+    try:
+        check_trusted(path, os.fstat(fd))
         with os.fdopen(fd, "r", encoding="utf-8") as fh:
             fd = -1
             data = json.loads(fh.read(65536))
-    except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the path is a symbolic link
-            raise RendezvousRefused(f"{path} is a symbolic link; not used") from None
-        raise
     finally:
         if fd >= 0:
             os.close(fd)
