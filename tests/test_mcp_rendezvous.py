@@ -25,7 +25,7 @@ import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from forj_py.store.journal import worker_identity
+from forj_py.store.journal import _start_time
 from forj_py.transport import rendezvous
 from forj_py.transport.client import Client, RemoteError, WorkerProcess
 
@@ -185,15 +185,14 @@ def test_fr_mcp_09_a_stale_rendezvous_is_removed_and_ignored(project: Path, home
     assert rendezvous.find(home / "state", os.path.realpath(project)) is None
     assert not path.exists()
     # A live process whose port refuses connections is stale too.
-    dead["identity"] = worker_identity("test")  # this test process: alive
-    dead["identity"] = dead["identity"].replace(str(os.getpid()), str(os.getppid()), 1)
+    # (our parent: alive, and another process than this one)
+    parent = os.getppid()
+    dead["identity"] = f"{parent}:{_start_time(parent)}:test"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, json.dumps(dead).encode())
     os.close(fd)
     assert rendezvous.find(home / "state", os.path.realpath(project)) is None
-    result = mcp_session(
-        project, home, lambda s: s.call_tool("read_file", {"path": "README.md"})
-    )
+    result = mcp_session(project, home, lambda s: s.call_tool("read_file", {"path": "README.md"}))
     assert result.is_error is False
 
 
@@ -204,7 +203,7 @@ def test_t_sec_mcp_01_a_rendezvous_others_can_read_is_refused(project: Path, hom
         path.chmod(0o644)
         with pytest.raises(rendezvous.RendezvousRefused, match="mode 0644"):
             rendezvous.find(home / "state", os.path.realpath(project))
-        read, edit = mcp_session(project, home, read_then_edit)
+        _, edit = mcp_session(project, home, read_then_edit)
         assert edit.is_error is False
         # The MCP server refused the file and ran its own worker.
         assert "mode 0644" in (home / "mcp-stderr.log").read_text()
@@ -292,14 +291,12 @@ def test_fr_mcp_11_refusal_names_every_way_to_allow_the_call(project: Path, home
     assert "line 7\n" in (project / "src/main.py").read_text()
 
 
-def test_fr_mcp_12_a_project_config_cannot_send_reviews_to_emacs(
-    project: Path, home: Path
-) -> None:
+def test_fr_mcp_12_a_project_config_cannot_send_reviews_to_emacs(project: Path, home: Path) -> None:
     (project / ".forj").mkdir()
     (project / ".forj" / "config.toml").write_text("[mcp]\nreview_in_emacs = true\n")
     (home / "config.toml").write_text(f'[trust]\nprojects = ["{os.path.realpath(project)}"]\n')
     with worker_for(project, home) as proc, Client(proc.port) as emacs:
         hello = emacs.call("hello", {"token": proc.token})
         assert any("mcp.review_in_emacs" in w for w in hello["warnings"]), hello["warnings"]
-        read, edit = mcp_session(project, home, read_then_edit)
+        _, edit = mcp_session(project, home, read_then_edit)
     assert "[mcp] review_in_emacs is not set" in payload(edit)["message"]
