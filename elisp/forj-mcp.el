@@ -88,14 +88,16 @@ taken."
     t))
 
 (defun forj-mcp--item (item client)
-  "ITEM as the review shows it: its summary says it comes from CLIENT."
+  "Return ITEM as the review is to show it, its summary naming CLIENT."
   (let ((item (copy-sequence item)))
     (plist-put item :summary
                (format "[MCP client %s] %s" client
                        (or (plist-get item :summary) (plist-get item :name) "")))))
 
 (defun forj-mcp--decision (id approved denied modified cancelled grants)
-  "The answer for call ID from a review's APPROVED, DENIED, MODIFIED, CANCELLED and GRANTS."
+  "The answer for call ID from a review's decisions.
+APPROVED, DENIED, MODIFIED, CANCELLED and GRANTS are as the review's
+callback gets them (see `forj-review-open')."
   (cond
    ((and (not cancelled) (member id approved))
     (let ((texts (make-hash-table :test #'equal))
@@ -117,11 +119,12 @@ taken."
     (with-current-buffer buffer
       (when forj-review--callback
         ;; Closing is not a denial: the MCP server falls back to its own way.
-        (setq forj-review--callback nil)
-        (kill-buffer buffer)
-        (funcall answer (list :decision "unanswered"))
-        (message "forj: the review for %s went unanswered; the call was handed back"
-                 (or forj-mcp--client "an MCP client"))))))
+        (let ((client forj-mcp--client))
+          (setq forj-review--callback nil)
+          (kill-buffer buffer)
+          (funcall answer (list :decision "unanswered"))
+          (message "forj: the review for %s went unanswered; the call was handed back"
+                   (or client "an MCP client")))))))
 
 (provide 'forj-mcp)
 ;;; forj-mcp.el ends here

@@ -46,13 +46,14 @@ Return a cons of its process and its output buffer."
     (json-parse-string (buffer-substring-no-properties (point-min) (line-end-position))
                        :object-type 'plist :false-object nil)))
 
-(defmacro forj-mcp-test--with-agent-review (&rest body)
+(defmacro forj-mcp-test--with-agent-review (config &rest body)
   "Run BODY with `review' bound to the review buffer of the agent's edit.
-`agent' is the agent, `worker' Emacs's worker for `root'."
-  (declare (indent 0) (debug t))
+CONFIG is the user's config file.  `agent' is the agent, `worker'
+Emacs's worker for `root'."
+  (declare (indent 1) (debug t))
   `(forj-test-with-project '(("src/main.py" . "line 1\nline 2\nline 3\n"))
      (with-temp-file (expand-file-name "config.toml" home)
-       (insert "[mcp]\nreview_in_emacs = true\n"))
+       (insert ,config))
      (let* ((worker (forj-test--worker root))
             (chat (get-buffer-create "*forj-mcp-test chat*"))
             (chat-text "the user's chat\n")
@@ -73,7 +74,7 @@ Return a cons of its process and its output buffer."
 
 (ert-deftest forj-test-fr-mcp-13-an-mcp-edit-approved-in-emacs-runs ()
   "The agent's edit is shown as a forj diff naming the client; approved, it runs."
-  (forj-mcp-test--with-agent-review
+  (forj-mcp-test--with-agent-review "[mcp]\nreview_in_emacs = true\n"
     (with-current-buffer review
       (should (string-match-p "MCP client test-agent" (format "%s" header-line-format)))
       (should (string-match-p "\\[MCP client test-agent 1.0\\]" (buffer-string)))
@@ -92,7 +93,7 @@ Return a cons of its process and its output buffer."
 
 (ert-deftest forj-test-fr-mcp-14-an-mcp-edit-denied-in-emacs-returns-the-reason ()
   "Denied with a reason in Emacs, the agent gets the refusal and the reason."
-  (forj-mcp-test--with-agent-review
+  (forj-mcp-test--with-agent-review "[mcp]\nreview_in_emacs = true\n"
     (with-current-buffer review
       (let ((id (plist-get (car forj-review--items) :id)))
         (forj-review-decide id (cons 'deny "keep the numbers as digits"))
@@ -102,6 +103,38 @@ Return a cons of its process and its output buffer."
       (should (plist-get edit :is_error))
       (should (equal (plist-get (plist-get edit :body) :message)
                      "The user denied this call: keep the numbers as digits"))
+      (should (equal (with-temp-buffer
+                       (insert-file-contents (expand-file-name "src/main.py" root))
+                       (buffer-string))
+                     "line 1\nline 2\nline 3\n")))))
+
+(ert-deftest forj-test-fr-mcp-16-an-mcp-edit-edited-in-emacs-writes-the-users-text ()
+  "Edited before approval in Emacs, the user's text is written and the agent told."
+  (forj-mcp-test--with-agent-review "[mcp]\nreview_in_emacs = true\n"
+    (with-current-buffer review
+      (let ((id (plist-get (car forj-review--items) :id)))
+        (forj-review-modify id "src/main.py" "line 1\nline 2 (kept by the user)\nline 3\n")
+        (forj-review-commit)))
+    (let* ((result (forj-mcp-test--agent-result agent))
+           (edit (plist-get result :edit)))
+      (should-not (plist-get edit :is_error))
+      (should (string-match-p "modified" (format "%S" (plist-get edit :body))))
+      (should (equal (with-temp-buffer
+                       (insert-file-contents (expand-file-name "src/main.py" root))
+                       (buffer-string))
+                     "line 1\nline 2 (kept by the user)\nline 3\n")))))
+
+(ert-deftest forj-test-fr-mcp-15-an-unanswered-review-in-emacs-is-handed-back ()
+  "A review nobody answers closes by itself; the agent is told why, nothing runs."
+  (forj-mcp-test--with-agent-review "[mcp]\nreview_in_emacs = true\nreview_timeout_seconds = 2\n"
+    (let* ((result (forj-mcp-test--agent-result agent))
+           (edit (plist-get result :edit))
+           (message (plist-get (plist-get edit :body) :message)))
+      (should (plist-get edit :is_error))
+      (should (string-prefix-p "Refused: this call needs the user's review and no reviewer"
+                               message))
+      (should (string-match-p "the review in Emacs went unanswered for 2 s" message))
+      (should-not (buffer-live-p review))
       (should (equal (with-temp-buffer
                        (insert-file-contents (expand-file-name "src/main.py" root))
                        (buffer-string))
