@@ -250,6 +250,12 @@ def test_t_sec_mcp_04_without_the_secret_the_worker_serves_nothing(
                 emacs.call("review", {"batch_id": "b", "call_id": "c"})
         with Client(proc.port) as mcp:
             assert mcp.call("hello", {"token": secret})["root"] == os.path.realpath(project)
+            # An MCP server runs its calls; the user's undo, grants and the
+            # worker's life stay Emacs's.
+            for method in ("shutdown", "revoke_grant", "undo", "rewind", "grants"):
+                with pytest.raises(RemoteError, match="not-allowed"):
+                    mcp.call(method, {})
+            assert mcp.call("ping", {}) == {}
 
 
 def test_fr_mcp_10_each_client_connection_is_a_session_of_its_own(

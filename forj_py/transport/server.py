@@ -209,6 +209,11 @@ METHODS: dict[str, Method] = {
 }
 
 
+# What forj's MCP server may call on a worker it joined: its own calls and
+# their review.  The rest (undo, grants, shutdown...) belongs to the user's Emacs.
+MCP_METHODS = frozenset({"hello", "ping", "tool_definitions", "plan", "execute", "review"})
+
+
 class ForjHandler(EPCHandler):  # type: ignore[misc]
     server: ForjServer
 
@@ -302,6 +307,16 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
                     "unauthenticated",
                     f"{name}: call hello with the worker's token first",
                     ["Call hello with the token from FORJ_TOKEN"],
+                ),
+            )
+            return
+        if self.role == "mcp" and name not in MCP_METHODS:
+            self._reply_error(
+                uid,
+                ProtocolError(
+                    "not-allowed",
+                    f"{name}: not open to an MCP server; only the user's Emacs may call it",
+                    [f"Use one of: {', '.join(sorted(MCP_METHODS))}"],
                 ),
             )
             return
