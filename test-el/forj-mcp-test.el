@@ -72,7 +72,7 @@ Emacs's worker for `root'."
          (kill-buffer chat)
          (ignore worker)))))
 
-(ert-deftest forj-test-fr-mcp-13-an-mcp-edit-approved-in-emacs-runs ()
+(ert-deftest forj-test-fr-mcp-15-an-mcp-edit-approved-in-emacs-runs ()
   "The agent's edit is shown as a forj diff naming the client; approved, it runs."
   (forj-mcp-test--with-agent-review "[mcp]\nreview_in_emacs = true\n"
     (with-current-buffer review
@@ -91,7 +91,7 @@ Emacs's worker for `root'."
                        (buffer-string))
                      "line 1\nline two\nline 3\n")))))
 
-(ert-deftest forj-test-fr-mcp-14-an-mcp-edit-denied-in-emacs-returns-the-reason ()
+(ert-deftest forj-test-fr-mcp-16-an-mcp-edit-denied-in-emacs-returns-the-reason ()
   "Denied with a reason in Emacs, the agent gets the refusal and the reason."
   (forj-mcp-test--with-agent-review "[mcp]\nreview_in_emacs = true\n"
     (with-current-buffer review
@@ -108,7 +108,7 @@ Emacs's worker for `root'."
                        (buffer-string))
                      "line 1\nline 2\nline 3\n")))))
 
-(ert-deftest forj-test-fr-mcp-16-an-mcp-edit-edited-in-emacs-writes-the-users-text ()
+(ert-deftest forj-test-fr-mcp-17-an-mcp-edit-edited-in-emacs-writes-the-users-text ()
   "Edited before approval in Emacs, the user's text is written and the agent told."
   (forj-mcp-test--with-agent-review "[mcp]\nreview_in_emacs = true\n"
     (with-current-buffer review
@@ -124,7 +124,7 @@ Emacs's worker for `root'."
                        (buffer-string))
                      "line 1\nline 2 (kept by the user)\nline 3\n")))))
 
-(ert-deftest forj-test-fr-mcp-15-an-unanswered-review-in-emacs-is-handed-back ()
+(ert-deftest forj-test-fr-mcp-18-an-unanswered-review-in-emacs-is-handed-back ()
   "A review nobody answers closes by itself; the agent is told why, nothing runs."
   (forj-mcp-test--with-agent-review "[mcp]\nreview_in_emacs = true\nreview_timeout_seconds = 2\n"
     (let* ((result (forj-mcp-test--agent-result agent))

@@ -10,9 +10,11 @@ process without the secret gets nothing.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +103,7 @@ async def read_then_edit(session: ClientSession) -> tuple[Any, Any]:
     return read, edit
 
 
-def test_fr_mcp_06_the_running_worker_publishes_a_private_rendezvous(
+def test_fr_mcp_08_the_running_worker_publishes_a_private_rendezvous(
     project: Path, home: Path
 ) -> None:
     path = rendezvous_file(project, home)
@@ -118,7 +120,7 @@ def test_fr_mcp_06_the_running_worker_publishes_a_private_rendezvous(
     assert not path.exists(), "the worker removes its rendezvous when it stops"
 
 
-def test_fr_mcp_07_mcp_calls_go_through_the_running_worker(project: Path, home: Path) -> None:
+def test_fr_mcp_09_mcp_calls_go_through_the_running_worker(project: Path, home: Path) -> None:
     (home / "config.toml").write_text('[permissions]\nallow = ["edit(src/**)"]\n')
     with worker_for(project, home) as proc, Client(proc.port) as emacs:
         emacs.call("hello", {"token": proc.token})
@@ -154,7 +156,7 @@ def test_fr_mcp_07_mcp_calls_go_through_the_running_worker(project: Path, home: 
     assert "joined the worker" in (home / "mcp-stderr.log").read_text()
 
 
-def test_fr_mcp_08_without_a_running_worker_the_server_runs_its_own(
+def test_fr_mcp_10_without_a_running_worker_the_server_runs_its_own(
     project: Path, home: Path
 ) -> None:
     (home / "config.toml").write_text('[permissions]\nallow = ["edit(src/**)"]\n')
@@ -167,7 +169,7 @@ def test_fr_mcp_08_without_a_running_worker_the_server_runs_its_own(
     assert "running a worker of my own" in log
 
 
-def test_fr_mcp_09_a_stale_rendezvous_is_removed_and_ignored(project: Path, home: Path) -> None:
+def test_fr_mcp_11_a_stale_rendezvous_is_removed_and_ignored(project: Path, home: Path) -> None:
     with worker_for(project, home) as proc:
         port = proc.port
     # A worker killed before it could clean up leaves its file behind.
@@ -258,7 +260,7 @@ def test_t_sec_mcp_04_without_the_secret_the_worker_serves_nothing(
             assert mcp.call("ping", {}) == {}
 
 
-def test_fr_mcp_10_each_client_connection_is_a_session_of_its_own(
+def test_fr_mcp_12_each_client_connection_is_a_session_of_its_own(
     project: Path, home: Path
 ) -> None:
     # Deduplication is per session: a second identical read in one connection
@@ -278,7 +280,7 @@ def test_fr_mcp_10_each_client_connection_is_a_session_of_its_own(
         assert payload(results[1])["details"]["kind"] == "Deduplicated"
 
 
-def test_fr_mcp_11_refusal_names_every_way_to_allow_the_call(project: Path, home: Path) -> None:
+def test_fr_mcp_13_refusal_names_every_way_to_allow_the_call(project: Path, home: Path) -> None:
     (home / "config.toml").write_text("[mcp]\nreview_in_emacs = true\n")
     with worker_for(project, home):
         read, edit = mcp_session(project, home, read_then_edit)
@@ -297,7 +299,7 @@ def test_fr_mcp_11_refusal_names_every_way_to_allow_the_call(project: Path, home
     assert "line 7\n" in (project / "src/main.py").read_text()
 
 
-def test_fr_mcp_12_a_project_config_cannot_send_reviews_to_emacs(project: Path, home: Path) -> None:
+def test_fr_mcp_14_a_project_config_cannot_send_reviews_to_emacs(project: Path, home: Path) -> None:
     (project / ".forj").mkdir()
     (project / ".forj" / "config.toml").write_text("[mcp]\nreview_in_emacs = true\n")
     (home / "config.toml").write_text(f'[trust]\nprojects = ["{os.path.realpath(project)}"]\n')
@@ -306,3 +308,31 @@ def test_fr_mcp_12_a_project_config_cannot_send_reviews_to_emacs(project: Path, 
         assert any("mcp.review_in_emacs" in w for w in hello["warnings"]), hello["warnings"]
         _, edit = mcp_session(project, home, read_then_edit)
     assert "[mcp] review_in_emacs is not set" in payload(edit)["message"]
+
+
+def _add_project_grants(state_dir: str, root: str, tag: str, count: int) -> None:
+    from forj_py.store.grants import GrantStore
+
+    store = GrantStore(Path(state_dir), root, time.time)
+    for n in range(count):
+        store.add(f"edit(src/{tag}{n}.py)", "project", None, None, False)
+
+
+def test_fr_mcp_10_two_workers_adding_project_grants_lose_none(project: Path, home: Path) -> None:
+    # Emacs's worker and an MCP server's own one, each giving project grants
+    # at once: the grants file is changed under a lock, so none is lost.
+    root = os.path.realpath(project)
+    ctx = multiprocessing.get_context("spawn")
+    workers = [
+        ctx.Process(target=_add_project_grants, args=(str(home / "state"), root, tag, 40))
+        for tag in ("a", "b")
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    from forj_py.store.grants import GrantStore
+
+    rules = {g.rule for g in GrantStore(home / "state", root, time.time).active()}
+    assert len(rules) == 80

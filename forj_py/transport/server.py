@@ -93,6 +93,9 @@ class Method:
     func: Callable[[ForjHandler, Any], Any]
     inline: bool  # answered on the connection's thread: quick, never blocks
     doc: str
+    # Waits on a person (a review in Emacs): a thread of its own, so pending
+    # reviews never hold the pool's threads that plan and execute.
+    waits: bool = False
 
 
 def _hello(handler: ForjHandler, body: Any) -> Any:
@@ -203,7 +206,10 @@ METHODS: dict[str, Method] = {
     "grants": Method(_grants, True, "The standing grants in force for this project."),
     "revoke_grant": Method(_revoke_grant, True, "Revoke one standing grant by its id."),
     "review": Method(
-        _review, False, "Have the connected Emacs review an MCP client's call; its answer."
+        _review,
+        False,
+        "Have the connected Emacs review an MCP client's call; its answer.",
+        waits=True,
     ),
     "shutdown": Method(_shutdown, True, "Stop the worker."),
 }
@@ -327,6 +333,10 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             return
         if method.inline:
             self._serve(uid, name, method, args[0])
+        elif method.waits:
+            threading.Thread(
+                target=self._serve, args=(uid, name, method, args[0]), daemon=True
+            ).start()
         else:
             try:
                 self.server.pool.submit(self._serve, uid, name, method, args[0])
