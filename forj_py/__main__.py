@@ -35,6 +35,7 @@ from .store.journal import Journal, JournalError, default_state_dir
 from .system import process
 from .tools import builtin_tools
 from .tools.registry import Registry
+from .transport import rendezvous
 from .transport.server import ForjServer
 
 log = logging.getLogger("forj_py")
@@ -110,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # a permission pattern the tools cannot use
         return _fail(f"configuration error:\n{exc}")
     server = ForjServer(worker, token)
+    # forj_py mcp on this project finds this worker through a private file.
+    meeting = None
+    try:
+        meeting = rendezvous.publish(state_dir, worker.root, server.port)
+        server.mcp_secret = meeting.secret
+    except OSError as exc:
+        log.warning("no rendezvous for MCP servers: %s", exc)
     stop = server.stop
     _watch_parent(stop)
     _watch_stdin(stop)
@@ -124,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        if meeting is not None:
+            rendezvous.withdraw(meeting)
         server.stopping.set()
         worker.watcher.stop()
         worker.cancel_all()

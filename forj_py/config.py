@@ -539,10 +539,21 @@ class TrustConfig(_Section):
     projects: list[str] = Field(default_factory=list)
 
 
+class McpConfig(_Section):
+    # Calls of an MCP client (forj_py mcp) that need review are shown in the
+    # Emacs connected to the project's worker.  The user's own file only:
+    # it decides whose eyes a review goes before.
+    review_in_emacs: bool = False
+    # How long a review in Emacs may stay unanswered before the call falls
+    # back to the client's own way of asking (or is refused).
+    review_timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
+
+
 class Config(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     trust: TrustConfig = Field(default_factory=TrustConfig)
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
     rules: list[RuleConfig] = Field(default_factory=list, max_length=1000)
     validators: list[ValidatorConfig] = Field(default_factory=_default_validators, max_length=200)
 
@@ -895,6 +906,9 @@ _USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     ("tools", "advertise_definitions"): lambda user, project: (user, project == user),
     # Force push rewrites a shared history.
     ("tools", "git", "allow_force_push"): _bool_only_to(False),
+    # Who reviews an MCP client's calls.
+    ("mcp", "review_in_emacs"): lambda user, project: (user, project == user),
+    ("mcp", "review_timeout_seconds"): lambda user, project: (user, project == user),
 }
 
 

@@ -334,6 +334,9 @@ class ExecuteRequest(_Strict):
     # instead of the proposal}.  Only for approved calls that had a proposal.
     modified: dict[str, dict[str, str]] = Field(default_factory=dict)
     turn: str | None = Field(default=None, min_length=1, max_length=256)
+    # Calls refused because they need review and nobody could review them
+    # (an MCP client that cannot ask): call id -> why.  Not run, like denied.
+    unreviewed: dict[str, str] = Field(default_factory=dict)
     # Standing grants given with approvals: call id -> grant.
     grants: dict[str, GrantRequest] = Field(default_factory=dict)
 

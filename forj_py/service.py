@@ -483,6 +483,15 @@ class Worker:
             capacity=req.capacity_bytes,
             emit=emit,
             modified=req.modified,
+            unreviewed={
+                c.call_id: (
+                    req.unreviewed[c.call_id],
+                    _how_to_allow(c.grant_pattern),
+                    _allow_rule(c.grant_pattern),
+                )
+                for c in batch.calls
+                if c.call_id in confirm and c.call_id in req.unreviewed
+            },
         )
         turn_info = batch.gate.info() if batch.gate is not None else {}
         if batch.gate is not None:
@@ -587,6 +596,8 @@ class Worker:
                 continue
             if batch.review_expired:
                 reasons[planned.seq] = f"review unanswered after {batch.review_timeout:g} s: denied"
+            elif cid in req.unreviewed:
+                reasons[planned.seq] = f"refused: no reviewer available ({req.unreviewed[cid]})"
             elif cid in req.denied:
                 reasons[planned.seq] = "denied by the user" + (
                     f": {req.denied[cid]}" if req.denied[cid] else ""
@@ -639,6 +650,27 @@ class Worker:
                 for s in planned.staged
             ]
         }
+
+    def review_item(self, batch_id: str, call_id: str) -> dict[str, Any]:
+        """The plan item of a call awaiting review, as the worker planned it."""
+        batch = self._batch(batch_id)
+        for planned in batch.calls:
+            if planned.call_id == call_id and planned.disposition is Disposition.CONFIRM:
+                if batch.state != "planned":
+                    raise ProtocolError(
+                        "bad-request",
+                        f"batch {batch_id} was already executed; its review is over",
+                        ["Plan the call again"],
+                    )
+                item = planned.item().wire()
+                if batch.review_timeout:
+                    item["review_timeout_seconds"] = batch.review_timeout
+                return item
+        raise ProtocolError(
+            "bad-request",
+            f"batch {batch_id} has no call {call_id!r} awaiting review",
+            ["Use an id from the plan's confirm items"],
+        )
 
     def _planned(self, batch: Batch, call_id: str) -> PlannedCall:
         for planned in batch.calls:
@@ -843,6 +875,22 @@ class Worker:
         reply = self.undoer.run(batches, req.force, req.dry_run)
         reply["turn"] = req.turn
         return reply
+
+
+def _allow_rule(pattern: str | None) -> str:
+    return f'this call: allow = ["{pattern}"]' if pattern else "one that covers this call"
+
+
+def _how_to_allow(pattern: str | None) -> list[str]:
+    """The ways a user can let a call that needs review run from an MCP client."""
+    rule = f'allow = ["{pattern}"]' if pattern else "an allow rule covering it"
+    return [
+        f"To let such calls run unasked, the user adds to their own forj config: "
+        f"[permissions] {rule}",
+        "Or the user sets [mcp] review_in_emacs = true in their own forj config and runs "
+        "forj in Emacs on this project: the review then opens there",
+        "Or use an MCP client that supports elicitation: forj then asks the user through it",
+    ]
 
 
 _REASONS = {
