@@ -156,6 +156,18 @@ def _revoke_grant(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.revoke_grant(body)
 
 
+def _metrics(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.metrics(body)
+
+
+def _audit(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.audit(body)
+
+
+def _audit_entry(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.audit_entry(body)
+
+
 def _shutdown(handler: ForjHandler, body: Any) -> Any:
     handler.stop_after_reply = True  # the caller gets its answer before the socket closes
     return {}
@@ -182,6 +194,9 @@ METHODS: dict[str, Method] = {
     "cancel": Method(_cancel, True, "Cancel a batch: the running call and all later ones."),
     "grants": Method(_grants, True, "The standing grants in force for this project."),
     "revoke_grant": Method(_revoke_grant, True, "Revoke one standing grant by its id."),
+    "metrics": Method(_metrics, True, "Per-session counters: calls, errors, time, bytes, files."),
+    "audit": Method(_audit, False, "One page of the journaled calls, newest first, filterable."),
+    "audit_entry": Method(_audit_entry, False, "One journaled call and its result, in full."),
     "shutdown": Method(_shutdown, True, "Stop the worker."),
 }
 
