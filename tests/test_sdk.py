@@ -317,3 +317,18 @@ def test_fr_met_01_metrics_count_calls_errors_bytes_and_files(host: Host) -> Non
     assert metrics["bytes_out"] > 0 and metrics["ran"] >= 1
     assert metrics["duration_ms_max"] >= metrics["duration_ms_mean"] > 0
     assert metrics["session"] == "sdk-s1"
+
+
+def test_fr_sdk_11_a_session_may_be_stricter_than_the_user_never_looser(host: Host) -> None:
+    looser = host.open("loose", permission_mode="accept-edits")
+    assert looser["permission_mode"] == "ask" and "looser" in looser["mode_note"]
+    host.call("r1", "read_file", session="loose", path="src/main.py")
+    edit = host.call(
+        "r2", "edit", session="loose", path="src/main.py", old_string="line 7\n", new_string="7\n"
+    )
+    assert edit["ok"] is False and "cannot ask the user" in edit["errors"][0]["message"]
+    stricter = host.open("strict", permission_mode="read-only")
+    assert stricter["permission_mode"] == "read-only" and "mode_note" not in stricter
+    assert "edit" not in {t["name"] for t in stricter["tools"]}
+    write = host.call("w", "write_file", session="strict", path="n.txt", content="n\n")
+    assert write["ok"] is False and write["errors"][0]["code"] == "E_POLICY"

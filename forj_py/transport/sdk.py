@@ -34,7 +34,7 @@ from typing import Annotated, Any, BinaryIO, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import __version__
-from ..config import ConfigError, load
+from ..config import PERMISSION_MODES, ConfigError, load
 from ..errors import ProtocolError
 from ..protocol import ErrorCode, Event, PermissionMode
 from ..service import Worker
@@ -266,6 +266,8 @@ class SdkHost:
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="forj-sdk")
         self._in_flight = 0
         self._stop = threading.Event()
+        # Input ended: requests still queued are dropped, not run for nobody.
+        self._closing = False
         self._beat = threading.Thread(target=self._heartbeats, name="forj-sdk-beat", daemon=True)
 
     # --- output -----------------------------------------------------------------------
@@ -299,6 +301,8 @@ class SdkHost:
                     self._skip_rest(inp)
                 self.handle_line(line)
         finally:
+            with self._lock:
+                self._closing = True
             self._stop.set()
             self.worker.cancel_all()
             self._pool.shutdown(wait=True)
@@ -359,6 +363,7 @@ class SdkHost:
 
     def _open(self, env: SessionOpen) -> None:
         sid = env.session_id or f"sess-{uuid.uuid4().hex[:16]}"
+        mode, note = self._mode(env.permission_mode)
         with self._lock:
             if sid in self.sessions:
                 taken = True
@@ -367,7 +372,7 @@ class SdkHost:
                 sid = ""
             else:
                 taken = False
-                self.sessions[sid] = SdkSession(sid, env.permission_mode, self.clock())
+                self.sessions[sid] = SdkSession(sid, mode, self.clock())
         if taken or not sid:
             self.write(
                 error_message(
@@ -382,11 +387,10 @@ class SdkHost:
                 )
             )
             return
-        defs = self.worker.tool_definitions(
-            {"permission_mode": env.permission_mode} if env.permission_mode else {}
-        )
+        defs = self.worker.tool_definitions({"permission_mode": mode} if mode else {})
         self.write(
             {
+                **({"mode_note": note} if note else {}),
                 "type": "SessionOpened",
                 "session_id": sid,
                 "request_id": env.request_id,
@@ -401,6 +405,23 @@ class SdkHost:
                 ],
                 "instructions": defs.get("instructions", ""),
             }
+        )
+
+    def _mode(self, requested: str | None) -> tuple[str | None, str | None]:
+        """The session's mode: the one asked for, unless it is looser than the user's.
+
+        The host is not the user: it may make a session stricter than the
+        user's configured mode, never looser (that is the user's word alone).
+        """
+        configured = self.worker.consent.policy.mode
+        if requested is None or requested not in PERMISSION_MODES:
+            return None, None
+        if PERMISSION_MODES.index(requested) <= PERMISSION_MODES.index(configured):
+            return requested, None
+        return None, (
+            f"permission_mode {requested!r} is looser than the user's configured mode "
+            f"{configured!r}; the session runs in {configured!r}. The user sets "
+            "[permissions] mode in their own forj config"
         )
 
     def _session(self, sid: str, request_id: str | None) -> SdkSession | None:
@@ -452,6 +473,12 @@ class SdkHost:
     def _drain(self, session: SdkSession) -> None:
         while True:
             with self._lock:
+                if self._closing and session.queue:
+                    dropped = [r.request_id for r in session.queue]
+                    log.warning("sdk: input ended; requests never run: %s", ", ".join(dropped))
+                    self._in_flight -= len(session.queue)
+                    session.in_flight.difference_update(dropped)
+                    session.queue.clear()
                 if not session.queue:
                     session.draining = False
                     return
