@@ -84,17 +84,19 @@ def test_fr_aud_02_filters_and_pages(make_worker: MakeWorker) -> None:
         batch(worker, [call(f"r{i}", "read_file", path="README.md")])
     batch(worker, [call("m", "read_file", path="missing_100%.txt")])
     batch(worker, [call("l", "list_files", directory="src")])
+    batch(worker, [call("u", "read_file", path="café_notes.txt")])
     assert {r["tool"] for r in worker.audit({"tool": "list_files"})["rows"]} == {"list_files"}
     errors = worker.audit({"outcome": "error"})["rows"]
-    assert [r["call_id"] for r in errors] == ["m"]
+    assert [r["call_id"] for r in errors] == ["u", "m"]
+    assert [r["call_id"] for r in worker.audit({"text": "café"})["rows"]] == ["u"]
     assert [r["call_id"] for r in worker.audit({"text": "100%"})["rows"]] == ["m"]
     assert worker.audit({"text": "no such thing anywhere"})["rows"] == []
     first = worker.audit({"limit": 3})
     assert len(first["rows"]) == 3 and first["more"] and first["next_offset"] == 3
     rest = worker.audit({"limit": 10, "offset": first["next_offset"]})
-    assert len(rest["rows"]) == 4 and not rest["more"] and rest["next_offset"] is None
+    assert len(rest["rows"]) == 5 and not rest["more"] and rest["next_offset"] is None
     seen = [r["call_id"] for r in first["rows"] + rest["rows"]]
-    assert len(set(seen)) == 7
+    assert len(set(seen)) == 8
     with pytest.raises(ProtocolError):
         worker.audit({"limit": 100_000})
     with pytest.raises(ProtocolError):

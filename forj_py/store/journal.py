@@ -596,13 +596,18 @@ class Journal:
             where.append("outcome=?")  # SQLite lets WHERE name a result column
             params.append(outcome)
         if text:
-            like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            like = "%" + _like_escape(text) + "%"
+            # The calls are stored with ASCII escapes: look for the text as
+            # it is there too, so "café" finds a call that wrote it.
+            escaped = json.dumps(text, ensure_ascii=True)[1:-1]
+            raw_like = "%" + _like_escape(escaped) + "%"
             where.append(
                 "(c.name LIKE ? ESCAPE '\\' OR c.raw LIKE ? ESCAPE '\\' "
+                "OR c.raw LIKE ? ESCAPE '\\' "
                 "OR cp.reason LIKE ? ESCAPE '\\' OR ca.reason LIKE ? ESCAPE '\\' "
                 "OR json_extract(r.result, '$.error.message') LIKE ? ESCAPE '\\')"
             )
-            params += [like] * 5
+            params += [like, like, raw_like, like, like, like]
         # Only constant fragments are joined; every value is a parameter.
         sql = _AUDIT_SELECT
         sql += " AND ".join(where)
@@ -655,6 +660,11 @@ class Journal:
             "call": json.loads(row[0]),
             "result": None if row[1] is None else json.loads(row[1]),
         }
+
+
+def _like_escape(text: str) -> str:
+    """``text`` for a LIKE pattern with ESCAPE '\\': its own wildcards match themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 _AUDIT_SELECT = (
