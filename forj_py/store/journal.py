@@ -601,13 +601,14 @@ class Journal:
             # it is there too, so "café" finds a call that wrote it.
             escaped = json.dumps(text, ensure_ascii=True)[1:-1]
             raw_like = "%" + _like_escape(escaped) + "%"
+            # Cheap tests first; an error message is parsed out of failed
+            # results only.
             where.append(
                 "(c.name LIKE ? ESCAPE '\\' OR c.raw LIKE ? ESCAPE '\\' "
-                "OR c.raw LIKE ? ESCAPE '\\' "
                 "OR cp.reason LIKE ? ESCAPE '\\' OR ca.reason LIKE ? ESCAPE '\\' "
-                "OR json_extract(r.result, '$.error.message') LIKE ? ESCAPE '\\')"
+                "OR (r.ok=0 AND json_extract(r.result, '$.error.message') LIKE ? ESCAPE '\\'))"
             )
-            params += [like, like, raw_like, like, like, like]
+            params += [like, raw_like, like, like, like]
         # Only constant fragments are joined; every value is a parameter.
         sql = _AUDIT_SELECT
         sql += " AND ".join(where)
