@@ -1,7 +1,8 @@
 """Start the worker: ``python -m forj_py --root DIR``.
 
 (``python -m forj_py mcp --root DIR`` serves the same tools over MCP on
-stdio instead; see ``transport/mcp.py``.)
+stdio instead; see ``transport/mcp.py``; ``python -m forj_py sdk --root DIR``
+serves them as JSON lines in seed 004's envelopes, see ``transport/sdk.py``.)
 
 Reads the token from ``FORJ_TOKEN`` (and removes it from the environment,
 so no command the worker runs inherits it), loads the configuration,
@@ -77,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:
             return _fail(f"mcp: the MCP SDK is not installed ({exc}); pip install 'forj[mcp]'")
         return mcp_main(argv[1:])
+    if argv[:1] == ["sdk"]:
+        from .transport.sdk import main as sdk_main
+
+        return sdk_main(argv[1:])
     args = _args(argv)
     logging.basicConfig(
         level=args.log_level,

@@ -79,6 +79,8 @@ class PlannedCall:
     staged: list[Staged] = field(default_factory=list)
     # The consent stage's word: why, and whether the user said yes in advance.
     reason: str | None = None
+    # Which consent step decided (mode, deny, rule, ask, grant, allow, default, ...).
+    step: str | None = None
     standing: bool = False
     grant_pattern: str | None = None
     subject: Subject | None = None
@@ -168,6 +170,7 @@ def plan_call(pc: PlanContext, mode: ToolsMode, seq: int, raw: Any) -> PlannedCa
         planned.disposition = Disposition.RESOLVED
         planned.preview = None
         planned.reason = refused.reason
+        planned.step = refused.step
         planned.result = error_result(call_id, name, refused.failure)
     except ToolFailure as failure:
         planned.disposition = Disposition.RESOLVED
@@ -309,8 +312,9 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         )
     )
     planned.reason = decision.reason
+    planned.step = decision.step
     if decision.failure is not None:
-        raise _Refused(decision.reason, decision.failure)
+        raise _Refused(decision.reason, decision.failure, decision.step)
     planned.standing = decision.standing
     if decision.outcome == "confirm":
         planned.disposition = Disposition.CONFIRM
@@ -342,10 +346,11 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
 class _Refused(Exception):
     """The consent stage refused a call: its error, and the reason to show and journal."""
 
-    def __init__(self, reason: str, failure: ToolFailure) -> None:
+    def __init__(self, reason: str, failure: ToolFailure, step: str = "deny") -> None:
         super().__init__(reason)
         self.reason = reason
         self.failure = failure
+        self.step = step
 
 
 def _denied_tool(pc: PlanContext, name: str) -> None:

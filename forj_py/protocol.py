@@ -350,6 +350,27 @@ class CancelRequest(_Strict):
     batch_id: str
 
 
+class MetricsRequest(_Strict):
+    # One session's counters; absent: every session's.
+    session: SessionId | None = None
+
+
+AuditOutcome = Literal["ok", "error", "refused", "none"]
+
+
+class AuditRequest(_Strict):
+    limit: int = Field(default=100, ge=1, le=500)
+    offset: int = Field(default=0, ge=0, le=10_000_000)
+    tool: str | None = Field(default=None, min_length=1, max_length=128)
+    outcome: AuditOutcome | None = None
+    text: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+class AuditEntryRequest(_Strict):
+    batch_id: str = Field(min_length=1, max_length=100)
+    seq: int = Field(ge=0)
+
+
 class EmptyRequest(_Strict):
     pass
 

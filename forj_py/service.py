@@ -23,21 +23,27 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from . import __version__
+from .audit import row as audit_row
 from .config import PERMISSION_MODES, LoadedConfig, describe
 from .consent import Consent, build_policy
 from .errors import ProtocolError, ToolFailure
-from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
+from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Finished, Runner
+from .metrics import CallSample, Metrics
 from .planner import PlanContext, PlannedCall, identify, plan_batch
 from .protocol import (
     PROTOCOL_VERSION,
+    AuditEntryRequest,
+    AuditRequest,
     CancelRequest,
     CheckpointsRequest,
     Disposition,
     ErrorKind,
     ErrorType,
+    Event,
     ExecuteRequest,
     GrantsRequest,
     JournalCallsRequest,
+    MetricsRequest,
     PlanItem,
     PlanRequest,
     ProposalRequest,
@@ -152,6 +158,8 @@ class Worker:
         self._lock = threading.Lock()
         # Journaled batches a plan has taken up: each is planned once.
         self._claimed: set[str] = set()
+        # Per-session counters of what ran (seed 004 section 8).
+        self.metrics_store = Metrics()
         # Tells this worker's batches in the shared journal from those of
         # workers that died (recovery) or still run elsewhere.
         self.identity = worker_identity(uuid.uuid4().hex[:8])
@@ -348,6 +356,7 @@ class Worker:
             batch_id,
             "plan",
             {c.seq: f"[{permission_mode}] {c.reason}" for c in calls if c.reason is not None},
+            {c.seq: c.step for c in calls if c.reason is not None and c.step is not None},
         )
         gate = Gate(self.consent.engine, session, turn, available)
         batch = Batch(
@@ -384,11 +393,17 @@ class Worker:
             reply["mode_note"] = mode_note
         return reply
 
-    def _journal_consent(self, batch_id: str, stage: str, reasons: dict[int, str]) -> None:
+    def _journal_consent(
+        self,
+        batch_id: str,
+        stage: str,
+        reasons: dict[int, str],
+        steps: dict[int, str] | None = None,
+    ) -> None:
         if not reasons:
             return
         try:
-            self.journal.record_consent(batch_id, stage, reasons)
+            self.journal.record_consent(batch_id, stage, reasons, steps)
         except Exception:  # the decision stands; the audit line is lost, and logged
             log.exception("journal: consent of batch %s not recorded", batch_id)
 
@@ -476,12 +491,22 @@ class Worker:
             log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
         if req.turn is not None:
             self.journal.record_turn(batch.batch_id, req.turn)
+        times: dict[int, tuple[float, float | None]] = {}
+
+        def timed(event: Event) -> None:
+            # Each executed call is framed by its started and finished events.
+            if event.kind == "started":
+                times[event.seq] = (time.time(), None)
+            elif event.kind == "finished" and event.seq in times:
+                times[event.seq] = (times[event.seq][0], time.time())
+            emit(event)
+
         finished = self.runner.run(
             batch,
             approved=set(req.approved) & confirm,
             denied={k: v for k, v in req.denied.items() if k in confirm},
             capacity=req.capacity_bytes,
-            emit=emit,
+            emit=timed,
             modified=req.modified,
             unreviewed={
                 c.call_id: (
@@ -493,6 +518,7 @@ class Worker:
                 if c.call_id in confirm and c.call_id in req.unreviewed
             },
         )
+        self._count(batch, finished, times)
         turn_info = batch.gate.info() if batch.gate is not None else {}
         if batch.gate is not None:
             # The chat decides from the execute reply whether the batch counts
@@ -521,14 +547,87 @@ class Worker:
         # The journal has the results and the reply carries them; a batch kept
         # in memory for later questions needs only its state.
         batch.results = []
-        reply.on_sent = lambda: self._delivered(batch_id)
+        reply.on_sent = lambda: self._delivered(batch_id, times)
         return reply
 
-    def _delivered(self, batch_id: str) -> None:
+    def _delivered(
+        self, batch_id: str, times: dict[int, tuple[float, float | None]] | None = None
+    ) -> None:
         try:
-            self.journal.record_delivered(batch_id)
+            self.journal.record_delivered(batch_id, times)
         except Exception:
             log.exception("journal: could not record the delivery of %s", batch_id)
+
+    # --- metrics and the audit timeline ----------------------------------------------
+
+    def _count(
+        self,
+        batch: Batch,
+        finished: list[Finished],
+        times: dict[int, tuple[float, float | None]],
+    ) -> None:
+        """Feed the batch's session counters; counting never fails a batch."""
+        try:
+            touched: dict[int, list[str]] = {}
+            for change in self.journal.file_changes([batch.batch_id]):
+                paths = touched.setdefault(change.seq, [])
+                if change.path not in paths:
+                    paths.append(change.path)
+            samples = []
+            for planned, done in zip(batch.calls, finished, strict=False):
+                started, ended = times.get(planned.seq, (None, None))
+                duration = (
+                    (ended - started) * 1000 if started is not None and ended is not None else None
+                )
+                samples.append(
+                    CallSample(
+                        name=planned.name,
+                        ok=bool(done.wire.get("ok")),
+                        duration_ms=duration,
+                        result_bytes=len(done.text.encode("utf-8")),
+                        files=touched.get(planned.seq, []),
+                    )
+                )
+            self.metrics_store.record(batch.session, samples, self.clock())
+        except Exception:
+            log.exception("metrics: batch %s not counted", batch.batch_id)
+
+    def metrics(self, body: Any = None) -> dict[str, Any]:
+        """The counters of one session (``session``), or of every session this worker saw."""
+        req = parse_request(MetricsRequest, {} if body is None else body)
+        if req.session is not None:
+            return {"session": self.metrics_store.session(req.session)}
+        return {"sessions": self.metrics_store.all()}
+
+    def audit(self, body: Any = None) -> dict[str, Any]:
+        """One page of this project's journaled calls, newest first, with who decided each."""
+        req = parse_request(AuditRequest, {} if body is None else body)
+        rows, more = self.journal.audit(
+            self.root,
+            limit=req.limit,
+            offset=req.offset,
+            tool=req.tool,
+            outcome=req.outcome,
+            text=req.text,
+        )
+        return {
+            "rows": [audit_row(r) for r in rows],
+            "offset": req.offset,
+            "more": more,
+            "next_offset": req.offset + len(rows) if more else None,
+        }
+
+    def audit_entry(self, body: Any) -> dict[str, Any]:
+        """One journaled call as received and its result as sent back."""
+        req = parse_request(AuditEntryRequest, body)
+        found = self.journal.audit_entry(self.root, req.batch_id, req.seq)
+        if found is None:
+            raise ProtocolError(
+                "unknown-batch",
+                f"no call {req.seq} of batch {req.batch_id!r} in this project's journal",
+                ["Use a batch_id and seq from a row of the audit method"],
+            )
+        return {"batch_id": req.batch_id, "seq": req.seq, **found}
 
     # --- grants -------------------------------------------------------------------
 

@@ -177,6 +177,16 @@ def _review(handler: ForjHandler, body: Any) -> Any:
             ["Open the review in Emacs from the plan's confirm items"],
         )
     return review_in_emacs(handler.server, body)
+def _metrics(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.metrics(body)
+
+
+def _audit(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.audit(body)
+
+
+def _audit_entry(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.audit_entry(body)
 
 
 def _shutdown(handler: ForjHandler, body: Any) -> Any:
@@ -211,6 +221,9 @@ METHODS: dict[str, Method] = {
         "Have the connected Emacs review an MCP client's call; its answer.",
         waits=True,
     ),
+    "metrics": Method(_metrics, True, "Per-session counters: calls, errors, time, bytes, files."),
+    "audit": Method(_audit, False, "One page of the journaled calls, newest first, filterable."),
+    "audit_entry": Method(_audit_entry, False, "One journaled call and its result, in full."),
     "shutdown": Method(_shutdown, True, "Stop the worker."),
 }
 
