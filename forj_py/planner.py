@@ -288,7 +288,9 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         planned.summary = short_summary(f"[{', '.join(tags)}] " + tool.summary(args))
     planned.warnings = notes
     assert pc.consent is not None
-    subject = subject_of(tool, args, pc.sandbox, planned.working_dir)
+    subject = subject_of(
+        tool, args, pc.sandbox, planned.working_dir, tool.network_access(args, ctx)
+    )
     planned.subject = subject
     decision = pc.consent.decide(
         Facts(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .curl import Curl
 from .edit import Edit
 from .edit_region import EditRegion
 from .fs import FsCopy, FsDelete, FsMove
@@ -44,4 +45,5 @@ def builtin_tools() -> list[Tool[Any]]:
         FsDelete(),
         *(tool() for tool in GIT_TOOLS),
         Validate(),
+        Curl(),
     ]
