@@ -1,4 +1,4 @@
-"""curl (seed 004 section 5.3, rule sec.network.allowlist) against a real HTTP server on 127.0.0.1."""
+"""curl (seed 004 section 5.3, sec.network.allowlist) against a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 

@@ -7,13 +7,15 @@ are skipped; a result says which existing hooks did not run.
 
 Reading tools (``git_status``, ``git_diff``, ``git_log``) change nothing.
 The others are reviewed in the ``ask`` mode; ``git_push`` and ``git_pull``
-in every mode, and with a network warning first when the remote is not a
-path on this machine.  Guards (seed 004's rules): a commit needs a clean
-tree in the committed paths (``[tools.git] clean_tree_for_commit``) and
-passes the blocking ``[[validators]]`` first; rebase, merge and pull need
-no changes to tracked files; checkout refuses a dirty tree with a
-recovery step; force push (``force``, a ``+`` refspec, a deletion) only
-when the user's own file sets ``allow_force_push``.
+by default in every mode, and as a forced review with a network warning
+first when the remote is not a path on this machine, unless a
+``[permissions] network`` rule of the user's own file matches the call.
+Guards (seed 004's rules): a commit needs a clean tree in the committed
+paths (``[tools.git] clean_tree_for_commit``) and passes the blocking
+``[[validators]]`` first; rebase, merge and pull need no changes to tracked
+files; checkout refuses a dirty tree with a recovery step; force push
+(``force``, a ``+`` refspec, a deletion) only when the user's own file sets
+``allow_force_push``.
 
 Paths are relative to the project root; globs (``src/**``) are git
 pathspec globs.  Files the sandbox denies (``.env``) are never staged and
@@ -33,6 +35,7 @@ from .. import errors
 from ..config import Config, ValidatorConfig
 from ..output import redact
 from ..protocol import DenialReason, ErrorKind, ErrorType, RiskLevel
+from ..safety.permissions import network_rule_covers
 from ..system.git import (
     LOCAL_TRANSPORT_PROGRAMS,
     TRANSPORT_PROGRAMS,
@@ -903,23 +906,44 @@ class GitRebase(_GitTool[GitRebaseArgs]):
 
 
 class _RemoteTool(_GitTool[A]):
+    """Push and pull: reviewed by default; a network remote is a forced review.
+
+    ``[permissions] network = ["git_push(origin *)"]`` in the user's own
+    file lifts the forced review for the calls it matches (the words are
+    the remote, then the refspec or branch, then ``--force`` for a forced
+    push); an allow rule or a standing grant may then let them run.
+    """
+
     requires_approval = True
+    matches_words = True
 
     def risk(self, args: A) -> RiskLevel:
         return RiskLevel.HIGH
 
-    def review_notes(self, args: A, ctx: ToolContext) -> list[str]:
+    def _network_url(self, args: A, ctx: ToolContext) -> str | None:
+        """The remote's URL when reaching it takes the network, else None."""
         remote = str(getattr(args, "remote", "origin"))
         try:
             url = _remote_url(repo_of(ctx), ctx, remote)
         except errors.ToolFailure:
-            return []  # the call will fail with git's reason; nothing reaches out
-        if is_local_url(url):
+            return None  # the call will fail with git's reason; nothing reaches out
+        return None if is_local_url(url) else url
+
+    def network_access(self, args: A, ctx: ToolContext) -> bool:
+        return self._network_url(args, ctx) is not None
+
+    def review_notes(self, args: A, ctx: ToolContext) -> list[str]:
+        url = self._network_url(args, ctx)
+        if url is None:
             return []
+        words = self.rule_words(args) or []
+        if network_rule_covers(ctx.config.permissions.network, self.name, words):
+            return []
+        remote = str(getattr(args, "remote", "origin"))
         return [f"This call reaches the network: {self.name} to {remote} ({redact(url)})."]
 
     def summary_tags(self, args: A, ctx: ToolContext) -> list[str]:
-        return ["network"] if self.review_notes(args, ctx) else []
+        return ["network"] if self.network_access(args, ctx) else []
 
 
 class GitPush(_RemoteTool[GitPushArgs]):
@@ -935,6 +959,9 @@ class GitPush(_RemoteTool[GitPushArgs]):
 
     def summary(self, args: GitPushArgs) -> str:
         return f"git push {'--force ' if args.forces() else ''}{args.remote} {args.refspec or ''}"
+
+    def rule_words(self, args: GitPushArgs) -> list[str]:
+        return [args.remote, args.refspec or "HEAD", *(["--force"] if args.forces() else [])]
 
     def preview(self, args: GitPushArgs, ctx: ToolContext) -> str | None:
         repo = repo_of(ctx)
@@ -1003,6 +1030,9 @@ class GitPull(_RemoteTool[GitPullArgs]):
 
     def summary(self, args: GitPullArgs) -> str:
         return f"git pull {'--rebase ' if args.rebase else ''}{args.remote} {args.branch or ''}"
+
+    def rule_words(self, args: GitPullArgs) -> list[str]:
+        return [args.remote, *([args.branch] if args.branch else [])]
 
     def execute(self, args: GitPullArgs, ctx: ToolContext) -> Any:
         repo = repo_of(ctx)
