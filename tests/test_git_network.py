@@ -8,13 +8,29 @@ from typing import Any
 
 import pytest
 from conftest import MakeWorker, call, project_config, user_config
-from test_git_tools import _identity, repo, sh_git  # noqa: F401  (fixtures)
+from test_git_tools import sh_git
 
 from forj_py.service import Worker
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 NETWORK_URL = "https://example.invalid/r.git"
+
+
+@pytest.fixture(autouse=True)
+def _identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text("[user]\n\tname = Test User\n\temail = test@example.com\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+@pytest.fixture
+def repo(project: Path) -> Path:
+    sh_git(project, "init", "-q", "-b", "main")
+    sh_git(project, "add", "-A")
+    sh_git(project, "commit", "-qm", "start")
+    return project
 
 
 def item_of(worker: Worker, name: str, **args: Any) -> dict[str, Any]:
@@ -25,7 +41,7 @@ def item_of(worker: Worker, name: str, **args: Any) -> dict[str, Any]:
 
 def test_fr_cns_06_a_network_rule_lifts_the_forced_review_of_git_push_and_pull(
     make_worker: MakeWorker,
-    repo: Path,  # noqa: F811
+    repo: Path,
 ) -> None:
     sh_git(repo, "remote", "add", "origin", NETWORK_URL)
     user_config(
@@ -53,7 +69,7 @@ def test_fr_cns_06_a_network_rule_lifts_the_forced_review_of_git_push_and_pull(
 
 def test_fr_cns_09_a_project_file_cannot_give_git_network(
     make_worker: MakeWorker,
-    repo: Path,  # noqa: F811
+    repo: Path,
 ) -> None:
     sh_git(repo, "remote", "add", "origin", NETWORK_URL)
     user_config(f'[trust]\nprojects = ["{repo}"]\n[permissions]\nallow = ["git_push"]\n')
@@ -67,7 +83,7 @@ def test_fr_cns_09_a_project_file_cannot_give_git_network(
 def test_fr_grant_06_a_git_grant_records_network_and_one_without_never_covers_it(
     make_worker: MakeWorker,
     repo: Path,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     bare = tmp_path / "bare.git"
     sh_git(tmp_path, "init", "-q", "--bare", str(bare))
@@ -100,7 +116,7 @@ def test_fr_grant_06_a_git_grant_records_network_and_one_without_never_covers_it
 
 def test_git_network_rules_are_checked_when_the_config_loads(
     make_worker: MakeWorker,
-    repo: Path,  # noqa: F811
+    repo: Path,
 ) -> None:
     user_config('[permissions]\nnetwork = ["read_file(src/**)"]\n')
     with pytest.raises(Exception, match="git_push"):

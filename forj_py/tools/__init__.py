@@ -12,6 +12,7 @@ from .git import GIT_TOOLS
 from .listing import Glob, ListFiles
 from .multi_edit import MultiEdit
 from .patch import ApplyPatch, FilePatch
+from .proc import ProcList
 from .read_file import ReadFile
 from .registry import Tool
 from .run_tests import RunTests
@@ -46,4 +47,5 @@ def builtin_tools() -> list[Tool[Any]]:
         *(tool() for tool in GIT_TOOLS),
         Validate(),
         Curl(),
+        ProcList(),
     ]
