@@ -219,7 +219,9 @@ class Curl(Tool[CurlArgs]):
         chain: list[str] = []
         while True:
             ctx.check_cancelled()
-            response = _fetch(policy, target, method, headers, body, max_bytes, deadline, timeout)
+            response = _fetch(
+                policy, target, method, headers, body, max_bytes, deadline, timeout, ctx
+            )
             status = response["status"]
             location = response["location"]
             if status not in REDIRECTS or not location:
@@ -307,6 +309,7 @@ def _fetch(
     max_bytes: int,
     deadline: float,
     timeout: float,
+    ctx: ToolContext,
 ) -> dict[str, Any]:
     addresses = policy.addresses(target)
     payload = body.encode("utf-8") if body is not None else None
@@ -321,7 +324,7 @@ def _fetch(
         try:
             conn.request(method, target.path, body=payload, headers=sent)
             response = conn.getresponse()
-            return _read(conn, response, method, max_bytes, deadline)
+            return _read(conn, response, method, max_bytes, deadline, ctx)
         except TimeoutError:
             raise _timeout(target, timeout) from None
         except ssl.SSLError as exc:
@@ -353,12 +356,14 @@ def _read(
     method: str,
     max_bytes: int,
     deadline: float,
+    ctx: ToolContext,
 ) -> dict[str, Any]:
     chunks: list[bytes] = []
     size = 0
     more = False
     if method != "HEAD" and response.status not in REDIRECTS:
         while True:
+            ctx.check_cancelled()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError
