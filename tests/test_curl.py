@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -46,7 +47,13 @@ class Handler(BaseHTTPRequestHandler):
         elif parts.path == "/echo":
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length).decode() if length else None
-            seen = {"method": self.command, "headers": dict(self.headers.items()), "body": body}
+            key = self.headers.get("X-Api-Key") or ""
+            seen = {
+                "method": self.command,
+                "headers": dict(self.headers.items()),
+                "body": body,
+                "key_sha256": hashlib.sha256(key.encode()).hexdigest(),
+            }
             self._send(200, json.dumps(seen).encode(), "application/json")
         elif parts.path == "/big":
             self._send(200, b"x" * 10_000)
@@ -256,7 +263,10 @@ def test_curl_credential_headers_are_redacted_in_the_journal_and_the_review(
     (entry,) = reply["results"]
     seen = json.loads(entry["result"]["body"])
     assert seen["method"] == "POST" and seen["body"] == "hi"
-    assert seen["headers"]["X-Api-Key"] == "k3y-v4lue-0002"
+    # Sent for real (the server saw it), and its echo comes back redacted.
+    assert seen["key_sha256"] == hashlib.sha256(b"k3y-v4lue-0002").hexdigest()
+    assert seen["headers"]["X-Api-Key"] == "[REDACTED]"
+    assert "k3y-v4lue-0002" not in json.dumps(entry)
     assert "s3cr3t-v4lue-0001" not in json.dumps(w.journal.batch(journaled["batch_id"]))
 
 

@@ -20,9 +20,9 @@ decompressed (``Accept-Encoding: identity``).
 Request headers named like credentials (Authorization, Cookie, anything
 with token, key, secret, password, session, auth ...) are redacted in the
 journal, the summary and the review; they are dropped when a redirect
-leaves the first host.  A response's text is sanitized and
-credential-redacted like every other output; a body that is not text comes
-back as ``body_b64``.
+leaves the first origin, and a response that echoes one shows it
+redacted.  A response's text is sanitized and credential-redacted like
+every other output; a body that is not text comes back as ``body_b64``.
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ class Curl(Tool[CurlArgs]):
             if (target.scheme, target.host, target.port) != origin:
                 # Credentials were given for the first origin only.
                 headers = {k: v for k, v in headers.items() if not credential_header(k)}
-        return _result(target, response, chain, max_bytes, method)
+        return _result(target, response, chain, max_bytes, method, _sent_secrets(args.headers))
 
 
 def _policy(ctx: ToolContext) -> DomainPolicy:
@@ -389,13 +389,30 @@ def _read(
     }
 
 
+def _sent_secrets(headers: dict[str, str]) -> list[str]:
+    """The credential values the request carried: a response echoing one shows it redacted."""
+    found: list[str] = []
+    for name, value in headers.items():
+        if credential_header(name):
+            found.append(value)
+            found += [part for part in value.split() if len(part) >= 8]
+    return sorted(set(found), key=len, reverse=True)
+
+
 def _result(
-    target: Target, response: dict[str, Any], chain: list[str], max_bytes: int, method: str
+    target: Target,
+    response: dict[str, Any],
+    chain: list[str],
+    max_bytes: int,
+    method: str,
+    secrets: list[str],
 ) -> dict[str, Any]:
     headers: dict[str, str] = {}
     for name, value in response["headers"]:
         key = name.lower()
-        shown = REDACTED if key in ("set-cookie", "set-cookie2") else sanitize(redact(value))
+        shown = (
+            REDACTED if key in ("set-cookie", "set-cookie2") else sanitize(redact(value, secrets))
+        )
         headers[key] = headers[key] + ", " + shown if key in headers else shown
     data: bytes = response["body"]
     result: dict[str, Any] = {
@@ -410,7 +427,7 @@ def _result(
     if method != "HEAD":
         text = _as_text(data, headers.get("content-type", ""))
         if text is not None:
-            result["body"] = sanitize(redact(text))
+            result["body"] = sanitize(redact(text, secrets))
         else:
             result["body_b64"] = base64.b64encode(data).decode("ascii")
     if response["more"]:
