@@ -366,3 +366,25 @@ def test_curl_a_network_rule_alone_leaves_the_mode_default(
     assert item["disposition"] == "confirm"
     assert not item.get("warnings")
     assert item["grant_pattern"] == "curl(127.0.0.1 *)"
+
+
+def test_curl_a_grant_records_network_and_covers_the_next_call(
+    make_worker: MakeWorker, server: str
+) -> None:
+    allow(server, extra='[permissions]\nnetwork = ["curl(127.0.0.1 GET)"]\n')
+    w = make_worker()
+    plan = w.plan({"calls": [call("c", "curl", url=f"http://{server}/ok")], "session": "s"})
+    assert plan["items"][0]["grant_pattern"] == "curl(127.0.0.1 *)"
+    done = w.execute(
+        {"batch_id": plan["batch_id"], "approved": ["c"], "grants": {"c": {"scope": "session"}}},
+        lambda e: None,
+    )
+    assert done["results"][0]["ok"]
+    assert done["grants"][0]["network"] is True
+    again = w.plan({"calls": [call("c", "curl", url=f"http://{server}/big")], "session": "s"})
+    assert again["items"][0]["disposition"] == "execute"
+    # The grant does not lift the forced review of a call no network rule covers.
+    post = w.plan(
+        {"calls": [call("c", "curl", url=f"http://{server}/echo", method="POST")], "session": "s"}
+    )
+    assert post["items"][0]["disposition"] == "confirm"

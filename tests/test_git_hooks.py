@@ -152,3 +152,28 @@ def test_sec_git_hooks_never_run_unsandboxed(
     assert entry["result"]["hooks_skipped"] == ["pre-commit"]
     assert "never runs outside it" in entry["result"]["note"]
     assert not marker.exists()
+
+
+@needs_bwrap
+def test_sec_git_a_pre_push_hook_gets_its_input_and_the_remotes_hooks_still_never_run(
+    make_worker: MakeWorker, repo: Path, tmp_path: Path
+) -> None:
+    bare = tmp_path / "r.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    remote_marker = tmp_path / "REMOTE-HOOK-RAN"
+    (bare / "hooks" / "pre-receive").write_text(f"#!/bin/sh\ntouch {remote_marker}\n")
+    (bare / "hooks" / "pre-receive").chmod(0o755)
+    git(repo, "remote", "add", "origin", str(bare))
+    plant(repo, "pre-push", 'echo "args: $1 $2" > pushed.txt\ncat >> pushed.txt\n')
+    user_config("[tools.git]\nrun_hooks = true\n")
+    w = make_worker()
+    plan = w.plan({"calls": [call("c", "git_push", remote="origin", refspec="main")]})
+    done = w.execute({"batch_id": plan["batch_id"], "approved": ["c"]}, lambda e: None)
+    entry = done["results"][0]
+    assert entry["ok"], entry
+    assert entry["result"]["hooks_run"] == ["pre-push"]
+    pushed = (repo / "pushed.txt").read_text()
+    head = git(repo, "rev-parse", "main").strip()
+    assert pushed.startswith(f"args: origin {bare}")
+    assert f"refs/heads/main {head} refs/heads/main" in pushed  # git's stdin reached the hook
+    assert not remote_marker.exists()
