@@ -124,7 +124,7 @@ Mirrors [tools.listing] max_entries (5000); nil uses the config file."
 
 (defcustom forj-worker-max-capture-bytes nil
   "Bytes of each output stream of a command kept for its result.
-Mirrors [tools.shell] max_capture_bytes (4194304); nil uses the config
+Mirrors [tools.shell] max_capture_bytes (5242880); nil uses the config
 file."
   :type '(choice (const :tag "Use the config file" nil)
                  (natnum :tag "Bytes"))

@@ -178,10 +178,14 @@ def build_policy(config: Config, registry: Registry) -> Policy:
         _check_rule(rule, registry, warnings)
     for text in perms.network:
         rule = parse_rule(text, "[permissions] network")
-        if rule.tool not in ("run_shell", "run_tests") or rule.pattern is None:
+        entry = registry.get(rule.tool)
+        reaches = entry is not None and entry.tool.matches_words
+        if not ((rule.tool in ("run_shell", "run_tests") and rule.pattern is not None) or reaches):
             raise ConfigError(
                 f"[permissions] network {text!r}: write run_shell(COMMAND) or "
-                "run_tests(COMMAND), a command pattern"
+                "run_tests(COMMAND) with a command pattern, git_push(REMOTE REFSPEC), "
+                "git_pull(REMOTE BRANCH) or curl(HOST METHOD), e.g. 'git_push(origin *)', "
+                "'curl(docs.python.org GET)'"
             )
         _check_rule(rule, registry, warnings)
     return Policy(
@@ -213,7 +217,7 @@ def _check_rule(rule: PermissionRule, registry: Registry, warnings: list[str]) -
             f"{rule.source} {rule.text!r} names no tool of this worker; it matches nothing"
         )
     try:
-        rule.check(entry is not None and entry.tool.runs_commands)
+        rule.check(entry is not None and (entry.tool.runs_commands or entry.tool.matches_words))
     except ValueError as exc:
         raise ConfigError(f"{rule.source}: {exc}") from None
 
@@ -223,12 +227,29 @@ def available(tool: Tool[Any], mode: str) -> bool:
     return mode != "read-only" or not tool.side_effecting or tool.name in READ_ONLY_EXTRAS
 
 
-def subject_of(tool: Tool[Any], args: Any, sandbox: Sandbox, working_dir: str) -> Subject:
-    """What permission rules see of a call: its command, or its paths (links resolved)."""
+def subject_of(
+    tool: Tool[Any],
+    args: Any,
+    sandbox: Sandbox,
+    working_dir: str,
+    network: bool | None = None,
+) -> Subject:
+    """What permission rules see of a call: its command, its words, or its paths (links resolved).
+
+    ``network`` is the tool's own answer (:meth:`Tool.network_access`);
+    without it, the call's ``allow_network`` argument.
+    """
     root = sandbox.project_root
     resolved: list[str] = []
     given: list[str] = []
     command = tool.command(args) if tool.runs_commands else None
+    words = tool.rule_words(args) if tool.matches_words else None
+    if words is not None:
+        return Subject(
+            tool=tool.name,
+            words=tuple(words),
+            network=bool(getattr(args, "allow_network", False)) if network is None else network,
+        )
     if command is None:
         for path in tool.paths(args):
             sp = sandbox.resolve(path, working_dir, for_write=tool.mutates(args))
@@ -240,7 +261,7 @@ def subject_of(tool: Tool[Any], args: Any, sandbox: Sandbox, working_dir: str) -
         command=command,
         paths=tuple(resolved),
         given_paths=tuple(given),
-        network=bool(getattr(args, "allow_network", False)),
+        network=bool(getattr(args, "allow_network", False)) if network is None else network,
         globs=command is None and bool(tool.path_globs(args)),
     )
 
@@ -446,6 +467,12 @@ class Consent:
 
 
 def _proposal(subject: Subject) -> str | None:
+    if subject.words is not None:
+        # The first word (a remote, a host) and anything after it.
+        first = subject.words[0] if subject.words else ""
+        if not first or any(c in _GLOB for c in first):
+            return None
+        return f"{subject.tool}({shlex.quote(first)} *)"
     if subject.command is not None:
         command = subject.command
         if isinstance(command, str):

@@ -296,7 +296,13 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
     planned.warnings = notes
     assert pc.consent is not None
     rule_tool, rule_args, rule_raw = tool.as_rules_see_it(args, raw_args)
-    subject = subject_of(rule_tool, rule_args, pc.sandbox, planned.working_dir)
+    subject = subject_of(
+        rule_tool,
+        rule_args,
+        pc.sandbox,
+        planned.working_dir,
+        rule_tool.network_access(rule_args, ctx),
+    )
     planned.subject = subject
     decision = pc.consent.decide(
         Facts(

@@ -81,6 +81,8 @@ MAX_PROPOSAL_BYTES = 6 * 1024 * 1024
 # Planned batches nobody executed (the user closed the review) are kept this
 # long, counted in batches, then forgotten; the journal still has them.
 MAX_BATCHES = 256
+# Journaled batches kept in memory with their credentials, waiting to be planned.
+MAX_UNREDACTED = 64
 
 _MODE_ORDER = [ToolsMode.DISABLED, ToolsMode.PARSE_ONLY, ToolsMode.ENABLED]
 
@@ -160,6 +162,9 @@ class Worker:
         self._claimed: set[str] = set()
         # Per-session counters of what ran (seed 004 section 8).
         self.metrics_store = Metrics()
+        # Journaled calls whose credentials the journal holds redacted, as
+        # sent, until they are planned (the newest few only).
+        self._unredacted: dict[str, list[Any]] = {}
         # Tells this worker's batches in the shared journal from those of
         # workers that died (recovery) or still run elsewhere.
         self.identity = worker_identity(uuid.uuid4().hex[:8])
@@ -262,6 +267,12 @@ class Worker:
         req = parse_request(JournalCallsRequest, body)
         batch_id = uuid.uuid4().hex
         self._record_calls(batch_id, ToolsMode.ENABLED, req.calls, req.turn)
+        redacted = [self._journal_form(name, raw) for (_, name), raw in _named(req.calls)]
+        if redacted != req.calls:
+            with self._lock:
+                self._unredacted[batch_id] = req.calls
+                while len(self._unredacted) > MAX_UNREDACTED:
+                    del self._unredacted[next(iter(self._unredacted))]
         return {"batch_id": batch_id}
 
     def _record_calls(
@@ -274,10 +285,26 @@ class Worker:
             batch_id,
             self.root,
             mode.value,
-            [(cid, name, raw) for (cid, name), raw in zip(idents, calls, strict=False)],
+            [
+                (cid, name, self._journal_form(name, raw))
+                for (cid, name), raw in zip(idents, calls, strict=False)
+            ],
             turn=turn,
             worker=self.identity,
         )
+
+    def _journal_form(self, name: str, raw: Any) -> Any:
+        """A call as the journal keeps it: credentials its tool knows of redacted.
+
+        The calls as sent stay in memory until planned (``_unredacted``), so a
+        journaled batch still runs with them; after a restart the redacted
+        form is all there is, and the tool refuses to send a redaction marker.
+        """
+        entry = self.registry.get(name)
+        if entry is None or not isinstance(raw, dict) or not isinstance(raw.get("args"), dict):
+            return raw
+        shown = entry.tool.journal_args(raw["args"])
+        return raw if shown is raw["args"] else {**raw, "args": shown}
 
     def _journaled_calls(self, batch_id: str, calls: list[Any] | None) -> list[Any]:
         """The calls ``journal_calls`` recorded under ``batch_id``, ready to plan once."""
@@ -290,7 +317,9 @@ class Worker:
             )
         recorded = self.journal.batch(batch_id)
         assert recorded is not None
-        journaled = [c["call"] for c in recorded["calls"]]
+        with self._lock:
+            sent = self._unredacted.get(batch_id)
+        journaled = sent if sent is not None else [c["call"] for c in recorded["calls"]]
         if calls is not None and calls != journaled:
             raise ProtocolError(
                 "bad-request",
@@ -306,6 +335,8 @@ class Worker:
                 f"batch {batch_id} was already planned; a batch is planned once",
                 ["Journal the calls again to plan them again"],
             )
+        with self._lock:
+            self._unredacted.pop(batch_id, None)
         return journaled
 
     def plan(self, body: Any) -> dict[str, Any]:
@@ -664,7 +695,10 @@ class Worker:
                 )
             try:
                 parsed = parse_rule(rule, "grant")
-                parsed.check(planned.tool is not None and planned.tool.runs_commands)
+                parsed.check(
+                    planned.tool is not None
+                    and (planned.tool.runs_commands or planned.tool.matches_words)
+                )
                 covers = planned.subject is not None and parsed.matches(
                     planned.subject, strict=True
                 )
@@ -1073,3 +1107,7 @@ def _summarize(changes: list[FileChange]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _named(calls: list[Any]) -> list[tuple[tuple[str, str], Any]]:
+    return [(identify(seq, raw), raw) for seq, raw in enumerate(calls)]

@@ -6,6 +6,7 @@ from typing import Any
 
 from .ast import AST_TOOLS
 from .ast_edit import AstEdit
+from .curl import Curl
 from .edit import Edit
 from .edit_region import EditRegion
 from .fs import FsCopy, FsDelete, FsMove
@@ -13,6 +14,7 @@ from .git import GIT_TOOLS
 from .listing import Glob, ListFiles
 from .multi_edit import MultiEdit
 from .patch import ApplyPatch, FilePatch
+from .proc import ProcList
 from .read_file import ReadFile
 from .registry import Tool
 from .run_tests import RunTests
@@ -50,4 +52,6 @@ def builtin_tools() -> list[Tool[Any]]:
         *(tool() for tool in SEED004_TOOLS),
         *(tool() for tool in AST_TOOLS),
         AstEdit(),
+        Curl(),
+        ProcList(),
     ]

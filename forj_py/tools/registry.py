@@ -173,6 +173,23 @@ class Tool(ABC, Generic[A]):
         """The command line permission rules match (tools that run commands)."""
         return None
 
+    # TOOL(PATTERN) rules match this tool's rule_words (a command pattern,
+    # word by word) instead of its paths: git_push's remote, curl's host.
+    matches_words: ClassVar[bool] = False
+
+    def rule_words(self, args: A) -> list[str] | None:
+        """The words a ``TOOL(PATTERN)`` rule is matched against, for ``matches_words`` tools."""
+        return None
+
+    def network_access(self, args: A, ctx: ToolContext) -> bool:
+        """Whether the call reaches the network (a grant must have covered network)."""
+        return bool(getattr(args, "allow_network", False))
+
+    @classmethod
+    def journal_args(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as the journal keeps them: credentials the call carries redacted."""
+        return raw
+
     def preview(self, args: A, ctx: ToolContext) -> str | None:
         """What the call would do, without doing it (a diff for edits)."""
         return None

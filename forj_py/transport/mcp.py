@@ -195,7 +195,8 @@ class McpTools:
         for d in definitions["tools"]:
             entry = self.tool_flags.get(d["name"])
             writes = entry is not None and entry.tool.side_effecting
-            commands = entry is not None and entry.tool.runs_commands
+            # Commands and calls matched by words (curl, push, pull) change no file.
+            commands = entry is not None and (entry.tool.runs_commands or entry.tool.matches_words)
             description = d["description"]
             if writes and not commands:
                 description += READ_FIRST

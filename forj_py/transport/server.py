@@ -177,6 +177,8 @@ def _review(handler: ForjHandler, body: Any) -> Any:
             ["Open the review in Emacs from the plan's confirm items"],
         )
     return review_in_emacs(handler.server, body)
+
+
 def _metrics(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.metrics(body)
 
