@@ -6,6 +6,7 @@ line, as an embedding host would; nothing is mocked.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import queue
 import sqlite3
@@ -332,3 +333,21 @@ def test_fr_sdk_11_a_session_may_be_stricter_than_the_user_never_looser(host: Ho
     assert "edit" not in {t["name"] for t in stricter["tools"]}
     write = host.call("w", "write_file", session="strict", path="n.txt", content="n\n")
     assert write["ok"] is False and write["errors"][0]["code"] == "E_POLICY"
+
+
+def test_fr_sdk_12_seed_004_tool_names_answer_in_seed_004_shapes(host: Host, project: Path) -> None:
+    host.open()
+    reply = host.call("r1", "file_read", path="src/main.py")
+    assert reply["ok"] is True, reply
+    data = (project / "src/main.py").read_bytes()
+    assert reply["tool"] == "file_read"
+    assert reply["data"]["content"] == data.decode()
+    assert reply["data"]["sha256"] == hashlib.sha256(data).hexdigest()
+    listed = host.call("r2", "fs_list", glob="src/*.py")
+    assert listed["data"]["files"] == ["src/main.py"]
+    found = host.call("r3", "grep", pattern=r"line 4\d", glob="src/**", max_results=2)
+    assert [(m["file"], m["line"]) for m in found["data"]["matches"]] == [
+        ("src/main.py", 40),
+        ("src/main.py", 41),
+    ]
+    assert host.close() == 0
