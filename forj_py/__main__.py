@@ -33,8 +33,7 @@ from .config import ConfigError, load, parse_settings
 from .service import Worker
 from .store.journal import Journal, JournalError, default_state_dir
 from .system import process
-from .tools import builtin_tools
-from .tools.registry import Registry
+from .tools import builtin_registry
 from .transport.server import ForjServer
 
 log = logging.getLogger("forj_py")
@@ -106,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     if process.become_subreaper():
         process.start_reaper()
     try:
-        worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+        worker = Worker(root, loaded, builtin_registry(), journal, state_dir)
     except ConfigError as exc:  # a permission pattern the tools cannot use
         return _fail(f"configuration error:\n{exc}")
     server = ForjServer(worker, token)

@@ -37,8 +37,7 @@ from ..protocol import Event
 from ..service import Worker
 from ..store.journal import Journal, JournalError, default_state_dir
 from ..system import process
-from ..tools import builtin_tools
-from ..tools.registry import Registry
+from ..tools import builtin_registry
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +104,8 @@ class McpTools:
         out = []
         for d in definitions["tools"]:
             entry = self.worker.registry.get(d["name"])
-            writes = entry is not None and entry.tool.side_effecting
-            commands = entry is not None and entry.tool.runs_commands
+            writes = entry is not None and entry.info.side_effecting
+            commands = entry is not None and entry.info.runs_commands
             description = d["description"]
             if writes and not commands:
                 description += READ_FIRST
@@ -290,7 +289,7 @@ def main(argv: list[str]) -> int:
     if process.become_subreaper():
         process.start_reaper()
     try:
-        worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+        worker = Worker(root, loaded, builtin_registry(), journal, state_dir)
     except ConfigError as exc:
         return _fail(f"configuration error:\n{exc}")
     worker.commands.start()
