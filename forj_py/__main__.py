@@ -81,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    logging.getLogger("epc").setLevel(logging.CRITICAL)  # we log what matters ourselves
     token = os.environ.pop("FORJ_TOKEN", "")
     if not token:
         return _fail("FORJ_TOKEN is not set; the worker will not serve without a token")
