@@ -102,7 +102,7 @@ def test_nfr_perf_03_a_catalog_entry_naming_another_class_fails_on_first_use() -
         _ = entry.tool
 
 
-def test_nfr_perf_03_starting_imports_no_tool_module_jsonschema_or_epc(project: Path) -> None:
+def test_nfr_perf_03_starting_imports_no_tool_module_nor_rarely_used_library(project: Path) -> None:
     # The worker as __main__ builds it, up to its hello reply, in a fresh Python.
     script = textwrap.dedent(
         f"""
@@ -130,7 +130,7 @@ def test_nfr_perf_03_starting_imports_no_tool_module_jsonschema_or_epc(project: 
     tool_modules = {f"forj_py.tools.{where.partition(':')[0]}" for where in BUILTIN.values()}
     assert "forj_py.tools.registry" in out  # the listing is of the worker as built
     assert sorted(tool_modules & set(out)) == []
-    assert [m for m in ("jsonschema", "epc", "xmlrpc", "sexpdata") if m in out] == []
+    assert [m for m in ("jsonschema", "epc", "xmlrpc", "sexpdata", "regex") if m in out] == []
 
 
 def test_nfr_perf_03_a_started_worker_offers_the_generated_definitions(project: Path) -> None:
