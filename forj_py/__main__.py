@@ -39,6 +39,8 @@ from .transport.server import ForjServer
 log = logging.getLogger("forj_py")
 
 PARENT_POLL_SECONDS = 0.5
+# How long housekeeping waits for the first hello before starting anyway.
+HOUSEKEEPING_DELAY_SECONDS = 3.0
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -115,10 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: threading.Thread(target=stop, daemon=True).start())
     sys.stdout.write(f"{server.port}\n")
     sys.stdout.flush()
-    # Housekeeping after the port is out, so it never delays the first call.
-    threading.Thread(target=worker.backups.prune, name="forj-prune", daemon=True).start()
-    worker.commands.start()
-    worker.watcher.start()
+    threading.Thread(
+        target=_housekeeping, args=(worker, server), name="forj-housekeeping", daemon=True
+    ).start()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
@@ -129,6 +130,21 @@ def main(argv: list[str] | None = None) -> int:
         server.server_close()
         journal.close()
     return 0
+
+
+def _housekeeping(worker: Worker, server: ForjServer) -> None:
+    """Start the file watcher and the command sandbox's index, prune old backups.
+
+    Only after the first ``hello`` is answered (or a few seconds without
+    one): no call can come before it, and until then these threads would
+    only compete with it for the interpreter.
+    """
+    worker.greeted.wait(HOUSEKEEPING_DELAY_SECONDS)
+    if server.stopping.is_set():
+        return
+    worker.commands.start()
+    worker.watcher.start()
+    worker.backups.prune()
 
 
 def _watch_parent(stop: Callable[[], None]) -> None:

@@ -58,7 +58,6 @@ from .safety.permissions import parse_rule
 from .store.backups import Backups
 from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
-from .system import git
 from .tools.manual import manual_registry
 from .tools.registry import Registry, Session
 from .undo import Undo
@@ -158,6 +157,8 @@ class Worker:
         self.undoer = Undo(
             self.sandbox, journal, self.backups, self.session, self.root, self.identity
         )
+        # Set once the first hello is answered: start-up housekeeping waits for it.
+        self.greeted = threading.Event()
         # Consent: one stage decides (forj_py/consent.py); clock injectable for tests.
         self.clock = clock
         self.consent = Consent(
@@ -172,7 +173,7 @@ class Worker:
 
     def hello_payload(self, client: dict[str, Any]) -> dict[str, Any]:
         log.info("client %s %s connected", client.get("name"), client.get("version"))
-        return {
+        payload = {
             "protocol": PROTOCOL_VERSION,
             "version": __version__,
             "root": self.root,
@@ -184,6 +185,8 @@ class Worker:
             "unfinished": self.unfinished(),
             "permissions": self.permissions_summary(),
         }
+        self.greeted.set()
+        return payload
 
     def permissions_summary(self) -> dict[str, Any]:
         policy = self.consent.policy
@@ -410,6 +413,9 @@ class Worker:
                     targets.setdefault(index, []).append((sp.canonical, sp.display))
         if not targets:
             return
+        # Imported on the first plan that writes an existing file, not at start-up.
+        from .system import git
+
         status = git.uncommitted(self.root, [c for pairs in targets.values() for c, _ in pairs])
         if not status:
             return
