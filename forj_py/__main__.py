@@ -27,14 +27,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
-from .config import ConfigError, load, parse_settings
-from .service import Worker
-from .store.journal import Journal, JournalError, default_state_dir
-from .system import process
-from .tools import builtin_registry
-from .transport.server import ForjServer
+from .safety import bwrap_probe
+
+if TYPE_CHECKING:
+    from .service import Worker
+    from .transport.server import ForjServer
 
 log = logging.getLogger("forj_py")
 
@@ -89,6 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root).expanduser()
     if not root.is_dir():
         return _fail(f"--root {args.root}: not a directory")
+    # The sandbox probe runs bwrap (10-50 ms): started now, it runs while the
+    # worker imports the rest of itself, which is why those imports are here.
+    bwrap = bwrap_probe.start()
+    from .config import ConfigError, load, parse_settings
+    from .service import Worker
+    from .store.journal import Journal, JournalError, default_state_dir
+    from .system import process
+    from .tools import builtin_registry
+    from .transport.server import ForjServer
+
     try:
         settings = parse_settings(args.settings) if args.settings else []
         loaded = load(root, args.config, settings)
@@ -106,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if process.become_subreaper():
         process.start_reaper()
     try:
-        worker = Worker(root, loaded, builtin_registry(), journal, state_dir)
+        worker = Worker(root, loaded, builtin_registry(), journal, state_dir, bwrap=bwrap)
     except ConfigError as exc:  # a permission pattern the tools cannot use
         return _fail(f"configuration error:\n{exc}")
     server = ForjServer(worker, token)

@@ -51,6 +51,7 @@ from .protocol import (
     UndoRequest,
 )
 from .rules import Gate, RulesEngine
+from .safety import bwrap_probe
 from .safety.commands import CommandSandbox, probe
 from .safety.files import sha256
 from .safety.paths import Sandbox
@@ -113,7 +114,9 @@ class Worker:
         journal: Journal,
         state_dir: Path,
         clock: Callable[[], float] = time.time,
+        bwrap: bwrap_probe.Started | None = None,
     ) -> None:
+        """``bwrap``: the sandbox probe started earlier, if any (else it runs now)."""
         self.loaded = loaded
         self.config = loaded.config
         sb = self.config.tools.sandbox
@@ -138,7 +141,7 @@ class Worker:
         shell = self.config.tools.shell
         self.commands = CommandSandbox(
             self.sandbox,
-            probe(shell.sandbox),
+            probe(shell.sandbox, bwrap),
             read_paths=shell.sandbox_read_paths,
             write_paths=shell.sandbox_write_paths,
             max_processes=shell.max_processes,

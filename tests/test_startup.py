@@ -1,7 +1,8 @@
-"""Worker start-up: what waits until the first hello is answered."""
+"""Worker start-up: what runs early, and what waits until the first hello is answered."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -9,6 +10,8 @@ import pytest
 from conftest import MakeWorker
 
 from forj_py import __main__ as worker_main
+from forj_py.safety import bwrap_probe
+from forj_py.safety.commands import probe
 from forj_py.transport.server import ForjServer
 
 
@@ -71,3 +74,19 @@ def test_housekeeping_starts_nothing_once_the_worker_is_stopping(
     finally:
         worker.commands.close()
         server.server_close()
+
+
+def test_the_sandbox_probe_started_early_reads_as_one_run_then() -> None:
+    for setting in ("auto", "none"):
+        assert probe(setting, bwrap_probe.start()) == probe(setting)
+
+
+def test_a_bwrap_that_cannot_start_reads_the_same_early_or_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the probe runs bwrap on Linux only")
+    monkeypatch.setattr(bwrap_probe.shutil, "which", lambda name: "/nonexistent/bwrap")
+    late = probe("auto")
+    assert late.kind == "none" and "bwrap could not be started" in late.reason
+    assert probe("auto", bwrap_probe.start()) == late
