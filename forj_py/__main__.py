@@ -28,20 +28,20 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
-from .config import ConfigError, load, parse_settings
-from .service import Worker
-from .store.journal import Journal, JournalError, default_state_dir
-from .system import process
-from .tools import builtin_tools
-from .tools.registry import Registry
-from .transport import rendezvous
-from .transport.server import ForjServer
+from .safety import bwrap_probe
+
+if TYPE_CHECKING:
+    from .service import Worker
+    from .transport.server import ForjServer
 
 log = logging.getLogger("forj_py")
 
 PARENT_POLL_SECONDS = 0.5
+# How long housekeeping waits for the first hello before starting anyway.
+HOUSEKEEPING_DELAY_SECONDS = 3.0
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -88,13 +88,23 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    logging.getLogger("epc").setLevel(logging.CRITICAL)  # we log what matters ourselves
     token = os.environ.pop("FORJ_TOKEN", "")
     if not token:
         return _fail("FORJ_TOKEN is not set; the worker will not serve without a token")
     root = Path(args.root).expanduser()
     if not root.is_dir():
         return _fail(f"--root {args.root}: not a directory")
+    # The sandbox probe runs bwrap (10-50 ms): started now, it runs while the
+    # worker imports the rest of itself, which is why those imports are here.
+    bwrap = bwrap_probe.start()
+    from .config import ConfigError, load, parse_settings
+    from .service import Worker
+    from .store.journal import Journal, JournalError, default_state_dir
+    from .system import process
+    from .tools import builtin_registry
+    from .transport import rendezvous
+    from .transport.server import ForjServer
+
     try:
         settings = parse_settings(args.settings) if args.settings else []
         loaded = load(root, args.config, settings)
@@ -112,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if process.become_subreaper():
         process.start_reaper()
     try:
-        worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+        worker = Worker(root, loaded, builtin_registry(), journal, state_dir, bwrap=bwrap)
     except ConfigError as exc:  # a permission pattern the tools cannot use
         return _fail(f"configuration error:\n{exc}")
     server = ForjServer(worker, token)
@@ -130,10 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: threading.Thread(target=stop, daemon=True).start())
     sys.stdout.write(f"{server.port}\n")
     sys.stdout.flush()
-    # Housekeeping after the port is out, so it never delays the first call.
-    threading.Thread(target=worker.backups.prune, name="forj-prune", daemon=True).start()
-    worker.commands.start()
-    worker.watcher.start()
+    threading.Thread(
+        target=_housekeeping, args=(worker, server), name="forj-housekeeping", daemon=True
+    ).start()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
@@ -146,6 +155,21 @@ def main(argv: list[str] | None = None) -> int:
         server.server_close()
         journal.close()
     return 0
+
+
+def _housekeeping(worker: Worker, server: ForjServer) -> None:
+    """Start the file watcher and the command sandbox's index, prune old backups.
+
+    Only after the first ``hello`` is answered (or a few seconds without
+    one): no call can come before it, and until then these threads would
+    only compete with it for the interpreter.
+    """
+    worker.greeted.wait(HOUSEKEEPING_DELAY_SECONDS)
+    if server.stopping.is_set():
+        return
+    worker.commands.start()
+    worker.watcher.start()
+    worker.backups.prune()
 
 
 def _watch_parent(stop: Callable[[], None]) -> None:

@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .patterns import PatternTooComplex, gitignore_regexes
@@ -378,6 +376,11 @@ class ToolDefinition(_Section):
                 'must be a JSON Schema with type = "object" (a call\'s args are an object), '
                 'e.g. { "type"="object", "properties"={ "path"={ "type"="string" } } }'
             )
+        # Imported here: only a config with tool definitions needs jsonschema
+        # while the worker starts.
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as exc:

@@ -34,7 +34,7 @@ from .rules import Probe, RulesEngine
 from .safety.paths import Sandbox
 from .safety.permissions import FILES_GROUP, PermissionRule, Subject, parse_rule, split_command
 from .store.grants import Grant, GrantStore
-from .tools.registry import Registry, Tool
+from .tools.registry import Registry, Tool, ToolInfo
 
 # Tools offered in read-only mode although they can change things: run_shell
 # runs there only for commands the read-only classifier accepts, in the
@@ -129,7 +129,7 @@ def build_policy(config: Config, registry: Registry) -> Policy:
         ask += [
             parse_rule(n, source)
             for n in registry.names()
-            if _tool_of(registry, n).requires_approval
+            if _info_of(registry, n).requires_approval
         ]
     elif old.mode == "deny":
         warnings.append(
@@ -145,7 +145,7 @@ def build_policy(config: Config, registry: Registry) -> Policy:
         mode = "accept-edits"
     for name in old.allowlist:
         entry = registry.get(name)
-        if entry is not None and entry.tool.runs_commands:
+        if entry is not None and entry.info.runs_commands:
             warnings.append(
                 f"[tools.approval] allowlist entry {name!r} maps to nothing: it never let "
                 f'commands run unasked. Write [permissions] allow = ["{name}(PATTERN)"] for '
@@ -179,7 +179,7 @@ def build_policy(config: Config, registry: Registry) -> Policy:
     for text in perms.network:
         rule = parse_rule(text, "[permissions] network")
         entry = registry.get(rule.tool)
-        reaches = entry is not None and entry.tool.matches_words
+        reaches = entry is not None and entry.info.matches_words
         if not ((rule.tool in ("run_shell", "run_tests") and rule.pattern is not None) or reaches):
             raise ConfigError(
                 f"[permissions] network {text!r}: write run_shell(COMMAND) or "
@@ -204,10 +204,10 @@ def build_policy(config: Config, registry: Registry) -> Policy:
     )
 
 
-def _tool_of(registry: Registry, name: str) -> Tool[Any]:
+def _info_of(registry: Registry, name: str) -> ToolInfo:
     entry = registry.get(name)
     assert entry is not None
-    return entry.tool
+    return entry.info
 
 
 def _check_rule(rule: PermissionRule, registry: Registry, warnings: list[str]) -> None:
@@ -217,12 +217,12 @@ def _check_rule(rule: PermissionRule, registry: Registry, warnings: list[str]) -
             f"{rule.source} {rule.text!r} names no tool of this worker; it matches nothing"
         )
     try:
-        rule.check(entry is not None and (entry.tool.runs_commands or entry.tool.matches_words))
+        rule.check(entry is not None and (entry.info.runs_commands or entry.info.matches_words))
     except ValueError as exc:
         raise ConfigError(f"{rule.source}: {exc}") from None
 
 
-def available(tool: Tool[Any], mode: str) -> bool:
+def available(tool: ToolInfo, mode: str) -> bool:
     """Whether the mode offers the tool to the model at all."""
     return mode != "read-only" or not tool.side_effecting or tool.name in READ_ONLY_EXTRAS
 
@@ -329,15 +329,13 @@ class Consent:
         return requested, None
 
     def available_names(self, mode: str) -> set[str]:
-        return {n for n in self.registry.names() if available(self._tool(n), mode)}
+        return {n for n in self.registry.names() if available(self._info(n), mode)}
 
     def definitions(self, mode: str) -> list[dict[str, Any]]:
-        return [d for d in self.registry.definitions() if available(self._tool(d["name"]), mode)]
+        return [d for d in self.registry.definitions() if available(self._info(d["name"]), mode)]
 
-    def _tool(self, name: str) -> Tool[Any]:
-        entry = self.registry.get(name)
-        assert entry is not None
-        return entry.tool
+    def _info(self, name: str) -> ToolInfo:
+        return _info_of(self.registry, name)
 
     # --- the decision -------------------------------------------------------------
 
@@ -356,7 +354,7 @@ class Consent:
                 ),
             )
         # 0. the mode
-        if not available(tool, f.mode):
+        if not available(ToolInfo.of(tool), f.mode):
             return _refuse(
                 "mode",
                 f"{tool.name} is not available in read-only mode",

@@ -57,6 +57,7 @@ from .protocol import (
     UndoRequest,
 )
 from .rules import Gate, RulesEngine
+from .safety import bwrap_probe
 from .safety.commands import CommandSandbox, probe
 from .safety.files import sha256
 from .safety.paths import Sandbox
@@ -64,7 +65,6 @@ from .safety.permissions import parse_rule
 from .store.backups import Backups
 from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
-from .system import git
 from .tools.manual import manual_registry
 from .tools.registry import Registry, Session
 from .undo import Undo
@@ -122,7 +122,9 @@ class Worker:
         journal: Journal,
         state_dir: Path,
         clock: Callable[[], float] = time.time,
+        bwrap: bwrap_probe.Started | None = None,
     ) -> None:
+        """``bwrap``: the sandbox probe started earlier, if any (else it runs now)."""
         self.loaded = loaded
         self.config = loaded.config
         sb = self.config.tools.sandbox
@@ -147,7 +149,7 @@ class Worker:
         shell = self.config.tools.shell
         self.commands = CommandSandbox(
             self.sandbox,
-            probe(shell.sandbox),
+            probe(shell.sandbox, bwrap),
             read_paths=shell.sandbox_read_paths,
             write_paths=shell.sandbox_write_paths,
             max_processes=shell.max_processes,
@@ -171,6 +173,8 @@ class Worker:
         self.undoer = Undo(
             self.sandbox, journal, self.backups, self.session, self.root, self.identity
         )
+        # Set once the first hello is answered: start-up housekeeping waits for it.
+        self.greeted = threading.Event()
         # Consent: one stage decides (forj_py/consent.py); clock injectable for tests.
         self.clock = clock
         self.consent = Consent(
@@ -185,7 +189,7 @@ class Worker:
 
     def hello_payload(self, client: dict[str, Any]) -> dict[str, Any]:
         log.info("client %s %s connected", client.get("name"), client.get("version"))
-        return {
+        payload = {
             "protocol": PROTOCOL_VERSION,
             "version": __version__,
             "root": self.root,
@@ -197,6 +201,8 @@ class Worker:
             "unfinished": self.unfinished(),
             "permissions": self.permissions_summary(),
         }
+        self.greeted.set()
+        return payload
 
     def permissions_summary(self) -> dict[str, Any]:
         policy = self.consent.policy
@@ -456,6 +462,9 @@ class Worker:
                     targets.setdefault(index, []).append((sp.canonical, sp.display))
         if not targets:
             return
+        # Imported on the first plan that writes an existing file, not at start-up.
+        from .system import git
+
         status = git.uncommitted(self.root, [c for pairs in targets.values() for c, _ in pairs])
         if not status:
             return

@@ -43,8 +43,7 @@ from ..protocol import Event
 from ..service import Worker
 from ..store.journal import Journal, JournalError, default_state_dir
 from ..system import process
-from ..tools import builtin_tools
-from ..tools.registry import Registry
+from ..tools import builtin_registry
 from . import rendezvous
 from .client import Client, ConnectionLost, RemoteError
 
@@ -185,7 +184,7 @@ class McpTools:
         # Each client connection is a chat of its own: its session grants
         # and deduplication stay apart from every other's.
         self.session = f"mcp-{uuid.uuid4().hex[:12]}"
-        self.tool_flags = Registry(builtin_tools())
+        self.tool_flags = builtin_registry()
 
     # --- tools/list -------------------------------------------------------------
 
@@ -194,9 +193,9 @@ class McpTools:
         out = []
         for d in definitions["tools"]:
             entry = self.tool_flags.get(d["name"])
-            writes = entry is not None and entry.tool.side_effecting
+            writes = entry is not None and entry.info.side_effecting
             # Commands and calls matched by words (curl, push, pull) change no file.
-            commands = entry is not None and (entry.tool.runs_commands or entry.tool.matches_words)
+            commands = entry is not None and (entry.info.runs_commands or entry.info.matches_words)
             description = d["description"]
             if writes and not commands:
                 description += READ_FIRST
@@ -415,7 +414,7 @@ def main(argv: list[str]) -> int:
     if process.become_subreaper():
         process.start_reaper()
     try:
-        worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+        worker = Worker(root, loaded, builtin_registry(), journal, state_dir)
     except ConfigError as exc:
         return _fail(f"configuration error:\n{exc}")
     worker.commands.start()

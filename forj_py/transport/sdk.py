@@ -40,8 +40,7 @@ from ..protocol import ErrorCode, Event, PermissionMode
 from ..service import Worker
 from ..store.journal import Journal, JournalError, default_state_dir
 from ..system import process
-from ..tools import builtin_tools
-from ..tools.registry import Registry
+from ..tools import builtin_registry
 
 log = logging.getLogger(__name__)
 
@@ -667,7 +666,7 @@ def main(argv: list[str]) -> int:
     if process.become_subreaper():
         process.start_reaper()
     try:
-        worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+        worker = Worker(root, loaded, builtin_registry(), journal, state_dir)
     except ConfigError as exc:
         return _fail(f"configuration error:\n{exc}")
     worker.commands.start()

@@ -1,7 +1,9 @@
 """The EPC transport: the worker's methods on one loopback socket.
 
-Built on the ``epc`` package's server (its TCP server, client bookkeeping
-and method table) with three things done differently, each for a reason:
+Speaks EPC (what Emacs' ``epc.el`` speaks) on the standard library's
+threaded TCP server, without the ``epc`` package, for three reasons (and
+because importing it, with the XML-RPC and HTTP modules it pulls in, would
+slow the worker's start):
 
 - **Replies never interleave.**  python-epc's threaded handler lets every
   thread write to the socket unlocked, so two large replies can mix their
@@ -40,9 +42,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
-
-from epc.handler import EPCHandler
-from epc.server import EPCServer
 
 from ..errors import ProtocolError
 from ..output import sanitize_value
@@ -235,11 +234,12 @@ METHODS: dict[str, Method] = {
 MCP_METHODS = frozenset({"hello", "ping", "tool_definitions", "plan", "execute", "review"})
 
 
-class ForjHandler(EPCHandler):  # type: ignore[misc]
+class ForjHandler(socketserver.StreamRequestHandler):
     server: ForjServer
 
     def setup(self) -> None:
         super().setup()
+        self.server.add_client(self)
         self.write_lock = threading.Lock()
         self.authenticated = False
         self.reject_after_reply = False
@@ -456,14 +456,14 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             self.connection.shutdown(socket.SHUT_RDWR)
 
 
-class ForjServer(socketserver.ThreadingMixIn, EPCServer):  # type: ignore[misc]
+class ForjServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     block_on_close = False
 
     def __init__(self, worker: Worker, token: str, host: str = "127.0.0.1") -> None:
         if not token:
             raise ValueError("an empty token would let anyone in")
-        EPCServer.__init__(self, (host, 0), RequestHandlerClass=ForjHandler)
+        super().__init__((host, 0), ForjHandler)
         self.worker = worker
         self.token = token
         # The rendezvous secret forj's MCP server proves (None: no rendezvous).
@@ -478,7 +478,6 @@ class ForjServer(socketserver.ThreadingMixIn, EPCServer):  # type: ignore[misc]
         return int(self.server_address[1])
 
     def add_client(self, handler: ForjHandler) -> None:
-        super().add_client(handler)
         with self._conn_lock:
             self._live.add(handler)
 
@@ -488,6 +487,12 @@ class ForjServer(socketserver.ThreadingMixIn, EPCServer):  # type: ignore[misc]
             live = list(self._live)
         emacs = [h for h in live if h.authenticated and h.role == "emacs"]
         return max(emacs, key=lambda h: h.serial, default=None)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A connection that failed outside the handler's own error handling
+        # (the peer reset it during setup, say): nothing to answer, no one
+        # to tell but the log; the default would print to stderr.
+        log.debug("connection from %s failed", client_address, exc_info=True)
 
     def connection_closed(self, handler: ForjHandler) -> None:
         with self._conn_lock:
