@@ -26,9 +26,12 @@ from __future__ import annotations
 import bisect
 import functools
 import importlib
+import itertools
 import logging
+import operator
 import re
 from collections.abc import Iterable, Sequence
+from itertools import count
 from typing import Any
 
 import pathspec
@@ -341,19 +344,24 @@ class LineScan:
         """Indices of ``lines`` (none holding a newline) that a match touches."""
         text = "\n".join(lines)
         data = text.encode("utf-8")
-        starts: list[int] = []
-        offset = 0
-        ascii_only = len(data) == len(text)
-        for line in lines:
-            starts.append(offset)
-            offset += (len(line) if ascii_only else len(line.encode("utf-8"))) + 1
         found: set[int] = set()
         pos, end = 0, len(data)
         match = self._regexp.Match
+        starts: list[int] | None = None
         while pos <= end:
             begin, stop = match(self._unanchored, data, pos, end)[0]
             if begin == -1:
                 break
+            if starts is None:
+                # Where each line starts, counted only once something matched
+                # (most directories hold nothing any rule names).
+                lengths = (
+                    map(len, lines)
+                    if len(data) == len(text)
+                    else (len(line.encode("utf-8")) for line in lines)
+                )
+                starts = list(map(operator.add, itertools.accumulate(lengths, initial=0), count()))
+                starts.pop()
             first = bisect.bisect_right(starts, begin) - 1
             last = bisect.bisect_right(starts, max(stop - 1, begin)) - 1
             found.update(range(first, last + 1))

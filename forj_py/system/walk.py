@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import os
 import re
 import stat
@@ -47,10 +48,6 @@ class Entry(NamedTuple):
     size: int
     mtime: int  # seconds since the epoch
     depth: int  # 1 for a direct child of the walk's start
-
-
-def _name(entry: os.DirEntry[str]) -> str:
-    return entry.name
 
 
 class Walker:
@@ -79,12 +76,14 @@ class Walker:
 
     # --- ignore rules ---------------------------------------------------------
 
-    def _spec(self, rel_dir: str) -> Rules | None:
+    def _spec(self, rel_dir: str, present: Sequence[str] | None = None) -> Rules | None:
+        """``rel_dir``'s ignore rules; ``present``: which ignore files its listing holds."""
         if rel_dir in self._specs:
             return self._specs[rel_dir]
         lines: list[str] = []
         base = self.root if rel_dir == "" else os.path.join(self.root, rel_dir)
-        sources = [os.path.join(base, name) for name in IGNORE_FILES]
+        names = IGNORE_FILES if present is None else [n for n in IGNORE_FILES if n in present]
+        sources = [os.path.join(base, name) for name in names]
         if rel_dir == "":
             sources.insert(0, os.path.join(self.root, ".git", "info", "exclude"))
         for path in sources:
@@ -93,7 +92,9 @@ class Walker:
         self._specs[rel_dir] = spec
         return spec
 
-    def _specs_above(self, rel_dir: str) -> list[tuple[int, Rules]]:
+    def _specs_above(
+        self, rel_dir: str, present: Sequence[str] | None = None
+    ) -> list[tuple[int, Rules]]:
         """The ignore specs of ``rel_dir`` and its ancestors, deepest first, as
         (length of the directory prefix to strip, spec)."""
         cached = self._chains.get(rel_dir)
@@ -104,7 +105,7 @@ class Walker:
         else:
             parent = rel_dir.rsplit("/", 1)[0] if "/" in rel_dir else ""
             chain = list(self._specs_above(parent))
-        spec = self._spec(rel_dir)
+        spec = self._spec(rel_dir, present)
         if spec is not None:
             chain.insert(0, (len(rel_dir) + 1 if rel_dir else 0, spec))
         self._chains[rel_dir] = chain
@@ -177,103 +178,138 @@ class Walker:
             abs_dir, rel_dir, depth = queue.popleft()
             if check is not None:
                 check()
-            try:
-                with os.scandir(abs_dir) as it:
-                    children = sorted(it, key=_name)
-            except OSError:
+            fd = _open_dir(abs_dir)
+            if fd is None:
                 continue
-            judged = self._judge(rel_dir, children, depth, follow, seen, wanted)
-            for entry, child, target_dir in judged:
+            try:
+                # Through the directory's descriptor, each child's stat is an
+                # fstatat of its bare name: no walk of the whole path again.
+                with os.scandir(fd) if _SCANDIR_FD else os.scandir(abs_dir) as it:
+                    children = sorted(it, key=_by_name)
+                judged = self._judge(
+                    abs_dir,
+                    rel_dir,
+                    children,
+                    depth,
+                    follow,
+                    files_only,
+                    seen,
+                    wanted,
+                    depth < limit,
+                )
+            finally:
+                os.close(fd)
+            for entry, descend in judged:
                 if entry is not None:
-                    is_file = entry.kind == "file" or (entry.kind == "symlink" and not target_dir)
-                    if not files_only or is_file:
-                        yield entry
-                if (child.is_dir(follow_symlinks=False) or target_dir) and depth < limit:
-                    queue.append(
-                        (
-                            child.path,
-                            f"{rel_dir}/{child.name}" if rel_dir else child.name,
-                            depth + 1,
-                        )
-                    )
+                    yield entry
+                if descend is not None:
+                    queue.append((descend[0], descend[1], depth + 1))
 
     def _judge(
         self,
+        abs_dir: str,
         rel_dir: str,
         children: list[os.DirEntry[str]],
         depth: int,
         follow: bool,
+        files_only: bool,
         seen: set[tuple[int, int]],
-        wanted: Callable[[str], bool] | None = None,
-    ) -> Iterator[tuple[Entry | None, os.DirEntry[str], bool]]:
+        wanted: Callable[[str], bool] | None,
+        deeper: bool,
+    ) -> list[tuple[Entry | None, tuple[str, str] | None]]:
         """One directory's children that pass every filter, in order.
 
-        Yields (entry to show or None for a directory only walked through,
-        the child, whether it is a followed symlink to a directory).  The
-        denied patterns and each ignore file's rules are asked about the
+        Each is (the entry to show, or None for a directory only walked
+        through; the (absolute, relative) path to descend into, or None).
+        The denied patterns and each ignore file's rules are asked about the
         whole directory at once (:class:`LineScan`); only the names one of
         them may match are then judged one by one, by the same code a
-        single path goes through.
+        single path goes through.  Runs while the directory's descriptor is
+        open: the children's ``stat`` goes through it.
         """
-        chain = self._specs_above(rel_dir)
         prefix = f"{rel_dir}/" if rel_dir else ""
-        kept: list[tuple[os.DirEntry[str], str, bool, bool]] = []
+        kept: list[tuple[os.DirEntry[str], str, str, bool, bool]] = []
+        ignore_files: list[str] = []
+        include_hidden = self.include_hidden
         for child in children:
             name = child.name
+            if name[0] == ".":
+                if name in IGNORE_FILES:
+                    ignore_files.append(name)
+                if not include_hidden or name == ".git":
+                    continue
             if not name.isascii():
                 try:
                     name.encode("utf-8")
                 except UnicodeEncodeError:
                     self.unreadable_names += 1  # the model could not name it
                     continue
-            if name == ".git" or (name[0] == "." and not self.include_hidden):
-                continue
             try:
-                is_link = child.is_symlink()
                 is_dir = child.is_dir(follow_symlinks=False)
+                is_link = not is_dir and child.is_symlink()
             except OSError:
                 continue
-            kept.append((child, prefix + name, is_link, is_dir))
+            kept.append((child, name, prefix + name, is_link, is_dir))
         if not kept:
-            return
+            return []
+        chain = self._specs_above(rel_dir, ignore_files)
         # Which children some rule may apply to; None means "ask about each".
-        suspects = self._suspects(rel_dir, chain, kept)
+        suspects = self._suspects(chain, kept)
         denied = self.sandbox.denied_inside
         excludes = self.excludes
-        for n, (child, rel, is_link, is_dir) in enumerate(kept):
+        everything = self._everything
+        out: list[tuple[Entry | None, tuple[str, str] | None]] = []
+        for n, (child, name, rel, is_link, is_dir) in enumerate(kept):
             exact = suspects is None or n in suspects or is_link
             if exact and denied(rel, is_dir) is not None:
                 continue
             target_dir = False
+            path = f"{abs_dir}/{name}"
             if is_link and follow:
-                target_dir = self._followable_dir(child.path, seen)
-            if exact and chain and self._ignored_in(chain, rel, is_dir or target_dir):
+                target_dir = self._followable_dir(path, seen)
+            walked = is_dir or target_dir
+            if exact and chain and self._ignored_in(chain, rel, walked):
                 continue
-            if excludes is not None and excludes.matches(rel, is_dir or target_dir):
+            if excludes is not None and excludes.matches_name(name, rel, walked):
                 self.excluded += 1
                 if len(self.excluded_examples) < EXCLUDED_EXAMPLES:
-                    self.excluded_examples.append(rel + "/" if is_dir or target_dir else rel)
+                    self.excluded_examples.append(rel + "/" if walked else rel)
                 continue
             visible = True
-            if not self._everything:
-                real = os.path.realpath(child.path) if target_dir else child.path
+            if not everything:
+                real = os.path.realpath(path) if target_dir else path
                 visible = self._inside(real)
-                if not visible and not ((is_dir or target_dir) and self._above(real)):
+                if not visible and not (walked and self._above(real)):
                     continue
-            if wanted is not None and not wanted(rel):
-                if is_dir or target_dir:
-                    yield None, child, target_dir  # not shown, but walked through
+            descend = (path, rel) if walked and deeper else None
+            # A symlink to a directory it does not follow is a file to a
+            # files-only walk (search reads through it, inside the project).
+            if (wanted is not None and not wanted(rel)) or (files_only and (is_dir or target_dir)):
+                if descend is not None:
+                    out.append((None, descend))  # not shown, but walked through
                 continue
-            entry = _entry(child, rel, depth, is_link, is_dir)
-            if entry is None:
+            try:
+                st = child.stat(follow_symlinks=False)
+            except OSError:
                 continue
-            yield (entry if visible else None), child, target_dir
+            if is_link:
+                kind = "symlink"
+            elif is_dir:
+                kind = "dir"
+            elif stat.S_ISREG(st.st_mode):
+                kind = "file"
+            elif files_only:
+                continue
+            else:
+                kind = "other"
+            entry = _new_entry(Entry, (rel, kind, st.st_size, int(st.st_mtime), depth))
+            out.append(((entry if visible else None), descend))
+        return out
 
     def _suspects(
         self,
-        rel_dir: str,
         chain: list[tuple[int, Rules]],
-        kept: list[tuple[os.DirEntry[str], str, bool, bool]],
+        kept: list[tuple[os.DirEntry[str], str, str, bool, bool]],
     ) -> set[int] | None:
         """Indices of ``kept`` that a denied pattern or an ignore rule may match."""
         denied_scan = _denied_scan(self.sandbox)
@@ -281,7 +317,7 @@ class Walker:
             return None
         lines: list[str] = []
         owners: list[int] = []
-        for n, (_, rel, _, is_dir) in enumerate(kept):
+        for n, (_, _, rel, _, is_dir) in enumerate(kept):
             if "\n" in rel:
                 return None  # one path over two lines: judge each path alone
             lines.append(rel)
@@ -326,22 +362,19 @@ class Walker:
         return True
 
 
-def _entry(
-    child: os.DirEntry[str], rel: str, depth: int, is_link: bool, is_dir: bool
-) -> Entry | None:
+def _open_dir(path: str) -> int | None:
     try:
-        st = child.stat(follow_symlinks=False)
+        return os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     except OSError:
         return None
-    if is_link:
-        kind = "symlink"
-    elif is_dir:
-        kind = "dir"
-    elif stat.S_ISREG(st.st_mode):
-        kind = "file"
-    else:
-        kind = "other"
-    return Entry(rel, kind, st.st_size, int(st.st_mtime), depth)
+
+
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_SCANDIR_FD = os.scandir in os.supports_fd
+_by_name = operator.attrgetter("name")
+# Entry's own constructor is a Python function; a walk makes one per entry.
+_new_entry = tuple.__new__
 
 
 def _denied_scan(sandbox: Sandbox) -> LineScan | None:
@@ -409,7 +442,11 @@ class Excludes:
 
     def matches(self, rel: str, is_dir: bool) -> bool:
         """Whether ``rel`` itself (not merely a parent) is excluded."""
-        name = rel.rpartition("/")[2].lower()
+        return self.matches_name(rel.rpartition("/")[2], rel, is_dir)
+
+    def matches_name(self, name: str, rel: str, is_dir: bool) -> bool:
+        """:meth:`matches`, for a walk that has ``rel``'s last part at hand."""
+        name = name.lower()
         if name in self._names or (is_dir and name in self._dir_names):
             return True
         if self._suffix_tuple and name.endswith(self._suffix_tuple):
