@@ -137,6 +137,27 @@ class Walker:
         walk still goes through every directory.  ``check`` runs before each
         directory is read (a cancel check that raises).
         """
+        for batch in self.walk_batches(
+            start_rel,
+            max_depth=max_depth,
+            follow_symlinks=follow_symlinks,
+            files_only=files_only,
+            wanted=wanted,
+            check=check,
+        ):
+            yield from batch
+
+    def walk_batches(
+        self,
+        start_rel: str = "",
+        *,
+        max_depth: int | None = None,
+        follow_symlinks: bool = False,
+        files_only: bool = False,
+        wanted: Callable[[str], bool] | None = None,
+        check: Callable[[], None] | None = None,
+    ) -> Iterator[list[Entry]]:
+        """:meth:`walk`'s entries, one list per directory read (none empty)."""
         seen: set[tuple[int, int]] = set()
         start_abs = self.root if start_rel in ("", ".") else os.path.join(self.root, start_rel)
         try:
@@ -167,7 +188,7 @@ class Walker:
         seen: set[tuple[int, int]],
         wanted: Callable[[str], bool] | None = None,
         check: Callable[[], None] | None = None,
-    ) -> Iterator[Entry]:
+    ) -> Iterator[list[Entry]]:
         # Breadth first, names sorted within each directory: a walk stopped
         # early (a cap) has shown the top of the tree, not one deep corner.
         limit = MAX_DEPTH if max_depth is None else min(max_depth, MAX_DEPTH)
@@ -186,24 +207,15 @@ class Walker:
                 # fstatat of its bare name: no walk of the whole path again.
                 with os.scandir(fd) if _SCANDIR_FD else os.scandir(abs_dir) as it:
                     children = sorted(it, key=_by_name)
-                judged = self._judge(
-                    abs_dir,
-                    rel_dir,
-                    children,
-                    depth,
-                    follow,
-                    files_only,
-                    seen,
-                    wanted,
-                    depth < limit,
+                entries, descend = self._judge(
+                    abs_dir, rel_dir, children, depth, follow, files_only, seen, wanted
                 )
             finally:
                 os.close(fd)
-            for entry, descend in judged:
-                if entry is not None:
-                    yield entry
-                if descend is not None:
-                    queue.append((descend[0], descend[1], depth + 1))
+            if depth < limit:
+                queue.extend((path, rel, depth + 1) for path, rel in descend)
+            if entries:
+                yield entries
 
     def _judge(
         self,
@@ -215,12 +227,13 @@ class Walker:
         files_only: bool,
         seen: set[tuple[int, int]],
         wanted: Callable[[str], bool] | None,
-        deeper: bool,
-    ) -> list[tuple[Entry | None, tuple[str, str] | None]]:
+    ) -> tuple[list[Entry], list[tuple[str, str]]]:
         """One directory's children that pass every filter, in order.
 
-        Each is (the entry to show, or None for a directory only walked
-        through; the (absolute, relative) path to descend into, or None).
+        Returns the entries to show and the directories to walk into, as
+        (absolute, relative) paths; a directory may be walked through
+        without being shown (one above an allowed root, one a glob does not
+        match).
         The denied patterns and each ignore file's rules are asked about the
         whole directory at once (:class:`LineScan`); only the names one of
         them may match are then judged one by one, by the same code a
@@ -251,22 +264,22 @@ class Walker:
                 continue
             kept.append((child, name, prefix + name, is_link, is_dir))
         if not kept:
-            return []
+            return [], []
         chain = self._specs_above(rel_dir, ignore_files)
         # Which children some rule may apply to; None means "ask about each".
         suspects = self._suspects(chain, kept)
         denied = self.sandbox.denied_inside
         excludes = self.excludes
         everything = self._everything
-        out: list[tuple[Entry | None, tuple[str, str] | None]] = []
+        entries: list[Entry] = []
+        descend: list[tuple[str, str]] = []
         for n, (child, name, rel, is_link, is_dir) in enumerate(kept):
             exact = suspects is None or n in suspects or is_link
             if exact and denied(rel, is_dir) is not None:
                 continue
             target_dir = False
-            path = f"{abs_dir}/{name}"
             if is_link and follow:
-                target_dir = self._followable_dir(path, seen)
+                target_dir = self._followable_dir(f"{abs_dir}/{name}", seen)
             walked = is_dir or target_dir
             if exact and chain and self._ignored_in(chain, rel, walked):
                 continue
@@ -277,16 +290,16 @@ class Walker:
                 continue
             visible = True
             if not everything:
+                path = f"{abs_dir}/{name}"
                 real = os.path.realpath(path) if target_dir else path
                 visible = self._inside(real)
                 if not visible and not (walked and self._above(real)):
                     continue
-            descend = (path, rel) if walked and deeper else None
+            if walked:
+                descend.append((f"{abs_dir}/{name}", rel))
             # A symlink to a directory it does not follow is a file to a
             # files-only walk (search reads through it, inside the project).
-            if (wanted is not None and not wanted(rel)) or (files_only and (is_dir or target_dir)):
-                if descend is not None:
-                    out.append((None, descend))  # not shown, but walked through
+            if not visible or (files_only and walked) or (wanted is not None and not wanted(rel)):
                 continue
             try:
                 st = child.stat(follow_symlinks=False)
@@ -302,9 +315,8 @@ class Walker:
                 continue
             else:
                 kind = "other"
-            entry = _new_entry(Entry, (rel, kind, st.st_size, int(st.st_mtime), depth))
-            out.append(((entry if visible else None), descend))
-        return out
+            entries.append(_new_entry(Entry, (rel, kind, st.st_size, int(st.st_mtime), depth)))
+        return entries, descend
 
     def _suspects(
         self,
