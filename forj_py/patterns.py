@@ -340,9 +340,13 @@ class LineScan:
         self._regexp = _re2.compile(combined, options)._regexp
         self._unanchored = _re2._re2.RE2.Anchor.UNANCHORED
 
-    def hits(self, lines: Sequence[str]) -> set[int]:
-        """Indices of ``lines`` (none holding a newline) that a match touches."""
-        text = "\n".join(lines)
+    def hits(self, lines: Sequence[str], prefix: str = "") -> set[int]:
+        """Indices of ``lines`` (none holding a newline) that a match touches.
+
+        Each line is scanned as ``prefix`` + the line (one directory's
+        names, as paths): the text is put together in C.
+        """
+        text = prefix + f"\n{prefix}".join(lines) if prefix else "\n".join(lines)
         data = text.encode("utf-8")
         found: set[int] = set()
         pos, end = 0, len(data)
@@ -360,7 +364,15 @@ class LineScan:
                     if len(data) == len(text)
                     else (len(line.encode("utf-8")) for line in lines)
                 )
-                starts = list(map(operator.add, itertools.accumulate(lengths, initial=0), count()))
+                # Line n starts after n earlier lines, their prefixes and newlines.
+                step = len(prefix.encode("utf-8")) + 1
+                starts = list(
+                    map(
+                        operator.add,
+                        itertools.accumulate(lengths, initial=0),
+                        count(0, step),
+                    )
+                )
                 starts.pop()
             first = bisect.bisect_right(starts, begin) - 1
             last = bisect.bisect_right(starts, max(stop - 1, begin)) - 1

@@ -59,6 +59,29 @@ def test_line_scan_reports_every_path_a_rule_matches(
             assert n in hits, (text, lines)
 
 
+@needs_re2
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_LINES, min_size=1, max_size=6),
+    st.lists(_PARTS, min_size=1, max_size=3),
+    st.lists(_PARTS, min_size=1, max_size=12),
+)
+def test_line_scan_with_a_directory_prefix_reports_every_path_a_rule_matches(
+    lines: list[str], directory: list[str], names: list[str]
+) -> None:
+    # One directory's names scanned as paths below it: the same verdicts as
+    # scanning each whole path, the offsets counted with the prefix.
+    sources = [s for line in lines for s, _ in gitignore_regexes(line, marks_dirs=True)]
+    prefix = "/".join(directory) + "/"
+    texts = names + [name + "/" for name in names]
+    one_by_one = RegexSet(sources)
+    hits = LineScan(sources).hits(texts, prefix)
+    assert hits <= set(range(len(texts)))
+    for n, text in enumerate(texts):
+        if one_by_one.matching(prefix + text):
+            assert n in hits, (prefix + text, lines)
+
+
 def _random_tree(rng: random.Random, depth: int) -> dict[str, Any]:
     names = ["src", "build", "a", ".env", "x.log", "keep.log", "id_rsa.pub", "n.py", "IMG.PNG"]
     tree: dict[str, Any] = {}

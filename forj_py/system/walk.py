@@ -267,7 +267,7 @@ class Walker:
             return [], []
         chain = self._specs_above(rel_dir, ignore_files)
         # Which children some rule may apply to; None means "ask about each".
-        suspects = self._suspects(chain, kept)
+        suspects = self._suspects(rel_dir, chain, kept)
         denied = self.sandbox.denied_inside
         excludes = self.excludes
         everything = self._everything
@@ -320,6 +320,7 @@ class Walker:
 
     def _suspects(
         self,
+        rel_dir: str,
         chain: list[tuple[int, Rules]],
         kept: list[tuple[os.DirEntry[str], str, str, bool, bool]],
     ) -> set[int] | None:
@@ -327,27 +328,26 @@ class Walker:
         denied_scan = _denied_scan(self.sandbox)
         if denied_scan is None:
             return None
+        # Each child's name (and "name/" for a directory), scanned as a path
+        # below each scanner's own directory.
         lines: list[str] = []
         owners: list[int] = []
-        for n, (_, _, rel, _, is_dir) in enumerate(kept):
-            if "\n" in rel:
-                return None  # one path over two lines: judge each path alone
-            lines.append(rel)
+        for n, (_, name, _, _, is_dir) in enumerate(kept):
+            lines.append(name)
             owners.append(n)
             if is_dir:
-                lines.append(rel + "/")
+                lines.append(name + "/")
                 owners.append(n)
-        hits = denied_scan.hits(lines)
-        if hits is None:
-            return None
+        if "\n" in rel_dir or any("\n" in name for name in lines):
+            return None  # one path over two lines: judge each path alone
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        hits = denied_scan.hits(lines, prefix)
         suspects = {owners[i] for i in hits}
         for strip, rules in chain:
             scan = rules.scan()
             if scan is None:
                 return None
-            found = scan.hits([line[strip:] for line in lines])
-            if found is None:
-                return None
+            found = scan.hits(lines, prefix[strip:])
             suspects.update(owners[i] for i in found)
         return suspects
 
@@ -430,8 +430,6 @@ class Excludes:
                 self._names.add(pattern.lower())
             else:
                 rest.append(pattern)
-        # Every suffix starts with ".": ending with one is what "*.png" means.
-        self._suffix_tuple = tuple(sorted(self._suffixes))
         self._all = _compile(rest, ignore_case=True) if rest else None
         self._each_rules: list[Rules] | None = None
 
@@ -461,8 +459,16 @@ class Excludes:
         name = name.lower()
         if name in self._names or (is_dir and name in self._dir_names):
             return True
-        if self._suffix_tuple and name.endswith(self._suffix_tuple):
-            return True
+        suffixes = self._suffixes
+        if suffixes:
+            # Every suffix starts with ".": the name ends with one exactly when
+            # what follows one of its dots is one (a set lookup per dot, not
+            # a comparison per suffix).
+            dot = name.find(".")
+            while dot != -1:
+                if name[dot:] in suffixes:
+                    return True
+                dot = name.find(".", dot + 1)
         return self._all is not None and self._all.verdict(rel, is_dir) is True
 
     def under(self, rel: str, is_dir: bool) -> set[int]:
