@@ -258,8 +258,10 @@ class Walker:
                     self.unreadable_names += 1  # the model could not name it
                     continue
             try:
-                is_dir = child.is_dir(follow_symlinks=False)
-                is_link = not is_dir and child.is_symlink()
+                # From the directory listing's file types; a symlink is not
+                # a directory here whatever it points to.
+                is_link = child.is_symlink()
+                is_dir = not is_link and child.is_dir()
             except OSError:
                 continue
             kept.append((child, name, prefix + name, is_link, is_dir))
@@ -273,17 +275,20 @@ class Walker:
         everything = self._everything
         entries: list[Entry] = []
         descend: list[tuple[str, str]] = []
+        excluded_by = excludes.matches_name if excludes else None
+        every = suspects is None
+        no_suspects = not suspects
         for n, (child, name, rel, is_link, is_dir) in enumerate(kept):
-            exact = suspects is None or n in suspects or is_link
-            if exact and denied(rel, is_dir) is not None:
-                continue
             target_dir = False
-            if is_link and follow:
-                target_dir = self._followable_dir(f"{abs_dir}/{name}", seen)
+            if is_link or every or (not no_suspects and n in suspects):  # type: ignore[operator]
+                if denied(rel, is_dir) is not None:
+                    continue
+                if is_link and follow:
+                    target_dir = self._followable_dir(f"{abs_dir}/{name}", seen)
+                if chain and self._ignored_in(chain, rel, is_dir or target_dir):
+                    continue
             walked = is_dir or target_dir
-            if exact and chain and self._ignored_in(chain, rel, walked):
-                continue
-            if excludes is not None and excludes.matches_name(name, rel, walked):
+            if excluded_by is not None and excluded_by(name, rel, walked):
                 self.excluded += 1
                 if len(self.excluded_examples) < EXCLUDED_EXAMPLES:
                     self.excluded_examples.append(rel + "/" if walked else rel)
@@ -299,10 +304,13 @@ class Walker:
                 descend.append((f"{abs_dir}/{name}", rel))
             # A symlink to a directory it does not follow is a file to a
             # files-only walk (search reads through it, inside the project).
-            if not visible or (files_only and walked) or (wanted is not None and not wanted(rel)):
+            if (wanted is not None or files_only or not visible) and (
+                not visible or (files_only and walked) or (wanted is not None and not wanted(rel))
+            ):
                 continue
             try:
-                st = child.stat(follow_symlinks=False)
+                # For what is not a symlink, DirEntry.stat() is its lstat.
+                st = child.stat(follow_symlinks=False) if is_link else child.stat()
             except OSError:
                 continue
             if is_link:
