@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeWorker, call, run, user_config, write_tree
+from conftest import Boom, MakeWorker, call, run, user_config, write_tree
 
 from forj_py import __version__
 from forj_py.config import ConfigError, load
@@ -27,6 +27,25 @@ def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
         worker, list(calls), approved=[c["id"] for c in calls], capacity_bytes=1_000_000
     )
     return list(result["results"])
+
+
+# ------------------------------------------------------------------ §3
+
+
+def test_sdk_3_e_shell_e_timeout_and_e_internal_from_real_calls(make_worker: MakeWorker) -> None:
+    """The codes the mapping gives, on calls that really failed that way."""
+    worker = make_worker(extra_tools=[Boom()])
+    failed, slow, crashed = _exec(
+        worker,
+        call("f", "shell_exec", cmd="echo no >&2; exit 3"),
+        # A limit far below the command's length: the outcome is not a race.
+        call("t", "shell_exec", cmd="sleep 60", timeout_ms=1000),
+        call("c", "boom", text="x"),
+    )
+    assert failed["error"]["details"]["code"] == "E_SHELL"
+    assert failed["error"]["details"]["exit_code"] == 3
+    assert slow["error"]["details"]["code"] == "E_TIMEOUT"
+    assert crashed["error"]["details"]["code"] == "E_INTERNAL"
 
 
 # ------------------------------------------------------------------ §4
