@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,26 @@ def test_sdk_5_2_shell_exec_passes_env_and_stdin(make_worker: MakeWorker) -> Non
     assert r["ok"], r
     assert r["result"]["code"] == 0
     assert r["result"]["stdout"] == "from-stdin\nfrom-env\n"
+
+
+# ------------------------------------------------------------------ §6
+
+
+def test_sdk_6_git_status_is_read_only_and_runs_unreviewed(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "README.md"], check=True)
+    plan = make_worker().plan(
+        {
+            "calls": [
+                call("s", "git_status", porcelain=True),
+                call("c", "git_commit", message="feat: x"),
+            ]
+        }
+    )
+    dispositions = {i["id"]: i["disposition"] for i in plan["items"]}
+    assert dispositions == {"s": "execute", "c": "confirm"}
 
 
 # ------------------------------------------------------------------ §11
