@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Boom, MakeWorker, call, run, user_config, write_tree
+from conftest import Boom, MakeWorker, call, project_config, run, user_config, write_tree
 
 from forj_py import __version__
 from forj_py.config import ConfigError, load
@@ -59,6 +59,44 @@ def test_sdk_4_a_version_key_is_refused_by_name(project: Path) -> None:
         load(project)
     assert os.environ["FORJ_CONFIG"] in str(exc.value)
     assert "version" in str(exc.value)
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=T", "-c", "user.email=t@example.com", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_sdk_4_require_clean_tree_for_commit_false_is_the_users_choice(
+    make_worker: MakeWorker, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "T")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "t@example.com")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "T")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "t@example.com")
+    _git(project, "init", "-q", "-b", "main")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "start")
+    (project / "README.md").write_text("# staged\n")
+    _git(project, "add", "README.md")
+    (project / "README.md").write_text("# staged, then changed again\n")
+    # A project file cannot turn the guard off: the commit is still refused.
+    project_config(project, "[tools.git]\nrequire_clean_tree_for_commit = false\n")
+    (refused,) = _exec(make_worker(), call("c", "git_commit", message="docs: x"))
+    assert refused["error"]["details"]["rule"] == "sec.git.clean_tree"
+    # The user's own file can: the staged version is committed, the rest stays unstaged.
+    (project / ".forj" / "config.toml").unlink()
+    user_config("[tools.git]\nrequire_clean_tree_for_commit = false\n")
+    (done,) = _exec(make_worker(), call("c", "git_commit", message="docs: x"))
+    assert done["ok"], done
+    assert _git(project, "show", "HEAD:README.md") == "# staged\n"
+    assert (project / "README.md").read_text() == "# staged, then changed again\n"
 
 
 # ------------------------------------------------------------------ §5.1
