@@ -217,6 +217,20 @@ def test_sdk_6_git_status_is_read_only_and_runs_unreviewed(
     assert dispositions == {"s": "execute", "c": "confirm"}
 
 
+def test_sdk_6_fs_move_refuses_a_file_changed_after_review(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """No lock is held between review and run: the hash taken at review is checked instead."""
+    worker = make_worker()
+    plan = worker.plan({"calls": [call("m", "fs_move", src="README.md", dst="docs/README.md")]})
+    (project / "README.md").write_text("# changed after review\n")
+    reply = worker.execute({"batch_id": plan["batch_id"], "approved": ["m"]}, lambda e: None)
+    (res,) = reply["results"]
+    assert not res["ok"] and res["error"]["type"] == "stale-file"
+    assert (project / "README.md").read_text() == "# changed after review\n"
+    assert not (project / "docs/README.md").exists()
+
+
 # ------------------------------------------------------------------ §11
 
 
