@@ -174,6 +174,7 @@ def build_policy(config: Config, registry: Registry) -> Policy:
             "[tools.shell] network_commands still works; the new spelling is [permissions] "
             'network = ["run_shell(COMMAND)"]'
         )
+    allow, ask, deny = (_as_forj_tools(rules, registry, warnings) for rules in (allow, ask, deny))
     for rule in [*allow, *ask, *deny]:
         _check_rule(rule, registry, warnings)
     for text in perms.network:
@@ -208,6 +209,30 @@ def _info_of(registry: Registry, name: str) -> ToolInfo:
     entry = registry.get(name)
     assert entry is not None
     return entry.info
+
+
+def _as_forj_tools(
+    rules: list[PermissionRule], registry: Registry, warnings: list[str]
+) -> list[PermissionRule]:
+    """Rules naming a seed 004 name (``file_read``) rewritten to its forj tool.
+
+    Calls by those names are judged as their forj tools, so a rule left
+    under the other name would match nothing, silently.
+    """
+    out = []
+    for rule in rules:
+        entry = registry.get(rule.tool)
+        alias_of = entry.info.alias_of if entry is not None else None
+        if alias_of is None:
+            out.append(rule)
+            continue
+        text = alias_of + rule.text[len(rule.tool) :]
+        warnings.append(
+            f"{rule.source} {rule.text!r}: {rule.tool} is seed 004's name for {alias_of}; "
+            f"read as {text!r} (its arguments are {alias_of}'s); write that instead"
+        )
+        out.append(parse_rule(text, rule.source))
+    return out
 
 
 def _check_rule(rule: PermissionRule, registry: Registry, warnings: list[str]) -> None:

@@ -206,13 +206,15 @@ class Runner:
         if gate is not None:
             # The rules again, against what really ran: an earlier call of the
             # batch may have been denied or failed since planning.
-            violation = gate.before(name, planned.raw_args or {})
+            violation = gate.before(planned.rule_name or name, planned.raw_args or {})
             if violation is not None:
                 return error_result(cid, name, violation), True, None
         emit(Event(batch_id=batch.batch_id, call_id=cid, seq=planned.seq, kind="started"))
         result, truncatable, encoded = self._run_tool(batch, planned, limit, emit, user_texts)
         if gate is not None:
-            gate.after(name, planned.raw_args or {}, cid, bool(result.get("ok")))
+            gate.after(
+                planned.rule_name or name, planned.raw_args or {}, cid, bool(result.get("ok"))
+            )
         emit(
             Event(
                 batch_id=batch.batch_id,

@@ -84,8 +84,10 @@ class PlannedCall:
     standing: bool = False
     grant_pattern: str | None = None
     subject: Subject | None = None
-    # The arguments as sent (nulls dropped): what rules and deduplication compare.
+    # The arguments as sent (nulls dropped): what rules and deduplication
+    # compare.  For a seed 004 name, its forj tool's arguments and name.
     raw_args: dict[str, Any] | None = None
+    rule_name: str | None = None
 
     def item(self) -> PlanItem:
         return PlanItem(
@@ -296,6 +298,9 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
     planned.warnings = notes
     assert pc.consent is not None
     rule_tool, rule_args, rule_raw = tool.as_rules_see_it(args, raw_args)
+    # The rules are asked again when the call runs, and count it after: as
+    # the tool they judged it to be.
+    planned.rule_name, planned.raw_args = rule_tool.name, rule_raw
     subject = subject_of(
         rule_tool,
         rule_args,

@@ -18,7 +18,7 @@ import os
 import stat
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import errors
 from ..config import Config
@@ -125,11 +125,21 @@ class FileRead(_Adapter[FileReadArgs]):
         return {"path": args.path, "max_bytes": args.max_bytes}
 
     def reshape(self, result: Any, args: FileReadArgs, ctx: ToolContext) -> Any:
-        sp = ctx.sandbox.resolve(args.path, ctx.working_dir)
-        # The hash read_file recorded for the stale-file rule: the file's
-        # own bytes, whatever the content's encoding or cut.
-        digest = ctx.session.file_reads.get(sp.canonical)
-        return {**result, "sha256": digest}
+        out = dict(result)
+        if result.get("redacted_credentials"):
+            # The hash of bytes the model saw all but the secret of would let
+            # it test guesses of the secret offline.
+            out["sha256"] = None
+            out["sha256_note"] = "not given: the content shown has credentials redacted"
+        elif result.get("binary"):
+            out["sha256"] = None
+            out["sha256_note"] = "not given for binary files"
+        else:
+            sp = ctx.sandbox.resolve(args.path, ctx.working_dir)
+            # The hash read_file recorded for the stale-file rule, during this
+            # very read: the file's own bytes, whatever the content's cut.
+            out["sha256"] = ctx.session.file_reads.get(sp.canonical)
+        return out
 
 
 # --------------------------------------------------------------- file_write
@@ -145,8 +155,16 @@ class FileWriteArgs(_Strict):
     mode_octal: str | None = Field(
         default=None,
         pattern=r"^0?[0-7]{3}$",
-        description="Permission bits for the file, e.g. '0644' (no setuid, setgid or sticky)",
+        description="Permission bits for the file, e.g. '0644' (no setuid, setgid or sticky, "
+        "not writable by others)",
     )
+
+    @field_validator("mode_octal")
+    @classmethod
+    def _not_world_writable(cls, mode: str | None) -> str | None:
+        if mode is not None and int(mode, 8) & 0o002:
+            raise ValueError(f"mode {mode} lets every user write the file; drop the last 2")
+        return mode
 
 
 class FileWrite(_Adapter[FileWriteArgs]):
@@ -169,21 +187,21 @@ class FileWrite(_Adapter[FileWriteArgs]):
         self._check_parent(args, ctx)
         return super().preview(args, ctx)
 
+    def review_notes(self, args: FileWriteArgs, ctx: ToolContext) -> list[str]:
+        notes = super().review_notes(args, ctx)
+        if args.mode_octal is not None:
+            # A mode is not part of the diff; the user sees it here, always.
+            notes.append(
+                f"Sets the file's mode to {args.mode_octal} after writing it (undo restores "
+                "the content, not the mode)"
+            )
+        return notes
+
     def execute(self, args: FileWriteArgs, ctx: ToolContext) -> Any:
         self._check_parent(args, ctx)
         result = self.target.execute(self.inner(args), ctx)
         if args.mode_octal is not None:
-            sp = ctx.sandbox.resolve(args.path, ctx.working_dir)
-            # lstat, then chmod through no link: the write replaced the
-            # file atomically, so a link here would be someone else's.
-            st = os.lstat(sp.canonical)
-            if not stat.S_ISREG(st.st_mode):
-                raise errors.file_error(
-                    f"{sp.display} is no longer a regular file; its mode was not set",
-                    sp.display,
-                    recovery=["Read the path to see what is there now"],
-                )
-            os.chmod(sp.canonical, int(args.mode_octal, 8) & 0o777)
+            self._set_mode(args, ctx, int(args.mode_octal, 8))
         return {
             "written": True,
             "bytes": result.get("bytes_written", len(args.content.encode("utf-8"))),
@@ -191,6 +209,29 @@ class FileWrite(_Adapter[FileWriteArgs]):
             "created": result.get("created", False),
             "backup_path": result.get("backup_path"),
         }
+
+    def _set_mode(self, args: FileWriteArgs, ctx: ToolContext, mode: int) -> None:
+        sp = ctx.sandbox.resolve(args.path, ctx.working_dir, for_write=True)
+        # Opened without following a link and changed through the descriptor:
+        # a link swapped in after the write cannot aim the chmod elsewhere.
+        try:
+            fd = os.open(sp.canonical, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise errors.file_error(
+                f"{sp.display} was written but its mode was not set: {exc.strerror}",
+                sp.display,
+                recovery=["Read the path to see what is there now"],
+            ) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise errors.file_error(
+                    f"{sp.display} is no longer a regular file; its mode was not set",
+                    sp.display,
+                    recovery=["Read the path to see what is there now"],
+                )
+            os.fchmod(fd, mode & 0o777)
+        finally:
+            os.close(fd)
 
     def _check_parent(self, args: FileWriteArgs, ctx: ToolContext) -> None:
         if args.create_dirs:
