@@ -46,6 +46,15 @@ guards against a worker that stopped answering."
   :type 'number
   :group 'forj)
 
+(defcustom forj-epc-json-frames t
+  "Non-nil means ask the worker for JSON frames when saying hello.
+Replies and events then arrive as raw JSON that Emacs parses where it
+lies, instead of JSON inside a Lisp string that must be read first and
+parsed after; large results and command output reach Emacs several
+times faster.  Nil keeps to standard EPC frames."
+  :type 'boolean
+  :group 'forj)
+
 ;;; Connection objects
 
 (cl-defstruct (forj-epc-connection (:constructor forj-epc--make-connection)
@@ -117,6 +126,8 @@ call's UID."
                        (list :type "worker-died"
                              :message (format "the worker connection is closed (%s)"
                                               (or (forj-epc-connection-dead conn) "closed")))))
+      (when (and forj-epc-json-frames (equal method "hello"))
+        (setq body (forj-epc--offer-json-frames body)))
       (puthash uid (list success error-fn timer) (forj-epc-connection-pending conn))
       (forj-epc--send conn (list 'call uid (intern method)
                                  (list (forj-epc--json-encode body)))))
@@ -138,6 +149,15 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
       value)))
 
 ;;; Internals: sending
+
+(defun forj-epc--offer-json-frames (body)
+  "BODY of a hello call, its client saying it accepts JSON frames.
+A worker that knows them answers in them; an older one ignores the
+offer and keeps to standard frames, which are always understood."
+  (if (or (null body) (keywordp (car-safe body)))
+      (let ((client (copy-sequence (plist-get body :client))))
+        (plist-put (copy-sequence body) :client (plist-put client :frames ["json"])))
+    body))
 
 (defun forj-epc--json-encode (body)
   "BODY (a plist, alist or hash table; nil for {}) as a JSON string."
@@ -163,17 +183,18 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
 ;;; Internals: receiving
 
 (defun forj-epc--filter (process output)
-  "Append OUTPUT from PROCESS and handle every complete frame."
+  "Append OUTPUT from PROCESS and handle every complete frame.
+Only complete frames are taken; a frame split across any number of
+chunks waits in the process buffer until its last byte arrives."
   (let ((conn (process-get process 'forj-epc-connection))
         (buffer (process-buffer process)))
     (when (buffer-live-p buffer)
       (with-current-buffer buffer
         (goto-char (point-max))
         (insert output)
-        (let ((frames nil))
+        (let ((messages nil))
           (catch 'incomplete
             (while t
-              (goto-char (point-min))
               (when (< (buffer-size) 6) (throw 'incomplete nil))
               (let* ((head (buffer-substring-no-properties 1 7))
                      (length (and (string-match-p "\\`[0-9a-fA-F]\\{6\\}\\'" head)
@@ -182,10 +203,44 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
                   (forj-epc-close conn (format "bad frame header %S from the worker" head))
                   (throw 'incomplete nil))
                 (when (< (buffer-size) (+ 6 length)) (throw 'incomplete nil))
-                (push (buffer-substring-no-properties 7 (+ 7 length)) frames)
+                (push (forj-epc--take 7 (+ 7 length)) messages)
                 (delete-region 1 (+ 7 length)))))
-          (dolist (frame (nreverse frames))
-            (forj-epc--dispatch conn frame)))))))
+          (dolist (message (nreverse messages))
+            (forj-epc--dispatch conn message)))))))
+
+(defun forj-epc--take (start end)
+  "The frame between START and END of the current (process) buffer.
+A JSON frame is parsed where it lies, straight from the buffer, and
+comes back as (json HEADER OK . VALUE): VALUE is the decoded JSON
+when OK, else an error plist.  A standard frame comes back as its raw
+bytes, a string."
+  (goto-char start)
+  (if (not (looking-at-p "([a-z-]+-json[ )]"))
+      (buffer-substring-no-properties start end)
+    (let ((header (condition-case nil
+                      (let ((read-circle nil)) (read (current-buffer)))
+                    (error nil))))
+      (cons 'json
+            (cons header
+                  (condition-case err
+                      (let* ((raw (and (eq (car-safe header) 'event-json) (nth 1 header)))
+                             ;; The last RAW bytes before the final newline are
+                             ;; the event's data, as they are (UTF-8).
+                             (data-start (and (natnump raw) (- end 1 raw)))
+                             (value (save-restriction
+                                      (narrow-to-region (point) (or data-start end))
+                                      (json-parse-buffer :object-type 'plist :array-type 'array
+                                                         :null-object :null :false-object :false))))
+                        (when data-start
+                          (setq value (plist-put value :data
+                                                 (decode-coding-string
+                                                  (buffer-substring-no-properties data-start (1- end))
+                                                  'utf-8-unix t))))
+                        (cons t value))
+                    (error
+                     (cons nil (list :type "bad-reply"
+                                     :message (format "unreadable reply: %s"
+                                                      (error-message-string err)))))))))))
 
 (defun forj-epc--read (frame)
   "Read the s-expression in FRAME (raw bytes), or nil if it is unreadable."
@@ -195,33 +250,51 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
     (error nil)))
 
 (defun forj-epc--dispatch (conn frame)
-  "Handle one FRAME received on CONN."
-  (let* ((message (forj-epc--read frame))
-         (kind (car-safe message))
-         (uid (car-safe (cdr-safe message))))
-    (pcase kind
-      ('return (forj-epc--settle conn uid t (nth 2 message)))
-      ((or 'return-error 'epc-error)
-       (forj-epc--settle conn uid nil (forj-epc--error-plist kind (nth 2 message))))
-      ('call (forj-epc--incoming-call conn uid (nth 2 message) (nth 3 message)))
-      (_ (message "forj: ignoring an unreadable message from the worker")))))
+  "Handle one FRAME received on CONN: raw bytes, or a parsed JSON frame."
+  (if (eq (car-safe frame) 'json)
+      (forj-epc--dispatch-json conn (cadr frame) (cddr frame))
+    (let* ((message (forj-epc--read frame))
+           (kind (car-safe message))
+           (uid (car-safe (cdr-safe message))))
+      (pcase kind
+        ('return (forj-epc--settle conn uid t (nth 2 message)))
+        ((or 'return-error 'epc-error)
+         (forj-epc--settle conn uid nil (forj-epc--error-plist kind (nth 2 message))))
+        ('call (forj-epc--incoming-call conn uid (nth 2 message) (nth 3 message)))
+        (_ (message "forj: ignoring an unreadable message from the worker"))))))
+
+(defun forj-epc--dispatch-json (conn header outcome)
+  "Handle a JSON frame on CONN: its HEADER and OUTCOME, (OK . VALUE).
+`(return-json UID)' answers call UID; `(event-json)' is an event, which
+needs no answer."
+  (pcase header
+    (`(return-json ,uid) (forj-epc--finish conn uid outcome))
+    (`(event-json . ,_) (when (car outcome) (forj-epc--event conn (cdr outcome))))
+    (_ (message "forj: ignoring an unreadable message from the worker"))))
 
 (defun forj-epc--settle (conn uid ok value)
-  "Finish pending call UID on CONN: OK means VALUE is the reply text."
+  "Finish pending call UID on CONN: OK means VALUE is the reply text.
+Otherwise VALUE is an error plist."
+  (when (and (integerp uid) (gethash uid (forj-epc-connection-pending conn)))
+    (forj-epc--finish
+     conn uid
+     (if (not ok)
+         (cons nil value)
+       (condition-case err
+           (cons t (forj-epc--json-decode value))
+         (error (cons nil (list :type "bad-reply"
+                                :message (format "unreadable reply: %s"
+                                                 (error-message-string err))))))))))
+
+(defun forj-epc--finish (conn uid outcome)
+  "Finish pending call UID on CONN with OUTCOME, (t . REPLY) or (nil . ERROR)."
   (let ((entry (and (integerp uid) (gethash uid (forj-epc-connection-pending conn)))))
     (when entry
       (remhash uid (forj-epc-connection-pending conn))
       (cancel-timer (nth 2 entry))
-      (if ok
-          (let ((decoded (condition-case err
-                             (cons t (forj-epc--json-decode value))
-                           (error (cons nil (list :type "bad-reply"
-                                                  :message (format "unreadable reply: %s"
-                                                                   (error-message-string err))))))))
-            (if (car decoded)
-                (when (nth 0 entry) (funcall (nth 0 entry) (cdr decoded)))
-              (funcall (nth 1 entry) (cdr decoded))))
-        (funcall (nth 1 entry) value)))))
+      (if (car outcome)
+          (when (nth 0 entry) (funcall (nth 0 entry) (cdr outcome)))
+        (funcall (nth 1 entry) (cdr outcome))))))
 
 (defun forj-epc--error-plist (kind payload)
   "An error plist from a KIND message carrying PAYLOAD."
@@ -245,13 +318,17 @@ Only `event' exists; any other method gets an EPC error."
   (if (not (eq method 'event))
       (forj-epc--send conn (list 'epc-error uid (format "No such method: %S" method)))
     (forj-epc--send conn (list 'return uid nil))
-    (let ((handler (forj-epc-connection-on-event conn))
-          (event (and (stringp (car-safe args))
+    (let ((event (and (stringp (car-safe args))
                       (ignore-errors (forj-epc--json-decode (car args))))))
-      (when (and handler event)
-        (condition-case err
-            (funcall handler event)
-          (error (message "forj: event handler failed: %s" (error-message-string err))))))))
+      (when event (forj-epc--event conn event)))))
+
+(defun forj-epc--event (conn event)
+  "Hand EVENT, a plist, to CONN's event function."
+  (let ((handler (forj-epc-connection-on-event conn)))
+    (when handler
+      (condition-case err
+          (funcall handler event)
+        (error (message "forj: event handler failed: %s" (error-message-string err)))))))
 
 ;;; Internals: timeouts and death
 

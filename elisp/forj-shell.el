@@ -301,14 +301,24 @@ Windows showing the end of BUFFER keep showing it."
              (inhibit-modification-hooks t))
         (save-excursion
           (goto-char forj-shell--output-end)
-          (insert (if (equal kind "stderr") (propertize data 'face 'forj-shell-stderr) data))
-          (setq forj-shell--lines (+ forj-shell--lines (cl-count ?\n data)))
+          (let ((start (point)))
+            (insert data)
+            (when (equal kind "stderr")
+              (put-text-property start (point) 'face 'forj-shell-stderr))
+            ;; Counted in the buffer, in C: a Lisp loop over every
+            ;; character of every chunk was most of the time output took.
+            (setq forj-shell--lines (+ forj-shell--lines (forj-shell--newlines start (point)))))
           (when (and forj-shell-max-bytes (> (buffer-size) forj-shell-max-bytes))
             (forj-shell--trim)))
         (forj-shell--update-fold)
         (when at-end (goto-char forj-shell--output-end))
         (dolist (window following)
           (set-window-point window forj-shell--output-end))))))
+
+(defun forj-shell--newlines (start end)
+  "How many line breaks the text between START and END holds (START <= END)."
+  (let ((lines (count-lines start end)))
+    (if (and (< start end) (/= (char-before end) ?\n)) (1- lines) lines)))
 
 (defvar-local forj-shell--removed 0
   "How many characters of the oldest output `forj-shell-max-bytes' removed.")
