@@ -31,7 +31,11 @@
     (while (not ready) (accept-process-output nil 0.05)))
   (advice-add 'forj-shell-append :after
               (lambda (_buffer _kind data)
-                (setq received (+ received (string-bytes data)) last-chunk (float-time))))
+                (setq received (+ received (if (stringp data)
+                                               (string-bytes data)
+                                             (- (forj-epc-output-end data)
+                                                (forj-epc-output-start data))))
+                      last-chunk (float-time))))
   (advice-add 'forj-review-open :override
               (lambda (items callback &rest _)
                 (setq started (float-time))

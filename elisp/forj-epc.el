@@ -66,7 +66,30 @@ times faster.  Nil keeps to standard EPC frames."
   (next-uid 0 :documentation "The last UID used.")
   (on-event nil :documentation "Function of one plist, for worker events.")
   (on-close nil :documentation "Function of the connection and a reason string.")
-  (dead nil :documentation "Why the connection ended, once it has."))
+  (dead nil :documentation "Why the connection ended, once it has.")
+  (staging nil :documentation "Buffer holding output events' data while they are handled.")
+  (depth 0 :documentation "How many runs of the filter are under way (it can nest)."))
+
+(cl-defstruct (forj-epc-output (:constructor forj-epc--make-output)
+                               (:copier nil))
+  "A command's output as it arrived, not yet made into a string.
+It is the `:data' of an output event over JSON frames: bytes of UTF-8
+between START and END of BUFFER, a unibyte buffer.  It is valid only
+while the event function runs; `forj-epc-event-data' makes a string of
+it, `forj-shell-append' inserts it without making one."
+  (buffer nil :documentation "The unibyte buffer holding the bytes.")
+  (start nil :documentation "Where the bytes start in BUFFER.")
+  (end nil :documentation "Where they end."))
+
+(defun forj-epc-event-data (event)
+  "The `:data' of EVENT as a string, whether it arrived as one or not."
+  (let ((data (plist-get event :data)))
+    (if (forj-epc-output-p data)
+        (with-current-buffer (forj-epc-output-buffer data)
+          (decode-coding-string (buffer-substring-no-properties (forj-epc-output-start data)
+                                                                (forj-epc-output-end data))
+                                'utf-8-unix t))
+      data)))
 
 (define-error 'forj-epc-error "forj worker error")
 
@@ -75,8 +98,10 @@ times faster.  Nil keeps to standard EPC frames."
 (cl-defun forj-epc-connect (port &key (host "127.0.0.1") (name "forj") on-event on-close)
   "Connect to a worker listening on HOST and PORT; return the connection.
 NAME labels the connection.  ON-EVENT is called with each event the
-worker sends, as a plist.  ON-CLOSE is called with the connection and a
-reason string when the connection ends, for whatever reason."
+worker sends, as a plist; over JSON frames the `:data' of an output
+event is a `forj-epc-output' (see `forj-epc-event-data').  ON-CLOSE
+is called with the connection and a reason string when the connection
+ends, for whatever reason."
   (let* ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
          (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close))
          (process (make-network-process
@@ -192,8 +217,12 @@ chunks waits in the process buffer until its last byte arrives."
       (with-current-buffer buffer
         (goto-char (point-max))
         (insert output)
-        (let ((messages nil))
-          (catch 'incomplete
+        (let ((messages nil)
+              (staging (forj-epc--staging conn)))
+          (cl-incf (forj-epc-connection-depth conn))
+          (unwind-protect
+              (progn
+                (catch 'incomplete
             (while t
               (when (< (buffer-size) 6) (throw 'incomplete nil))
               (let* ((head (buffer-substring-no-properties 1 7))
@@ -203,17 +232,36 @@ chunks waits in the process buffer until its last byte arrives."
                   (forj-epc-close conn (format "bad frame header %S from the worker" head))
                   (throw 'incomplete nil))
                 (when (< (buffer-size) (+ 6 length)) (throw 'incomplete nil))
-                (push (forj-epc--take 7 (+ 7 length)) messages)
+                (push (forj-epc--take 7 (+ 7 length) staging) messages)
                 (delete-region 1 (+ 7 length)))))
-          (dolist (message (nreverse messages))
-            (forj-epc--dispatch conn message)))))))
+                (dolist (message (nreverse messages))
+                  (forj-epc--dispatch conn message)))
+            ;; The data of the events just handled is spent; a filter run
+            ;; nested in a handler leaves it to the outermost one.
+            (when (and (= 0 (cl-decf (forj-epc-connection-depth conn)))
+                       (buffer-live-p staging))
+              (with-current-buffer staging (erase-buffer)))))))))
 
-(defun forj-epc--take (start end)
+(defun forj-epc--staging (conn)
+  "CONN's buffer for output events' data, made on first use."
+  (let ((buffer (forj-epc-connection-staging conn)))
+    (unless (buffer-live-p buffer)
+      (setq buffer (generate-new-buffer
+                    (format " *forj-epc output %s*" (forj-epc-connection-name conn))))
+      (with-current-buffer buffer
+        (set-buffer-multibyte nil)
+        (setq buffer-undo-list t))
+      (setf (forj-epc-connection-staging conn) buffer))
+    buffer))
+
+(defun forj-epc--take (start end staging)
   "The frame between START and END of the current (process) buffer.
 A JSON frame is parsed where it lies, straight from the buffer, and
 comes back as (json HEADER OK . VALUE): VALUE is the decoded JSON
-when OK, else an error plist.  A standard frame comes back as its raw
-bytes, a string."
+when OK, else an error plist.  An output event's raw data is copied
+to the end of STAGING, a buffer, and its `:data' is a
+`forj-epc-output' there: no string is made of it.  A standard frame
+comes back as its raw bytes, a string."
   (goto-char start)
   (if (not (looking-at-p "([a-z-]+-json[ )]"))
       (buffer-substring-no-properties start end)
@@ -232,10 +280,15 @@ bytes, a string."
                                       (json-parse-buffer :object-type 'plist :array-type 'array
                                                          :null-object :null :false-object :false))))
                         (when data-start
-                          (setq value (plist-put value :data
-                                                 (decode-coding-string
-                                                  (buffer-substring-no-properties data-start (1- end))
-                                                  'utf-8-unix t))))
+                          (let ((source (current-buffer)))
+                            (with-current-buffer staging
+                              (goto-char (point-max))
+                              (let ((from (point)))
+                                (insert-buffer-substring source data-start (1- end))
+                                (setq value (plist-put value :data
+                                                       (forj-epc--make-output
+                                                        :buffer staging :start from
+                                                        :end (point))))))))
                         (cons t value))
                     (error
                      (cons nil (list :type "bad-reply"
@@ -366,6 +419,9 @@ Only `event' exists; any other method gets an EPC error."
                                    "M-x forj-worker-log shows what it printed")))))
     (let ((buffer (process-buffer (forj-epc-connection-process conn))))
       (when (buffer-live-p buffer) (kill-buffer buffer)))
+    (let ((staging (forj-epc-connection-staging conn)))
+      (when (and (buffer-live-p staging) (= 0 (forj-epc-connection-depth conn)))
+        (kill-buffer staging)))
     (when (forj-epc-connection-on-close conn)
       (funcall (forj-epc-connection-on-close conn) conn reason))))
 

@@ -41,6 +41,7 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'forj)
+(require 'forj-epc)
 
 (defface forj-shell-stderr
   '((t :inherit font-lock-warning-face))
@@ -121,6 +122,9 @@ takes precedence."
 
 (defvar-local forj-shell--show-all nil
   "Non-nil when the user asked to see every line of the output.")
+
+(defvar-local forj-shell--removed 0
+  "How many characters of the oldest output `forj-shell-max-bytes' removed.")
 
 (defvar-local forj-shell--fold nil
   "The overlay hiding all but the last lines of the output, or nil.")
@@ -290,7 +294,9 @@ The header line turns its own."
 
 (defun forj-shell-append (buffer kind data)
   "Append DATA, output of KIND (\"stdout\" or \"stderr\"), to BUFFER.
-Windows showing the end of BUFFER keep showing it."
+DATA is a string or a `forj-epc-output' (bytes of UTF-8 in another
+buffer, copied across without making a string of them).  Windows
+showing the end of BUFFER keep showing it."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
       (let* ((following (cl-loop for window in (get-buffer-window-list buffer nil t)
@@ -302,7 +308,9 @@ Windows showing the end of BUFFER keep showing it."
         (save-excursion
           (goto-char forj-shell--output-end)
           (let ((start (point)))
-            (insert data)
+            (if (stringp data)
+                (insert data)
+              (forj-shell--insert-output data))
             (when (equal kind "stderr")
               (put-text-property start (point) 'face 'forj-shell-stderr))
             ;; Counted in the buffer, in C: a Lisp loop over every
@@ -315,13 +323,26 @@ Windows showing the end of BUFFER keep showing it."
         (dolist (window following)
           (set-window-point window forj-shell--output-end))))))
 
+(defun forj-shell--insert-output (output)
+  "Insert OUTPUT, a `forj-epc-output', at point, decoded from UTF-8.
+Buffer to buffer: the bytes never become a string (a string per chunk
+is garbage the size of all the output, and collecting it was most of
+what streaming cost Emacs)."
+  (let ((start (point))
+        (source (forj-epc-output-buffer output))
+        (from (forj-epc-output-start output))
+        (to (forj-epc-output-end output)))
+    (insert-buffer-substring source from to)
+    (unless (with-current-buffer source
+              (goto-char from)
+              (= (skip-chars-forward "\0-\177" to) (- to from)))
+      ;; Not all ASCII: the bytes came in as raw bytes; make them characters.
+      (decode-coding-region start (point) 'utf-8-unix))))
+
 (defun forj-shell--newlines (start end)
   "How many line breaks the text between START and END holds (START <= END)."
   (let ((lines (count-lines start end)))
     (if (and (< start end) (/= (char-before end) ?\n)) (1- lines) lines)))
-
-(defvar-local forj-shell--removed 0
-  "How many characters of the oldest output `forj-shell-max-bytes' removed.")
 
 (defun forj-shell--trim ()
   "Remove the oldest output, down to three quarters of `forj-shell-max-bytes'.

@@ -234,7 +234,13 @@ and every worker started for the project is stopped afterwards."
          (process (make-pipe-process :name "forj-test-epc" :buffer buffer :noquery t
                                      :filter #'ignore :sentinel #'ignore))
          (conn (forj-epc--make-connection :name "test" :process process
-                                          :on-event (lambda (e) (push (list 'event e) seen)))))
+                                          :on-event
+                                          (lambda (e)
+                                            ;; Raw output is valid only during the call.
+                                            (when (plist-member e :data)
+                                              (setq e (plist-put (copy-sequence e) :data
+                                                                 (forj-epc-event-data e))))
+                                            (push (list 'event e) seen)))))
     (unwind-protect
         (progn
           (with-current-buffer buffer (set-buffer-multibyte nil))
