@@ -79,7 +79,8 @@ while the event function runs; `forj-epc-event-data' makes a string of
 it, `forj-shell-append' inserts it without making one."
   (buffer nil :documentation "The unibyte buffer holding the bytes.")
   (start nil :documentation "Where the bytes start in BUFFER.")
-  (end nil :documentation "Where they end."))
+  (end nil :documentation "Where they end.")
+  (ascii nil :documentation "Non-nil if the worker said the bytes are all ASCII."))
 
 (defun forj-epc-event-data (event)
   "The `:data' of EVENT as a string, whether it arrived as one or not."
@@ -288,7 +289,8 @@ comes back as its raw bytes, a string."
                                 (setq value (plist-put value :data
                                                        (forj-epc--make-output
                                                         :buffer staging :start from
-                                                        :end (point))))))))
+                                                        :end (point)
+                                                        :ascii (eq (nth 2 header) 'ascii))))))))
                         (cons t value))
                     (error
                      (cons nil (list :type "bad-reply"

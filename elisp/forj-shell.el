@@ -126,6 +126,10 @@ takes precedence."
 (defvar-local forj-shell--removed 0
   "How many characters of the oldest output `forj-shell-max-bytes' removed.")
 
+(defvar-local forj-shell--toggle-key nil
+  "The key of `forj-shell-toggle-all', as the fold's line shows it.
+Looked up once per buffer, not once per chunk of output.")
+
 (defvar-local forj-shell--fold nil
   "The overlay hiding all but the last lines of the output, or nil.")
 
@@ -333,10 +337,9 @@ what streaming cost Emacs)."
         (from (forj-epc-output-start output))
         (to (forj-epc-output-end output)))
     (insert-buffer-substring source from to)
-    (unless (with-current-buffer source
-              (goto-char from)
-              (= (skip-chars-forward "\0-\177" to) (- to from)))
-      ;; Not all ASCII: the bytes came in as raw bytes; make them characters.
+    (unless (forj-epc-output-ascii output)
+      ;; Not known to be ASCII: bytes past 127 came in as raw bytes; make
+      ;; characters of them.
       (decode-coding-region start (point) 'utf-8-unix))))
 
 (defun forj-shell--newlines (start end)
@@ -393,9 +396,12 @@ One line after the summary counts what was removed so far."
           (move-overlay forj-shell--fold forj-shell--output-start shown-from)
           (overlay-put forj-shell--fold 'before-string
                        (propertize
-                        (substitute-command-keys
-                         (format "⟨%d earlier line%s hidden: \\<forj-shell-mode-map>\\[forj-shell-toggle-all] shows them⟩\n"
-                                 hidden (if (= hidden 1) "" "s")))
+                        (format "⟨%d earlier line%s hidden: %s shows them⟩\n"
+                                hidden (if (= hidden 1) "" "s")
+                                (or forj-shell--toggle-key
+                                    (setq forj-shell--toggle-key
+                                          (substitute-command-keys
+                                           "\\<forj-shell-mode-map>\\[forj-shell-toggle-all]"))))
                         'face 'forj-shell-header)))))))
 
 (defun forj-shell-toggle-all ()

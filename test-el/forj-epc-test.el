@@ -220,6 +220,8 @@ and every worker started for the project is stopped afterwards."
        (forj-test--json-frame (format "(event-json %d)" (length raw))
                               "{\"kind\":\"stdout\",\"call_id\":\"c\",\"seq\":0}"
                               forj-test--tricky))
+     ;; The same, all ASCII and said so.
+     (forj-test--json-frame "(event-json 4 ascii)" "{\"kind\":\"stderr\"}" "a\nb\n")
      ;; An event all in JSON.
      (forj-test--json-frame "(event-json)" "{\"kind\":\"finished\",\"ok\":true}")
      ;; A reply that is not valid JSON: an error for its call, not a stuck filter.
@@ -267,6 +269,7 @@ Chunks of one byte cut inside headers, lengths and UTF-8 sequences."
                    `((ok 1 (:text ,forj-test--tricky))
                      (ok 2 (:text ,forj-test--tricky :n 2 :none :null))
                      (event (:kind "stdout" :call_id "c" :seq 0 :data ,forj-test--tricky))
+                     (event (:kind "stderr" :data "a\nb\n"))
                      (event (:kind "finished" :ok t))
                      (error 3 "bad-reply")
                      (error 4 "x"))))

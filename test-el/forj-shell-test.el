@@ -188,7 +188,7 @@
                                 :buffer bytes :start from
                                 :end (+ from (string-bytes text))))
             (forj-shell-append buffer "stderr"
-                               (forj-epc--make-output :buffer bytes :start 1 :end 5)))
+                               (forj-epc--make-output :buffer bytes :start 1 :end 5 :ascii t)))
           (with-current-buffer buffer
             (should (equal (buffer-substring-no-properties forj-shell--output-start
                                                            forj-shell--output-end)

@@ -167,6 +167,12 @@ def test_an_event_frame_carries_its_output_raw_after_the_json() -> None:
     header, body = split
     event = _json_event(header, body)
     assert event == {"batch_id": "b", "call_id": "c", "seq": 3, "kind": "stdout", "data": TRICKY}
+    ascii_frame = sexp.json_frame(
+        [Symbol("event-json"), 4, Symbol("ascii")], meta + b"\n" + b"a\nb\n"
+    )
+    split = sexp.split_json_frame(ascii_frame[6:])
+    assert split is not None
+    assert _json_event(*split)["data"] == "a\nb\n"
     # A header that claims more raw bytes than the frame holds is refused.
     with pytest.raises(sexp.SexpError):
         _json_event([Symbol("event-json"), len(body) + 5], body)

@@ -171,12 +171,12 @@ class Client:
 
 
 def _json_event(header: list[Any], body: bytes) -> dict[str, Any]:
-    """The event of an ``(event-json)`` or ``(event-json N)`` frame's body."""
+    """The event of an ``(event-json)`` or ``(event-json N [ascii])`` frame's body."""
     if len(header) == 1:
         event: dict[str, Any] = json.loads(body)
         return event
     size = header[1]
-    if len(header) != 2 or not isinstance(size, int) or not 0 <= size <= len(body) - 1:
+    if len(header) > 3 or not isinstance(size, int) or not 0 <= size <= len(body) - 1:
         raise sexp.SexpError(f"bad event frame header {header!r}")
     end = len(body) - 1  # the frame's final newline
     event = json.loads(body[: end - size])

@@ -384,8 +384,9 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
         """Tell the client about progress; no reply awaited.
 
         To a client that accepts JSON frames, ``(event-json)`` and the
-        event's JSON, or ``(event-json N)``, the event's JSON without its
-        ``data``, and then ``data`` as N bytes of UTF-8; to any other,
+        event's JSON, or ``(event-json N [ascii])``, the event's JSON without
+        its ``data``, and then ``data`` as N bytes of UTF-8 (``ascii`` when
+        they all are); to any other,
         ``(call UID event ("{json}"))``.
         """
         wire = event.wire()
@@ -398,7 +399,10 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             # bytes as they are instead of parsing them out of a JSON string.
             raw = data.encode("utf-8", "replace")
             meta = json.dumps(wire, ensure_ascii=False).encode("utf-8", "replace")
-            self._write(sexp.json_frame([Symbol("event-json"), len(raw)], meta + b"\n" + raw))
+            header: list[Any] = [Symbol("event-json"), len(raw)]
+            if data.isascii():  # known for free here; spares the reader a scan
+                header.append(Symbol("ascii"))
+            self._write(sexp.json_frame(header, meta + b"\n" + raw))
         else:
             text = json.dumps(wire, ensure_ascii=False)
             self.send([Symbol("call"), next(self._uids), Symbol("event"), [text]])

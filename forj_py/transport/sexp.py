@@ -290,12 +290,12 @@ def _dump_bytes(value: Any, out: list[bytes]) -> None:
 #
 #     LLLLLL(return-json 7)\n{"ok": true, ...}\n
 #     LLLLLL(event-json)\n{"kind": "finished", ...}\n
-#     LLLLLL(event-json 6)\n{"kind": "stdout", ...}\n1\n2\n3\n\n
+#     LLLLLL(event-json 6 ascii)\n{"kind": "stdout", ...}\n1\n2\n3\n\n
 #
 # An event with ``N`` in its header carries its ``data`` (command output)
 # raw: the N bytes of UTF-8 before the frame's final newline, after the
-# event's other fields as JSON.  Output then costs the reader a copy, not
-# a JSON string's parse.
+# event's other fields as JSON; ``ascii`` says they are all ASCII.  Output
+# then costs the reader a copy, not a JSON string's parse.
 
 JSON_FRAMES = "json"
 
