@@ -343,7 +343,7 @@ what streaming cost Emacs)."
       (decode-coding-region start (point) 'utf-8-unix))))
 
 (defun forj-shell--newlines (start end)
-  "How many line breaks the text between START and END holds (START <= END)."
+  "Count the line breaks in the text between START and END (START <= END)."
   (let ((lines (count-lines start end)))
     (if (and (< start end) (/= (char-before end) ?\n)) (1- lines) lines)))
 
