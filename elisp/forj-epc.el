@@ -241,7 +241,9 @@ chunks waits in the process buffer until its last byte arrives."
             ;; nested in a handler leaves it to the outermost one.
             (when (and (= 0 (cl-decf (forj-epc-connection-depth conn)))
                        (buffer-live-p staging))
-              (with-current-buffer staging (erase-buffer)))))))))
+              (if (forj-epc-connection-dead conn)
+                  (kill-buffer staging)
+                (with-current-buffer staging (erase-buffer))))))))))
 
 (defun forj-epc--staging (conn)
   "CONN's buffer for output events' data, made on first use."
