@@ -26,9 +26,10 @@
 ;; Modelled on jsonrpc.el rather than the old epc.el: a table of pending
 ;; calls with continuations, a timer per call, and when the socket dies
 ;; every pending call fails at once with a "worker died" error, so
-;; nothing ever hangs.  Calls from the worker are limited to one method,
-;; `event', handed to the connection's event function; nothing read from
-;; the socket is ever evaluated.  Starting and restarting workers is
+;; nothing ever hangs.  Calls from the worker are `event', handed to the
+;; connection's event function, and questions the connection's request
+;; function answers when it can (a review of an MCP client's call);
+;; nothing read from the socket is ever evaluated.  Starting and restarting workers is
 ;; forj-worker.el's job.
 
 ;;; Code:
@@ -65,6 +66,7 @@ times faster.  Nil keeps to standard EPC frames."
   (pending (make-hash-table) :documentation "UID -> (SUCCESS ERROR TIMER).")
   (next-uid 0 :documentation "The last UID used.")
   (on-event nil :documentation "Function of one plist, for worker events.")
+  (on-request nil :documentation "Function of a method name, a plist and an answer function.")
   (on-close nil :documentation "Function of the connection and a reason string.")
   (dead nil :documentation "Why the connection ended, once it has.")
   (staging nil :documentation "Buffer holding output events' data while they are handled.")
@@ -96,15 +98,21 @@ it, `forj-shell-append' inserts it without making one."
 
 ;;; Connecting
 
-(cl-defun forj-epc-connect (port &key (host "127.0.0.1") (name "forj") on-event on-close)
+(cl-defun forj-epc-connect (port &key (host "127.0.0.1") (name "forj") on-event on-close
+                                   on-request)
   "Connect to a worker listening on HOST and PORT; return the connection.
 NAME labels the connection.  ON-EVENT is called with each event the
 worker sends, as a plist; over JSON frames the `:data' of an output
 event is a `forj-epc-output' (see `forj-epc-event-data').  ON-CLOSE
 is called with the connection and a reason string when the connection
-ends, for whatever reason."
+ends, for whatever reason.
+ON-REQUEST is called with the name of any other method the worker
+calls, its argument as a plist, and a function of one plist that sends
+the answer (once, whenever it is ready); it returns nil for a method
+it does not know, which the worker is told."
   (let* ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
-         (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close))
+         (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close
+                                          :on-request on-request))
          (process (make-network-process
                    :name (format "forj-epc %s" name)
                    :host host
@@ -371,9 +379,10 @@ False is `:false' and null `:null', so `json-serialize' gives it back."
 
 (defun forj-epc--incoming-call (conn uid method args)
   "Answer the worker's call UID of METHOD with ARGS on CONN.
-Only `event' exists; any other method gets an EPC error."
+`event' goes to the event function; another method to the request
+function, which answers later; without one it gets an EPC error."
   (if (not (eq method 'event))
-      (forj-epc--send conn (list 'epc-error uid (format "No such method: %S" method)))
+      (forj-epc--incoming-request conn uid method args)
     (forj-epc--send conn (list 'return uid nil))
     (let ((event (and (stringp (car-safe args))
                       (ignore-errors (forj-epc--json-decode (car args))))))
@@ -386,6 +395,24 @@ Only `event' exists; any other method gets an EPC error."
       (condition-case err
           (funcall handler event)
         (error (message "forj: event handler failed: %s" (error-message-string err)))))))
+
+(defun forj-epc--incoming-request (conn uid method args)
+  "Hand the worker's call UID of METHOD with ARGS on CONN to its request function."
+  (let ((handler (forj-epc-connection-on-request conn))
+        (body (and (stringp (car-safe args))
+                   (ignore-errors (forj-epc--json-decode (car args)))))
+        (answered nil))
+    (unless (and handler (symbolp method) body
+                 (condition-case err
+                     (funcall handler (symbol-name method) body
+                              (lambda (answer)
+                                (unless (or answered (not (forj-epc-live-p conn)))
+                                  (setq answered t)
+                                  (forj-epc--send conn (list 'return uid
+                                                             (forj-epc--json-encode answer))))))
+                   (error (message "forj: request handler failed: %s" (error-message-string err))
+                          nil)))
+      (forj-epc--send conn (list 'epc-error uid (format "No such method: %S" method))))))
 
 ;;; Internals: timeouts and death
 

@@ -100,6 +100,7 @@ class Runner:
         capacity: int | None,
         emit: EmitFn,
         modified: dict[str, dict[str, str]] | None = None,
+        unreviewed: dict[str, tuple[str, list[str], str]] | None = None,
     ) -> list[Finished]:
         per_call = self.config.tools.output.max_bytes
         # seed 000 FR-REG-04b: the capacity is what is left of the model's
@@ -121,6 +122,7 @@ class Runner:
                 call_limit,
                 emit,
                 (modified or {}).get(planned.call_id),
+                (unreviewed or {}).get(planned.call_id),
             )
             finished = _finish(wire, call_limit, truncatable, encoded)
             spent = len(finished.text.encode("utf-8"))
@@ -162,6 +164,7 @@ class Runner:
         limit: int,
         emit: EmitFn,
         user_texts: dict[str, str] | None = None,
+        unreviewed: tuple[str, list[str], str] | None = None,
     ) -> tuple[dict[str, Any], bool, str | None]:
         """The call's result, whether the framework may cut it to fit, and its JSON if known."""
         cid, name = planned.call_id, planned.name
@@ -193,6 +196,8 @@ class Runner:
                 )
             if batch.review_expired:
                 return error_result(cid, name, review_timed_out(batch.review_timeout)), True, None
+            if unreviewed is not None:
+                return error_result(cid, name, errors.no_reviewer(*unreviewed)), True, None
             if cid in denied:
                 return error_result(cid, name, errors.user_denied(denied[cid] or None)), True, None
             if cid not in approved:

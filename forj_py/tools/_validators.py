@@ -27,7 +27,7 @@ from .. import errors
 from ..config import ValidatorConfig
 from ..patterns import gitignore_regexes
 from ..system.git import Repo
-from . import _shell
+from . import _ast_lang, _shell
 from .registry import ToolContext
 
 # The catalog's level of each rule (seed 004 section 7), used when an entry
@@ -43,6 +43,7 @@ CATALOG_LEVEL = {
     "branch.naming.convention": "warning",
     "sec.git.clean_tree": "blocking",
     "sec.paths.sandbox": "blocking",
+    "code.ast.parsed": "blocking",
 }
 LEVELS = ("blocking", "warning", "suggestion")
 
@@ -613,6 +614,37 @@ def _paths_sandbox(entry: ValidatorConfig, level: str, s: Subject) -> list[Viola
     return out
 
 
+def _ast_parsed(entry: ValidatorConfig, level: str, s: Subject) -> list[Violation]:
+    """Every staged file in a language the AST tools read parses (as staged)."""
+    out = []
+    for change in s.changes():
+        language = _ast_lang.language_of(change.path)
+        if change.status == "D" or change.symlink_target is not None or language is None:
+            continue
+        try:
+            _ast_lang.grammar(language)
+        except errors.ToolFailure as failure:
+            # A blocking rule that cannot check must not pass in silence.
+            return [Violation(entry.rule, level, failure.error.message, change.path)]
+        staged = run_git(
+            s.repo, s.ctx, ["show", "--no-textconv", f":{change.path}"], "git show"
+        ).encode("utf-8", "surrogateescape")
+        problems, count = _ast_lang.problems_of(_ast_lang.tree_of(language, staged).root_node)
+        if count:
+            first = problems[0]
+            out.append(
+                Violation(
+                    entry.rule,
+                    level,
+                    f"does not parse as {language} ({count} syntax error(s); column "
+                    f"{first.column}: {first.message}); fix it and stage it again",
+                    change.path,
+                    first.line,
+                )
+            )
+    return out
+
+
 RULES: dict[str, Rule] = {
     "secrets.scan": _secrets,
     "code.todo.blockers": _todo,
@@ -624,6 +656,7 @@ RULES: dict[str, Rule] = {
     "branch.naming.convention": _branch_naming,
     "sec.git.clean_tree": _clean_tree,
     "sec.paths.sandbox": _paths_sandbox,
+    "code.ast.parsed": _ast_parsed,
 }
 # Which rules each trigger runs (seed 004 section 7's "Trigger" column).
 ON_COMMIT = frozenset(RULES) - {"branch.naming.convention"}
