@@ -113,7 +113,18 @@ def _hello(handler: ForjHandler, body: Any) -> Any:
             ["Connect with the token the worker was started with (FORJ_TOKEN)"],
         )
     handler.authenticated = True
-    return handler.server.worker.hello_payload(req.client.model_dump())
+    payload = handler.server.worker.hello_payload(req.client.model_dump())
+    if _offers_json_frames(body):
+        handler.json_frames = True
+        payload["frames"] = [sexp.JSON_FRAMES]
+    return payload
+
+
+def _offers_json_frames(body: Any) -> bool:
+    """Whether a hello's ``client.frames`` asks for JSON frames (see :mod:`.sexp`)."""
+    client = body.get("client") if isinstance(body, dict) else None
+    frames = client.get("frames") if isinstance(client, dict) else None
+    return isinstance(frames, list) and sexp.JSON_FRAMES in frames
 
 
 def _ping(handler: ForjHandler, body: Any) -> Any:
@@ -246,6 +257,9 @@ class ForjHandler(socketserver.StreamRequestHandler):
         self.stop_after_reply = False
         self.serial = next(_SERIALS)
         self.role = "emacs"  # or "mcp": authenticated with the rendezvous secret
+        # Set by hello when the client accepts JSON frames: then replies and
+        # events go out as those, every other message as standard EPC.
+        self.json_frames = False
         self._uids = itertools.count(1)
         # Our own calls to the peer that wait for its answer: uid -> future.
         self._asks: dict[int, Future[Any]] = {}
@@ -385,7 +399,10 @@ class ForjHandler(socketserver.StreamRequestHandler):
             )
         else:
             try:
-                sent = self.send([Symbol("return"), uid, reply])
+                if self.json_frames:
+                    sent = self.send_json([Symbol("return-json"), uid], reply)
+                else:
+                    sent = self.send([Symbol("return"), uid, reply])
             except sexp.SexpError as exc:
                 self._reply_error(uid, ProtocolError("internal-error", f"{name}: {exc}"))
             else:
@@ -415,6 +432,9 @@ class ForjHandler(socketserver.StreamRequestHandler):
             data = sexp.frame(message)
         except UnicodeEncodeError:  # a lone surrogate slipped through: never drop a reply
             data = sexp.frame(sanitize_value(message))
+        return self._write(data)
+
+    def _write(self, data: bytes) -> bool:
         with self.write_lock:
             try:
                 self.wfile.write(data)
@@ -423,9 +443,43 @@ class ForjHandler(socketserver.StreamRequestHandler):
                 return False
         return True
 
+    def send_json(self, header: list[Any], text: str) -> bool:
+        """Write one JSON frame: ``header`` then the JSON ``text`` as it is.
+
+        False when the connection was already gone.
+        """
+        try:
+            body = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate slipped through: never drop a reply
+            body = json.dumps(sanitize_value(json.loads(text)), ensure_ascii=False).encode()
+        return self._write(sexp.json_frame(header, body))
+
     def emit_event(self, event: Event) -> None:
-        """Tell Emacs about progress: ``(call UID event ("{json}"))``; no reply awaited."""
-        self.send([Symbol("call"), next(self._uids), Symbol("event"), [json.dumps(event.wire())]])
+        """Tell the client about progress; no reply awaited.
+
+        To a client that accepts JSON frames, ``(event-json)`` and the
+        event's JSON, or ``(event-json N [ascii])``, the event's JSON without
+        its ``data``, and then ``data`` as N bytes of UTF-8 (``ascii`` when
+        they all are); to any other,
+        ``(call UID event ("{json}"))``.
+        """
+        wire = event.wire()
+        if self.json_frames:
+            data = wire.pop("data", None)
+            if data is None:
+                self.send_json([Symbol("event-json")], json.dumps(wire, ensure_ascii=False))
+                return
+            # Output goes raw after the event's JSON: the reader takes the
+            # bytes as they are instead of parsing them out of a JSON string.
+            raw = data.encode("utf-8", "replace")
+            meta = json.dumps(wire, ensure_ascii=False).encode("utf-8", "replace")
+            header: list[Any] = [Symbol("event-json"), len(raw)]
+            if data.isascii():  # known for free here; spares the reader a scan
+                header.append(Symbol("ascii"))
+            self._write(sexp.json_frame(header, meta + b"\n" + raw))
+        else:
+            text = json.dumps(wire, ensure_ascii=False)
+            self.send([Symbol("call"), next(self._uids), Symbol("event"), [text]])
 
     def ask(self, method: str, body: Any, timeout: float) -> Any:
         """Call ``method`` on the peer with ``body`` as JSON; its decoded answer.
