@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from conftest import MakeWorker, call, user_config, write_tree
 
 from forj_py.config import load
+from forj_py.errors import ToolFailure
 from forj_py.service import Worker
 from forj_py.tools import _ast_lang
 from forj_py.tools.ast import AstGenerate
@@ -251,6 +254,65 @@ def test_ast_generate_reports_parse_errors_per_file_and_goes_on(
     # The good file and what precedes the error are indexed.
     names = {n for _, n in defs(worker)}
     assert {"ok", "fine"} <= names
+
+
+STRIPE = "sk_live_" + "51Habc123def456"  # split so this file is no credential itself
+
+
+def test_ast_generate_deep_nesting_is_a_per_file_error_within_the_time_limit(
+    make_worker: MakeWorker, code: Path
+) -> None:
+    """Error recovery's nesting once cost the tree search the square of its depth, all
+    the while holding the interpreter: 100,000 open parentheses kept the worker busy
+    well past this call's time limit, and the file after it was never looked at."""
+    user_config("[tools.ast]\ngenerate_timeout_seconds = 5\n")
+    write_tree(
+        code,
+        {"deep": {"a.py": "(" * 100_000, "b.py": "def after():\n    pass\n"}},
+    )
+    worker = make_worker()
+    result = ok(worker, "ast_generate", paths=["deep/*"])
+    assert "stopped" not in result, result
+    assert result["parsed_files"] == 2
+    by_file = {e["file"]: e for e in result["errors"]}
+    assert set(by_file) == {"deep/a.py"}
+    assert by_file["deep/a.py"]["problems"][0] == {
+        "line": 1,
+        "column": 1,
+        "message": "unexpected '('",
+    }
+    assert ("deep/b.py", "after") in defs(worker)
+
+
+def test_ast_tree_search_honours_cancel_and_the_deadline_inside_one_file() -> None:
+    """The searches of one file's tree look at the call's cancel and deadline
+    themselves: nothing has to wait for them to return."""
+    data = b"def f():\n    pass\n" + b"(" * 100_000
+    parsed = _ast_lang.parse("d.py", "python", data)
+    assert [d.name for d in parsed.definitions] == ["f"]
+    assert parsed.error_count == 1
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(ToolFailure) as cancelled:
+        _ast_lang.parse("d.py", "python", data, _ast_lang.Watch(cancel=cancel))
+    assert cancelled.value.error.type.value == "cancelled"
+    past = _ast_lang.Watch(deadline=time.monotonic() - 1)
+    with pytest.raises(_ast_lang.OutOfTime):
+        _ast_lang.parse("d.py", "python", data, past)
+    root = _ast_lang.tree_of("python", data).root_node
+    assert _ast_lang.identifier_sites("python", "fn", root, "f") == [(4, 5)]
+    with pytest.raises(ToolFailure):
+        _ast_lang.identifier_sites("python", "fn", root, "f", _ast_lang.Watch(cancel=cancel))
+
+
+def test_ast_syntax_errors_name_the_token_kind_never_the_text(
+    make_worker: MakeWorker, code: Path
+) -> None:
+    write_tree(code, {"conf": {"keys.py": f"x = 1\nSTRIPE_KEY={STRIPE} def\n"}})
+    result = ok(make_worker(), "ast_generate", paths=["conf/*"])
+    [error] = result["errors"]
+    assert error["problems"][0] == {"line": 2, "column": 1, "message": "unexpected identifier"}
+    assert "sk_live" not in str(result) and "STRIPE" not in str(result)
 
 
 def test_ast_generate_language_filter_and_max_files(make_worker: MakeWorker, code: Path) -> None:

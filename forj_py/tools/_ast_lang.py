@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import errors
 from ..errors import ToolFailure
-from ..output import redact_url_credentials
 from ..protocol import ErrorCode, ErrorKind, ErrorType
 
 # The kinds a definition can be: the vocabulary of ``where.type``.
@@ -71,6 +71,8 @@ _GRAMMARS = {
 }
 INSTALL_HINT = "pip install 'forj[ast]'"
 MAX_ERRORS_PER_FILE = 20
+# The walks of a tree look at the call's cancel and deadline every this many nodes.
+CHECK_EVERY = 2048
 
 
 def ast_failure(
@@ -134,6 +136,37 @@ def available() -> str | None:
     return None
 
 
+class OutOfTime(Exception):
+    """The call's time limit came while a file's syntax tree was being searched."""
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What ends a search of a syntax tree early: the call's cancel, its deadline.
+
+    Searching a tree holds the interpreter for as long as it runs, so the
+    searches themselves look at these, and nothing waits on them to return.
+    """
+
+    cancel: threading.Event | None = None
+    deadline: float | None = None  # time.monotonic()
+
+    def due(self) -> bool:
+        return (self.cancel is not None and self.cancel.is_set()) or (
+            self.deadline is not None and time.monotonic() > self.deadline
+        )
+
+    def check(self) -> None:
+        """Raise the cancel (a tool failure) or :class:`OutOfTime` when either came."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise errors.cancelled()
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise OutOfTime()
+
+
+NO_WATCH = Watch()
+
+
 def tree_of(language: str, data: bytes) -> Any:
     import tree_sitter
 
@@ -175,25 +208,35 @@ class Parsed:
     definitions: list[Definition] = field(default_factory=list)
 
 
-def problems_of(root: Any) -> tuple[list[SyntaxProblem], int]:
-    """Where the parse failed: every ERROR and MISSING node (the first few described)."""
+def problems_of(root: Any, watch: Watch = NO_WATCH) -> tuple[list[SyntaxProblem], int]:
+    """Where the parse failed: every ERROR and MISSING node (the first few described).
+
+    A problem names its place and the kind of token found there, never the
+    text: the file may hold a secret, and the message goes to the model.
+    """
     found: list[SyntaxProblem] = []
     count = 0
     if not root.has_error:
         return found, 0
-    for node in _walk(root, lambda n: n.has_error):
+    for seen, node in enumerate(_walk(root, lambda n: n.has_error)):
+        if seen % CHECK_EVERY == CHECK_EVERY - 1:
+            watch.check()
         if node.is_missing or node.type == "ERROR":
             count += 1
             if len(found) < MAX_ERRORS_PER_FILE:
                 row, col = node.start_point
-                if node.is_missing:
-                    message = f"missing {node.type!r}"
-                else:
-                    text = (node.text or b"")[:40].decode("utf-8", "replace").split("\n")[0]
-                    text, _ = redact_url_credentials(text)
-                    message = f"unexpected {text!r}" if text else "syntax error"
+                message = f"missing {node.type!r}" if node.is_missing else _unexpected(node)
                 found.append(SyntaxProblem(row + 1, col + 1, message))
     return found, count
+
+
+def _unexpected(error: Any) -> str:
+    """What an ERROR node starts with, as the grammar names it (``unexpected '('``,
+    ``unexpected identifier``): a node kind, never source text."""
+    first = error.children[0] if error.child_count else None
+    if first is None or first.type == "ERROR":
+        return "syntax error"
+    return f"unexpected {first.type}" if first.is_named else f"unexpected {first.type!r}"
 
 
 def _walk(node: Any, descend: Callable[[Any], bool] = lambda n: True) -> Iterator[Any]:
@@ -206,11 +249,13 @@ def _walk(node: Any, descend: Callable[[Any], bool] = lambda n: True) -> Iterato
             stack.extend(reversed(current.children))
 
 
-def parse(path: str, language: str, data: bytes) -> Parsed:
+def parse(path: str, language: str, data: bytes, watch: Watch = NO_WATCH) -> Parsed:
+    """The syntax errors and definitions of ``data``; raises the cancel or
+    :class:`OutOfTime` when ``watch`` says so, however the tree is shaped."""
     tree = tree_of(language, data)
     parsed = Parsed(language)
-    parsed.problems, parsed.error_count = problems_of(tree.root_node)
-    parsed.definitions = _definitions(path, language, tree.root_node)
+    parsed.problems, parsed.error_count = problems_of(tree.root_node, watch)
+    parsed.definitions = _definitions(path, language, tree.root_node, watch)
     return parsed
 
 
@@ -467,8 +512,18 @@ _DEFINITION_TYPES["typescript"] = _DEFINITION_TYPES["tsx"] = _DEFINITION_TYPES["
 _queries: dict[tuple[str, frozenset[str]], Any] = {}
 
 
-def _nodes_of_types(language: str, root: Any, types: Iterable[str]) -> list[Any]:
-    """Every node of ``types`` (those the grammar has) under ``root``, in document order."""
+def _nodes_of_types(
+    language: str, root: Any, types: Iterable[str], watch: Watch = NO_WATCH
+) -> list[Any]:
+    """Every node of ``types`` (those the grammar has) under ``root``, in document order.
+
+    Where the tree has syntax errors, the query would be searching error
+    recovery's nesting, which costs it the square of the nesting (a file of
+    100,000 open parentheses takes it many seconds, 2 MB of them hours, all
+    the while holding the interpreter).  So the nodes on the way to an error
+    are walked here, each looked at once, and the query searches only the
+    subtrees free of errors, where it is linear; the walk looks at ``watch``.
+    """
     import tree_sitter
 
     lang = grammar(language)
@@ -481,17 +536,37 @@ def _nodes_of_types(language: str, root: Any, types: Iterable[str]) -> list[Any]
         if query is None:
             source = " ".join(f"({t}) @n" for t in sorted(wanted))
             query = _queries[key] = tree_sitter.Query(lang, source)
-    found = tree_sitter.QueryCursor(query).captures(root).get("n", [])
+
+    def search(node: Any) -> list[Any]:
+        # No progress_callback: in the tree-sitter this was written against it
+        # crashes the process on ordinary files.  A search of an error-free
+        # subtree is linear in its size, so the checks between searches suffice.
+        found: list[Any] = tree_sitter.QueryCursor(query).captures(node).get("n", [])
+        return found
+
+    if not root.has_error:
+        found = search(root)
+    else:
+        found = []
+        for seen, node in enumerate(_walk(root, lambda n: n.has_error)):
+            if seen % CHECK_EVERY == CHECK_EVERY - 1:
+                watch.check()
+            if node.has_error or node.child_count == 0:
+                if node.type in wanted:
+                    found.append(node)
+            else:
+                found += search(node)
+        watch.check()
     return sorted(found, key=lambda n: (n.start_byte, -n.end_byte))
 
 
-def _definitions(path: str, language: str, root: Any) -> list[Definition]:
+def _definitions(path: str, language: str, root: Any, watch: Watch = NO_WATCH) -> list[Definition]:
     finder = _FINDERS[language]
     out: list[Definition] = []
     seen: dict[tuple[str, str], int] = {}
     # The definitions enclosing the current node: (its end, what it is).
     stack: list[tuple[int, Found]] = []
-    for node in _nodes_of_types(language, root, _DEFINITION_TYPES[language]):
+    for node in _nodes_of_types(language, root, _DEFINITION_TYPES[language], watch):
         while stack and stack[-1][0] <= node.start_byte:
             stack.pop()
         parents = [found for _, found in stack]
@@ -519,13 +594,15 @@ def _definitions(path: str, language: str, root: Any) -> list[Definition]:
     return out
 
 
-def identifier_sites(language: str, kind: str, root: Any, name: str) -> list[tuple[int, int]]:
+def identifier_sites(
+    language: str, kind: str, root: Any, name: str, watch: Watch = NO_WATCH
+) -> list[tuple[int, int]]:
     """Byte spans of every identifier token spelled ``name`` that a rename of a ``kind``
     definition changes."""
     raw = name.encode("utf-8")
     return [
         (n.start_byte, n.end_byte)
-        for n in _nodes_of_types(language, root, identifier_types(language, kind))
+        for n in _nodes_of_types(language, root, identifier_types(language, kind), watch)
         if n.end_byte - n.start_byte == len(raw) and n.text == raw
     ]
 

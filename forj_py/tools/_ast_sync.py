@@ -248,7 +248,24 @@ def _sync(
             report.unchanged += 1
             _note_errors(report, row)
             continue
-        parsed = L.parse(rel, language, data)
+        try:
+            parsed = L.parse(rel, language, data, L.Watch(ctx.cancel, deadline))
+        except L.OutOfTime:
+            if row is not None:
+                gone.append(rel)  # what was known of it is out of date
+            report.skipped.append(
+                {
+                    "file": rel,
+                    "reason": "the time limit came while its syntax tree was searched; not indexed",
+                }
+            )
+            report.stopped = (
+                f"stopped at the time limit while parsing {rel}, after "
+                f"{len(report.parsed)} parsed file(s); "
+                f"{len(paths) - paths.index(rel) - 1} not looked at yet: call ast_generate "
+                "again (incremental: it goes on where this one stopped)"
+            )
+            break
         new_row = FileRow(
             rel,
             language,

@@ -422,7 +422,9 @@ def _rust_calls(ctx: ToolContext, rule: str, level: str, paths: list[str]) -> li
         sp = ctx.sandbox.resolve(path)
         data = read_bytes(ctx.sandbox, sp, ctx.config.tools.ast.max_file_bytes)
         tree = L.tree_of("rust", data)
-        for node in L._walk(tree.root_node, lambda n: not _is_test_item(n)):
+        for seen, node in enumerate(L._walk(tree.root_node, lambda n: not _is_test_item(n))):
+            if seen % L.CHECK_EVERY == L.CHECK_EVERY - 1:
+                ctx.check_cancelled()
             line = node.start_point[0] + 1
             if rule == "code.no.unwrap" and node.type == "call_expression":
                 fn = node.child_by_field_name("function")

@@ -134,48 +134,63 @@ class AstEdit(Tool[AstEditArgs]):
         staged: list[_File] = []
         # Index paths are relative to the project root, whatever the call's cwd.
         at_root = dataclasses.replace(ctx, working_dir=root)
-        for path in candidates:
-            ctx.check_cancelled()
-            loaded = _edit.load(at_root, path, must_exist=True, enforce_read=False)
-            if target.name not in loaded.text:
-                continue
-            lang = files[path].language
-            data = loaded.text.encode("utf-8")
-            tree = L.tree_of(lang, data)
-            sites = L.identifier_sites(lang, target.kind, tree.root_node, target.name)
-            if not sites:
-                continue
-            new = bytearray(data)
-            for start, end in reversed(sites):
-                new[start:end] = args.new_name.encode("utf-8")
-            after = L.tree_of(lang, bytes(new))
-            _, before = L.problems_of(tree.root_node)
-            problems, count = L.problems_of(after.root_node)
-            if count > before:
-                where = problems[0] if problems else None
-                raise L.ast_failure(
-                    ErrorCode.AST_EDIT,
-                    f"Renaming {target.name} to {args.new_name} would leave {path} unparseable"
-                    + (f" (line {where.line}: {where.message})" if where else "")
-                    + "; nothing was changed",
-                    recovery=[
-                        f"Choose another name: {args.new_name!r} may be a keyword or clash "
-                        "with the syntax",
-                    ],
-                    reason="result does not parse",
-                    path=path,
-                    problems=[p.json() for p in problems[:5]],
+        watch = L.Watch(ctx.cancel, S.deadline_of(ctx))
+        try:
+            for path in candidates:
+                ctx.check_cancelled()
+                loaded = _edit.load(at_root, path, must_exist=True, enforce_read=False)
+                if target.name not in loaded.text:
+                    continue
+                lang = files[path].language
+                data = loaded.text.encode("utf-8")
+                tree = L.tree_of(lang, data)
+                sites = L.identifier_sites(lang, target.kind, tree.root_node, target.name, watch)
+                if not sites:
+                    continue
+                new = bytearray(data)
+                for start, end in reversed(sites):
+                    new[start:end] = args.new_name.encode("utf-8")
+                after = L.tree_of(lang, bytes(new))
+                _, before = L.problems_of(tree.root_node, watch)
+                problems, count = L.problems_of(after.root_node, watch)
+                if count > before:
+                    where = problems[0] if problems else None
+                    raise L.ast_failure(
+                        ErrorCode.AST_EDIT,
+                        f"Renaming {target.name} to {args.new_name} would leave {path} unparseable"
+                        + (f" (line {where.line}: {where.message})" if where else "")
+                        + "; nothing was changed",
+                        recovery=[
+                            f"Choose another name: {args.new_name!r} may be a keyword or clash "
+                            "with the syntax",
+                        ],
+                        reason="result does not parse",
+                        path=path,
+                        problems=[p.json() for p in problems[:5]],
+                    )
+                clashes = len(
+                    L.identifier_sites(lang, target.kind, tree.root_node, args.new_name, watch)
                 )
-            clashes = len(L.identifier_sites(lang, target.kind, tree.root_node, args.new_name))
-            staged.append(_File(loaded, bytes(new).decode("utf-8"), len(sites), clashes))
-            if len(staged) > MAX_FILES:
-                raise L.ast_failure(
-                    ErrorCode.AST_EDIT,
-                    f"The rename touches more than {MAX_FILES} files; forj proposes smaller "
-                    "changes",
-                    recovery=["Limit it with paths (globs), one part of the project at a time"],
-                    reason="too many files",
-                )
+                staged.append(_File(loaded, bytes(new).decode("utf-8"), len(sites), clashes))
+                if len(staged) > MAX_FILES:
+                    raise L.ast_failure(
+                        ErrorCode.AST_EDIT,
+                        f"The rename touches more than {MAX_FILES} files; forj proposes smaller "
+                        "changes",
+                        recovery=["Limit it with paths (globs), one part of the project at a time"],
+                        reason="too many files",
+                    )
+        except L.OutOfTime:
+            raise L.ast_failure(
+                ErrorCode.AST_EDIT,
+                "The time limit came while the files were searched for "
+                f"{target.name}; nothing was changed",
+                recovery=[
+                    "Limit the rename with paths (globs), one part of the project at a time",
+                    "Or ask the user to raise [tools.ast] edit_timeout_seconds",
+                ],
+                reason="time limit",
+            ) from None
         if not staged:
             raise L.ast_failure(
                 ErrorCode.AST_EDIT,
