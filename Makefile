@@ -14,7 +14,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,mcp]'
+	$(PY) -m pip install --quiet -e '.[dev,mcp,ast]'
 	touch $(STAMP)
 
 lint: $(STAMP)

@@ -81,6 +81,44 @@ def medians_in_turns(fns: list[Callable[[], object]], runs: int) -> list[float]:
     return [statistics.median(times) for times in samples]
 
 
+def in_process(root: Path) -> tuple[Callable[[], int], Callable[[], int]]:
+    """list_files and glob ``**/*.py`` run in this process, their result encoded once.
+
+    What the worker does for the call before the reply path (journal, EPC
+    framing, the client's decoding), with the benchmark's configuration.
+    """
+    from forj_py.config import Config
+    from forj_py.output import dumps
+    from forj_py.safety.paths import Sandbox
+    from forj_py.tools.listing import Glob, GlobArgs, ListFiles, ListFilesArgs
+    from forj_py.tools.registry import Session, ToolContext
+
+    config = Config.model_validate(
+        {"tools": {"output": {"max_bytes": 8 << 20}, "listing": {"max_entries": 1_000_000}}}
+    )
+    sandbox = Sandbox(root)
+
+    def ctx() -> ToolContext:
+        return ToolContext(
+            sandbox=sandbox,
+            config=config,
+            session=Session(),
+            batch_id="b",
+            call_id="c",
+            working_dir=sandbox.project_root,
+            output_limit=config.tools.output.max_bytes,
+        )
+
+    def listing() -> int:
+        return len(dumps(ListFiles().execute(ListFilesArgs(max_depth=64), ctx())))
+
+    def glob() -> int:
+        args = GlobArgs(patterns=["**/*.py"], max_results=100000)
+        return len(dumps(Glob().execute(args, ctx())))
+
+    return listing, glob
+
+
 def forj_rg_command(rg: str, root: Path, query: str) -> list[str]:
     """The rg command line forj's search runs for ``query`` (the default config)."""
     from forj_py.config import Config
@@ -157,6 +195,25 @@ def main() -> list[tuple[str, str, str]]:
                     )
                 )
                 ratios["glob"].append(f"{t_forj / t_ref:.2f}×")
+
+                # The same two calls in this process, up to their JSON text:
+                # the worker's own part, without the reply path.
+                list_here, glob_here = in_process(root)
+                for label, here, extra in (
+                    ("list_files", list_here, ()),
+                    ("glob **/*.py", glob_here, ("--glob", "*.py")),
+                ):
+                    t_ref = median_of(reference_listing(rg, root, *extra), runs, warmup=1)
+                    t_here = median_of(here, runs, warmup=1)
+                    rows.append(
+                        (
+                            f"{label} in process (walk, result, its JSON text), {n:,}-file "
+                            "tree vs its reference",
+                            f"{t_here * 1000:.0f} ms vs {t_ref * 1000:.0f} ms "
+                            f"({t_here / t_ref:.2f}×)",
+                            "—",
+                        )
+                    )
 
                 # A literal in a few files, and one in every file (the default
                 # 200 results, most of the tree's matches never decoded).

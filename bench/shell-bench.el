@@ -24,17 +24,23 @@
        (worst-lag 0)
        (started nil)
        (last-chunk nil)
-       (received 0))
+       (received 0)
+       (gc-before nil))
   (let ((ready nil))
     (forj-worker-ensure root (lambda (_) (setq ready t)))
     (while (not ready) (accept-process-output nil 0.05)))
   (advice-add 'forj-shell-append :after
               (lambda (_buffer _kind data)
-                (setq received (+ received (string-bytes data)) last-chunk (float-time))))
+                (setq received (+ received (if (stringp data)
+                                               (string-bytes data)
+                                             (- (forj-epc-output-end data)
+                                                (forj-epc-output-start data))))
+                      last-chunk (float-time))))
   (advice-add 'forj-review-open :override
-              (lambda (items callback &optional _proposal)
+              (lambda (items callback &rest _)
                 (setq started (float-time))
                 (funcall callback (mapcar (lambda (i) (plist-get i :id)) items) nil nil)))
+  (setq gc-before (cons gcs-done gc-elapsed))
   (let* ((expected (+ (float-time) 0.01))
          (timer (run-at-time 0.01 0.01
                              (lambda ()
@@ -49,11 +55,14 @@
         (forj-tools-run-region (point-min) (point-max) (lambda (_) (setq done t)) root)
         (while (not done) (accept-process-output nil 0.005))))
     (cancel-timer timer))
-  (princ (format "mbps %.1f\nlag %.1f\nbytes %d\n"
+  (princ (format "mbps %.1f\nlag %.1f\nbytes %d\ngcs %d\ngc_ms %.0f\n"
                  (/ (/ received 1048576.0) (max 0.001 (- last-chunk started)))
                  (* 1000 worst-lag)
-                 received))
+                 received
+                 (- gcs-done (car gc-before))
+                 (* 1000 (- gc-elapsed (cdr gc-before)))))
   ;; The reference: the same command run by Emacs itself.
+  (setq gc-before (cons gcs-done gc-elapsed))
   (let* ((buffer (generate-new-buffer " *forj-bench-ref*"))
          (t0 (float-time))
          (process (make-process
@@ -67,7 +76,10 @@
     (while (process-live-p process) (accept-process-output process 0.05))
     (let ((elapsed (- (float-time) t0))
           (size (with-current-buffer buffer (buffer-size))))
-      (princ (format "ref_mbps %.1f\nref_bytes %d\n" (/ (/ size 1048576.0) elapsed) size)))
+      (princ (format "ref_mbps %.1f\nref_bytes %d\nref_gcs %d\nref_gc_ms %.0f\n"
+                     (/ (/ size 1048576.0) elapsed) size
+                     (- gcs-done (car gc-before))
+                     (* 1000 (- gc-elapsed (cdr gc-before))))))
     (kill-buffer buffer))
   (when (get-buffer "*forj-shell: yes*")
     (with-current-buffer "*forj-shell: yes*" (princ (format "buffer %d\n" (buffer-size)))))

@@ -26,9 +26,10 @@
 ;; Modelled on jsonrpc.el rather than the old epc.el: a table of pending
 ;; calls with continuations, a timer per call, and when the socket dies
 ;; every pending call fails at once with a "worker died" error, so
-;; nothing ever hangs.  Calls from the worker are limited to one method,
-;; `event', handed to the connection's event function; nothing read from
-;; the socket is ever evaluated.  Starting and restarting workers is
+;; nothing ever hangs.  Calls from the worker are `event', handed to the
+;; connection's event function, and questions the connection's request
+;; function answers when it can (a review of an MCP client's call);
+;; nothing read from the socket is ever evaluated.  Starting and restarting workers is
 ;; forj-worker.el's job.
 
 ;;; Code:
@@ -46,6 +47,15 @@ guards against a worker that stopped answering."
   :type 'number
   :group 'forj)
 
+(defcustom forj-epc-json-frames t
+  "Non-nil means ask the worker for JSON frames when saying hello.
+Replies and events then arrive as raw JSON that Emacs parses where it
+lies, instead of JSON inside a Lisp string that must be read first and
+parsed after; large results and command output reach Emacs several
+times faster.  Nil keeps to standard EPC frames."
+  :type 'boolean
+  :group 'forj)
+
 ;;; Connection objects
 
 (cl-defstruct (forj-epc-connection (:constructor forj-epc--make-connection)
@@ -56,20 +66,53 @@ guards against a worker that stopped answering."
   (pending (make-hash-table) :documentation "UID -> (SUCCESS ERROR TIMER).")
   (next-uid 0 :documentation "The last UID used.")
   (on-event nil :documentation "Function of one plist, for worker events.")
+  (on-request nil :documentation "Function of a method name, a plist and an answer function.")
   (on-close nil :documentation "Function of the connection and a reason string.")
-  (dead nil :documentation "Why the connection ended, once it has."))
+  (dead nil :documentation "Why the connection ended, once it has.")
+  (staging nil :documentation "Buffer holding output events' data while they are handled.")
+  (depth 0 :documentation "How many runs of the filter are under way (it can nest)."))
+
+(cl-defstruct (forj-epc-output (:constructor forj-epc--make-output)
+                               (:copier nil))
+  "A command's output as it arrived, not yet made into a string.
+It is the `:data' of an output event over JSON frames: bytes of UTF-8
+between START and END of BUFFER, a unibyte buffer.  It is valid only
+while the event function runs; `forj-epc-event-data' makes a string of
+it, `forj-shell-append' inserts it without making one."
+  (buffer nil :documentation "The unibyte buffer holding the bytes.")
+  (start nil :documentation "Where the bytes start in BUFFER.")
+  (end nil :documentation "Where they end.")
+  (ascii nil :documentation "Non-nil if the worker said the bytes are all ASCII."))
+
+(defun forj-epc-event-data (event)
+  "The `:data' of EVENT as a string, whether it arrived as one or not."
+  (let ((data (plist-get event :data)))
+    (if (forj-epc-output-p data)
+        (with-current-buffer (forj-epc-output-buffer data)
+          (decode-coding-string (buffer-substring-no-properties (forj-epc-output-start data)
+                                                                (forj-epc-output-end data))
+                                'utf-8-unix t))
+      data)))
 
 (define-error 'forj-epc-error "forj worker error")
 
 ;;; Connecting
 
-(cl-defun forj-epc-connect (port &key (host "127.0.0.1") (name "forj") on-event on-close)
+(cl-defun forj-epc-connect (port &key (host "127.0.0.1") (name "forj") on-event on-close
+                                   on-request)
   "Connect to a worker listening on HOST and PORT; return the connection.
 NAME labels the connection.  ON-EVENT is called with each event the
-worker sends, as a plist.  ON-CLOSE is called with the connection and a
-reason string when the connection ends, for whatever reason."
+worker sends, as a plist; over JSON frames the `:data' of an output
+event is a `forj-epc-output' (see `forj-epc-event-data').  ON-CLOSE
+is called with the connection and a reason string when the connection
+ends, for whatever reason.
+ON-REQUEST is called with the name of any other method the worker
+calls, its argument as a plist, and a function of one plist that sends
+the answer (once, whenever it is ready); it returns nil for a method
+it does not know, which the worker is told."
   (let* ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
-         (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close))
+         (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close
+                                          :on-request on-request))
          (process (make-network-process
                    :name (format "forj-epc %s" name)
                    :host host
@@ -117,6 +160,8 @@ call's UID."
                        (list :type "worker-died"
                              :message (format "the worker connection is closed (%s)"
                                               (or (forj-epc-connection-dead conn) "closed")))))
+      (when (and forj-epc-json-frames (equal method "hello"))
+        (setq body (forj-epc--offer-json-frames body)))
       (puthash uid (list success error-fn timer) (forj-epc-connection-pending conn))
       (forj-epc--send conn (list 'call uid (intern method)
                                  (list (forj-epc--json-encode body)))))
@@ -138,6 +183,15 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
       value)))
 
 ;;; Internals: sending
+
+(defun forj-epc--offer-json-frames (body)
+  "BODY of a hello call, its client saying it accepts JSON frames.
+A worker that knows them answers in them; an older one ignores the
+offer and keeps to standard frames, which are always understood."
+  (if (or (null body) (keywordp (car-safe body)))
+      (let ((client (copy-sequence (plist-get body :client))))
+        (plist-put (copy-sequence body) :client (plist-put client :frames ["json"])))
+    body))
 
 (defun forj-epc--json-encode (body)
   "BODY (a plist, alist or hash table; nil for {}) as a JSON string."
@@ -163,17 +217,22 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
 ;;; Internals: receiving
 
 (defun forj-epc--filter (process output)
-  "Append OUTPUT from PROCESS and handle every complete frame."
+  "Append OUTPUT from PROCESS and handle every complete frame.
+Only complete frames are taken; a frame split across any number of
+chunks waits in the process buffer until its last byte arrives."
   (let ((conn (process-get process 'forj-epc-connection))
         (buffer (process-buffer process)))
     (when (buffer-live-p buffer)
       (with-current-buffer buffer
         (goto-char (point-max))
         (insert output)
-        (let ((frames nil))
-          (catch 'incomplete
+        (let ((messages nil)
+              (staging (forj-epc--staging conn)))
+          (cl-incf (forj-epc-connection-depth conn))
+          (unwind-protect
+              (progn
+                (catch 'incomplete
             (while t
-              (goto-char (point-min))
               (when (< (buffer-size) 6) (throw 'incomplete nil))
               (let* ((head (buffer-substring-no-properties 1 7))
                      (length (and (string-match-p "\\`[0-9a-fA-F]\\{6\\}\\'" head)
@@ -182,10 +241,71 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
                   (forj-epc-close conn (format "bad frame header %S from the worker" head))
                   (throw 'incomplete nil))
                 (when (< (buffer-size) (+ 6 length)) (throw 'incomplete nil))
-                (push (buffer-substring-no-properties 7 (+ 7 length)) frames)
+                (push (forj-epc--take 7 (+ 7 length) staging) messages)
                 (delete-region 1 (+ 7 length)))))
-          (dolist (frame (nreverse frames))
-            (forj-epc--dispatch conn frame)))))))
+                (dolist (message (nreverse messages))
+                  (forj-epc--dispatch conn message)))
+            ;; The data of the events just handled is spent; a filter run
+            ;; nested in a handler leaves it to the outermost one.
+            (when (and (= 0 (cl-decf (forj-epc-connection-depth conn)))
+                       (buffer-live-p staging))
+              (if (forj-epc-connection-dead conn)
+                  (kill-buffer staging)
+                (with-current-buffer staging (erase-buffer))))))))))
+
+(defun forj-epc--staging (conn)
+  "CONN's buffer for output events' data, made on first use."
+  (let ((buffer (forj-epc-connection-staging conn)))
+    (unless (buffer-live-p buffer)
+      (setq buffer (generate-new-buffer
+                    (format " *forj-epc output %s*" (forj-epc-connection-name conn))))
+      (with-current-buffer buffer
+        (set-buffer-multibyte nil)
+        (setq buffer-undo-list t))
+      (setf (forj-epc-connection-staging conn) buffer))
+    buffer))
+
+(defun forj-epc--take (start end staging)
+  "The frame between START and END of the current (process) buffer.
+A JSON frame is parsed where it lies, straight from the buffer, and
+comes back as (json HEADER OK . VALUE): VALUE is the decoded JSON
+when OK, else an error plist.  An output event's raw data is copied
+to the end of STAGING, a buffer, and its `:data' is a
+`forj-epc-output' there: no string is made of it.  A standard frame
+comes back as its raw bytes, a string."
+  (goto-char start)
+  (if (not (looking-at-p "([a-z-]+-json[ )]"))
+      (buffer-substring-no-properties start end)
+    (let ((header (condition-case nil
+                      (let ((read-circle nil)) (read (current-buffer)))
+                    (error nil))))
+      (cons 'json
+            (cons header
+                  (condition-case err
+                      (let* ((raw (and (eq (car-safe header) 'event-json) (nth 1 header)))
+                             ;; The last RAW bytes before the final newline are
+                             ;; the event's data, as they are (UTF-8).
+                             (data-start (and (natnump raw) (- end 1 raw)))
+                             (value (save-restriction
+                                      (narrow-to-region (point) (or data-start end))
+                                      (json-parse-buffer :object-type 'plist :array-type 'array
+                                                         :null-object :null :false-object :false))))
+                        (when data-start
+                          (let ((source (current-buffer)))
+                            (with-current-buffer staging
+                              (goto-char (point-max))
+                              (let ((from (point)))
+                                (insert-buffer-substring source data-start (1- end))
+                                (setq value (plist-put value :data
+                                                       (forj-epc--make-output
+                                                        :buffer staging :start from
+                                                        :end (point)
+                                                        :ascii (eq (nth 2 header) 'ascii))))))))
+                        (cons t value))
+                    (error
+                     (cons nil (list :type "bad-reply"
+                                     :message (format "unreadable reply: %s"
+                                                      (error-message-string err)))))))))))
 
 (defun forj-epc--read (frame)
   "Read the s-expression in FRAME (raw bytes), or nil if it is unreadable."
@@ -195,33 +315,51 @@ benchmarks and scripts: interactive code uses `forj-epc-call'."
     (error nil)))
 
 (defun forj-epc--dispatch (conn frame)
-  "Handle one FRAME received on CONN."
-  (let* ((message (forj-epc--read frame))
-         (kind (car-safe message))
-         (uid (car-safe (cdr-safe message))))
-    (pcase kind
-      ('return (forj-epc--settle conn uid t (nth 2 message)))
-      ((or 'return-error 'epc-error)
-       (forj-epc--settle conn uid nil (forj-epc--error-plist kind (nth 2 message))))
-      ('call (forj-epc--incoming-call conn uid (nth 2 message) (nth 3 message)))
-      (_ (message "forj: ignoring an unreadable message from the worker")))))
+  "Handle one FRAME received on CONN: raw bytes, or a parsed JSON frame."
+  (if (eq (car-safe frame) 'json)
+      (forj-epc--dispatch-json conn (cadr frame) (cddr frame))
+    (let* ((message (forj-epc--read frame))
+           (kind (car-safe message))
+           (uid (car-safe (cdr-safe message))))
+      (pcase kind
+        ('return (forj-epc--settle conn uid t (nth 2 message)))
+        ((or 'return-error 'epc-error)
+         (forj-epc--settle conn uid nil (forj-epc--error-plist kind (nth 2 message))))
+        ('call (forj-epc--incoming-call conn uid (nth 2 message) (nth 3 message)))
+        (_ (message "forj: ignoring an unreadable message from the worker"))))))
+
+(defun forj-epc--dispatch-json (conn header outcome)
+  "Handle a JSON frame on CONN: its HEADER and OUTCOME, (OK . VALUE).
+`(return-json UID)' answers call UID; `(event-json)' is an event, which
+needs no answer."
+  (pcase header
+    (`(return-json ,uid) (forj-epc--finish conn uid outcome))
+    (`(event-json . ,_) (when (car outcome) (forj-epc--event conn (cdr outcome))))
+    (_ (message "forj: ignoring an unreadable message from the worker"))))
 
 (defun forj-epc--settle (conn uid ok value)
-  "Finish pending call UID on CONN: OK means VALUE is the reply text."
+  "Finish pending call UID on CONN: OK means VALUE is the reply text.
+Otherwise VALUE is an error plist."
+  (when (and (integerp uid) (gethash uid (forj-epc-connection-pending conn)))
+    (forj-epc--finish
+     conn uid
+     (if (not ok)
+         (cons nil value)
+       (condition-case err
+           (cons t (forj-epc--json-decode value))
+         (error (cons nil (list :type "bad-reply"
+                                :message (format "unreadable reply: %s"
+                                                 (error-message-string err))))))))))
+
+(defun forj-epc--finish (conn uid outcome)
+  "Finish pending call UID on CONN with OUTCOME, (t . REPLY) or (nil . ERROR)."
   (let ((entry (and (integerp uid) (gethash uid (forj-epc-connection-pending conn)))))
     (when entry
       (remhash uid (forj-epc-connection-pending conn))
       (cancel-timer (nth 2 entry))
-      (if ok
-          (let ((decoded (condition-case err
-                             (cons t (forj-epc--json-decode value))
-                           (error (cons nil (list :type "bad-reply"
-                                                  :message (format "unreadable reply: %s"
-                                                                   (error-message-string err))))))))
-            (if (car decoded)
-                (when (nth 0 entry) (funcall (nth 0 entry) (cdr decoded)))
-              (funcall (nth 1 entry) (cdr decoded))))
-        (funcall (nth 1 entry) value)))))
+      (if (car outcome)
+          (when (nth 0 entry) (funcall (nth 0 entry) (cdr outcome)))
+        (funcall (nth 1 entry) (cdr outcome))))))
 
 (defun forj-epc--error-plist (kind payload)
   "An error plist from a KIND message carrying PAYLOAD."
@@ -241,17 +379,40 @@ False is `:false' and null `:null', so `json-serialize' gives it back."
 
 (defun forj-epc--incoming-call (conn uid method args)
   "Answer the worker's call UID of METHOD with ARGS on CONN.
-Only `event' exists; any other method gets an EPC error."
+`event' goes to the event function; another method to the request
+function, which answers later; without one it gets an EPC error."
   (if (not (eq method 'event))
-      (forj-epc--send conn (list 'epc-error uid (format "No such method: %S" method)))
+      (forj-epc--incoming-request conn uid method args)
     (forj-epc--send conn (list 'return uid nil))
-    (let ((handler (forj-epc-connection-on-event conn))
-          (event (and (stringp (car-safe args))
+    (let ((event (and (stringp (car-safe args))
                       (ignore-errors (forj-epc--json-decode (car args))))))
-      (when (and handler event)
-        (condition-case err
-            (funcall handler event)
-          (error (message "forj: event handler failed: %s" (error-message-string err))))))))
+      (when event (forj-epc--event conn event)))))
+
+(defun forj-epc--event (conn event)
+  "Hand EVENT, a plist, to CONN's event function."
+  (let ((handler (forj-epc-connection-on-event conn)))
+    (when handler
+      (condition-case err
+          (funcall handler event)
+        (error (message "forj: event handler failed: %s" (error-message-string err)))))))
+
+(defun forj-epc--incoming-request (conn uid method args)
+  "Hand the worker's call UID of METHOD with ARGS on CONN to its request function."
+  (let ((handler (forj-epc-connection-on-request conn))
+        (body (and (stringp (car-safe args))
+                   (ignore-errors (forj-epc--json-decode (car args)))))
+        (answered nil))
+    (unless (and handler (symbolp method) body
+                 (condition-case err
+                     (funcall handler (symbol-name method) body
+                              (lambda (answer)
+                                (unless (or answered (not (forj-epc-live-p conn)))
+                                  (setq answered t)
+                                  (forj-epc--send conn (list 'return uid
+                                                             (forj-epc--json-encode answer))))))
+                   (error (message "forj: request handler failed: %s" (error-message-string err))
+                          nil)))
+      (forj-epc--send conn (list 'epc-error uid (format "No such method: %S" method))))))
 
 ;;; Internals: timeouts and death
 
@@ -289,6 +450,9 @@ Only `event' exists; any other method gets an EPC error."
                                    "M-x forj-worker-log shows what it printed")))))
     (let ((buffer (process-buffer (forj-epc-connection-process conn))))
       (when (buffer-live-p buffer) (kill-buffer buffer)))
+    (let ((staging (forj-epc-connection-staging conn)))
+      (when (and (buffer-live-p staging) (= 0 (forj-epc-connection-depth conn)))
+        (kill-buffer staging)))
     (when (forj-epc-connection-on-close conn)
       (funcall (forj-epc-connection-on-close conn) conn reason))))
 

@@ -38,7 +38,8 @@ background in the project root; nothing waits for it."
   :type 'boolean
   :group 'forj)
 
-(defconst forj-files--writing-tools '("write_file" "edit_region" "edit" "multi_edit")
+(defconst forj-files--writing-tools
+  '("write_file" "file_write" "edit_region" "edit" "multi_edit" "ast_edit")
   "Tools whose results name files they changed.")
 
 (defun forj-files-changed-by-result (result)
@@ -57,6 +58,10 @@ worker writes a file all or nothing, so a failed edit left it as it was."
       (dolist (detail (append (plist-get body :details) nil))
         (when (and (stringp (plist-get detail :path)) (eq (plist-get detail :changed) t))
           (push (plist-get detail :path) paths)))
+      ;; ast_edit: the files a rename wrote (none for a dry run).
+      (when (eq (plist-get body :edited) t)
+        (dolist (path (append (plist-get body :files_touched) nil))
+          (when (stringp path) (push path paths))))
       (delete-dups (nreverse paths)))))
 
 (defun forj-files-changed-by-results (results)

@@ -117,6 +117,8 @@
   "The tools entry's description: the chat's tools mode."
   (format "Tools mode (now %s)" forj-chat-tools-mode))
 
+(autoload 'forj-audit "forj-audit" "List the tool calls journaled for a project." t)
+
 ;;;###autoload (autoload 'forj-menu "forj-menu" nil t)
 (transient-define-prefix forj-menu ()
   "Open the menu of everything forj can do from here.
@@ -160,6 +162,7 @@ define yet once they exist."
     ("D" "Demo" forj-demo)]
    ["Worker and settings"
     ("i" "Status" forj-menu-status)
+    ("A" "Audit: every tool call" forj-audit)
     ("R" "Restart the worker" forj-menu-restart-worker)
     ("l" "Worker log" forj-menu-worker-log)
     ("," "Settings" forj-menu-settings)]])

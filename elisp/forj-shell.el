@@ -41,6 +41,7 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'forj)
+(require 'forj-epc)
 
 (defface forj-shell-stderr
   '((t :inherit font-lock-warning-face))
@@ -121,6 +122,13 @@ takes precedence."
 
 (defvar-local forj-shell--show-all nil
   "Non-nil when the user asked to see every line of the output.")
+
+(defvar-local forj-shell--removed 0
+  "How many characters of the oldest output `forj-shell-max-bytes' removed.")
+
+(defvar-local forj-shell--toggle-key nil
+  "The key of `forj-shell-toggle-all', as the fold's line shows it.
+Looked up once per buffer, not once per chunk of output.")
 
 (defvar-local forj-shell--fold nil
   "The overlay hiding all but the last lines of the output, or nil.")
@@ -290,7 +298,9 @@ The header line turns its own."
 
 (defun forj-shell-append (buffer kind data)
   "Append DATA, output of KIND (\"stdout\" or \"stderr\"), to BUFFER.
-Windows showing the end of BUFFER keep showing it."
+DATA is a string or a `forj-epc-output' (bytes of UTF-8 in another
+buffer, copied across without making a string of them).  Windows
+showing the end of BUFFER keep showing it."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
       (let* ((following (cl-loop for window in (get-buffer-window-list buffer nil t)
@@ -301,8 +311,15 @@ Windows showing the end of BUFFER keep showing it."
              (inhibit-modification-hooks t))
         (save-excursion
           (goto-char forj-shell--output-end)
-          (insert (if (equal kind "stderr") (propertize data 'face 'forj-shell-stderr) data))
-          (setq forj-shell--lines (+ forj-shell--lines (cl-count ?\n data)))
+          (let ((start (point)))
+            (if (stringp data)
+                (insert data)
+              (forj-shell--insert-output data))
+            (when (equal kind "stderr")
+              (put-text-property start (point) 'face 'forj-shell-stderr))
+            ;; Counted in the buffer, in C: a Lisp loop over every
+            ;; character of every chunk was most of the time output took.
+            (setq forj-shell--lines (+ forj-shell--lines (forj-shell--newlines start (point)))))
           (when (and forj-shell-max-bytes (> (buffer-size) forj-shell-max-bytes))
             (forj-shell--trim)))
         (forj-shell--update-fold)
@@ -310,8 +327,25 @@ Windows showing the end of BUFFER keep showing it."
         (dolist (window following)
           (set-window-point window forj-shell--output-end))))))
 
-(defvar-local forj-shell--removed 0
-  "How many characters of the oldest output `forj-shell-max-bytes' removed.")
+(defun forj-shell--insert-output (output)
+  "Insert OUTPUT, a `forj-epc-output', at point, decoded from UTF-8.
+Buffer to buffer: the bytes never become a string (a string per chunk
+is garbage the size of all the output, and collecting it was most of
+what streaming cost Emacs)."
+  (let ((start (point))
+        (source (forj-epc-output-buffer output))
+        (from (forj-epc-output-start output))
+        (to (forj-epc-output-end output)))
+    (insert-buffer-substring source from to)
+    (unless (forj-epc-output-ascii output)
+      ;; Not known to be ASCII: bytes past 127 came in as raw bytes; make
+      ;; characters of them.
+      (decode-coding-region start (point) 'utf-8-unix))))
+
+(defun forj-shell--newlines (start end)
+  "Count the line breaks in the text between START and END (START <= END)."
+  (let ((lines (count-lines start end)))
+    (if (and (< start end) (/= (char-before end) ?\n)) (1- lines) lines)))
 
 (defun forj-shell--trim ()
   "Remove the oldest output, down to three quarters of `forj-shell-max-bytes'.
@@ -362,9 +396,12 @@ One line after the summary counts what was removed so far."
           (move-overlay forj-shell--fold forj-shell--output-start shown-from)
           (overlay-put forj-shell--fold 'before-string
                        (propertize
-                        (substitute-command-keys
-                         (format "⟨%d earlier line%s hidden: \\<forj-shell-mode-map>\\[forj-shell-toggle-all] shows them⟩\n"
-                                 hidden (if (= hidden 1) "" "s")))
+                        (format "⟨%d earlier line%s hidden: %s shows them⟩\n"
+                                hidden (if (= hidden 1) "" "s")
+                                (or forj-shell--toggle-key
+                                    (setq forj-shell--toggle-key
+                                          (substitute-command-keys
+                                           "\\<forj-shell-mode-map>\\[forj-shell-toggle-all]"))))
                         'face 'forj-shell-header)))))))
 
 (defun forj-shell-toggle-all ()

@@ -573,8 +573,8 @@ The chat sets this from its context estimate; nil lets the worker use
 its conservative default (64 KiB per result).")
 
 (defconst forj-tools--writing-tools
-  '("write_file" "edit_region" "edit" "multi_edit" "file_patch" "apply_patch"
-    "fs_move" "fs_copy" "fs_delete")
+  '("write_file" "file_write" "edit_region" "edit" "multi_edit" "file_patch"
+    "apply_patch" "fs_move" "fs_copy" "fs_delete" "ast_edit")
   "Tools that change files, whose targets may be visited in Emacs.")
 
 (defun forj-tools--patch-paths (patch)
@@ -602,6 +602,25 @@ its conservative default (64 KiB per result).")
               ("apply_patch" (forj-tools--patch-paths (plist-get args :patch)))
               ((or "fs_move" "fs_copy") (list (plist-get args :src) (plist-get args :dst)))
               (_ (list (plist-get args :path))))))))
+
+(defconst forj-tools--ast-extensions
+  '("py" "pyi" "js" "mjs" "cjs" "jsx" "ts" "mts" "cts" "tsx" "go" "rs" "c" "h")
+  "Extensions of the files `ast_edit' may change (the languages it reads).")
+
+(defun forj-tools--unsaved-source-paths (root)
+  "Files under ROOT, relative to it, whose buffers hold unsaved source code.
+An `ast_edit' call names no file: the worker finds them.  Any of these
+may be among them, so they are saved (or the call refused) first."
+  (let ((top (file-name-as-directory (file-truename root)))
+        paths)
+    (dolist (buffer (buffer-list))
+      (let ((file (buffer-file-name buffer)))
+        (when (and file (buffer-modified-p buffer)
+                   (member (file-name-extension file) forj-tools--ast-extensions))
+          (let ((true (file-truename file)))
+            (when (string-prefix-p top true)
+              (push (substring true (length top)) paths))))))
+    (nreverse paths)))
 
 (defun forj-tools--project-file (path root &optional cwd)
   "The true name of the file PATH names inside ROOT, or nil.
@@ -650,9 +669,12 @@ inside ROOT are considered, whatever path a call names."
         (mapcar
          (lambda (entry)
            (let* ((call (plist-get entry :call))
-                  (cwd (plist-get (plist-get call :meta) :cwd))
+                  (ast (equal (plist-get call :name) "ast_edit"))
+                  (cwd (and (not ast) (plist-get (plist-get call :meta) :cwd)))
                   (refusal nil))
-             (dolist (path (and call (forj-tools--call-paths call)))
+             (dolist (path (and call (if ast
+                                         (forj-tools--unsaved-source-paths root)
+                                       (forj-tools--call-paths call))))
                (let ((buffer (forj-tools--project-buffer path root (and (stringp cwd) cwd))))
                  (when (and buffer (not refusal)
                             (buffer-local-value 'buffer-read-only buffer)

@@ -35,6 +35,10 @@
 ;; (`forj-usage-context-windows').  That share is measured when the
 ;; provider reported the last request's tokens, and estimated from the
 ;; bytes of the conversation otherwise (shown with "≈").
+;;
+;; Beside the tokens, the header line counts the chat's tool calls and
+;; how many failed, as the worker counted them (its `metrics' method),
+;; unless `forj-usage-show-tool-metrics' is nil.
 
 ;;; Code:
 
@@ -242,6 +246,63 @@ usage so far, so only what is new goes into the session."
           (forj-usage-format-tokens (plist-get usage :output))
           (forj-usage-format-tokens (plist-get usage :cache-read))))
 
+;;; Tool calls
+
+(defcustom forj-usage-show-tool-metrics t
+  "Non-nil shows the chat's tool calls and failures in its header line.
+The worker counts them per chat; the count is asked for each time the
+chat's record changes."
+  :type 'boolean
+  :group 'forj)
+
+(defvar-local forj-usage-tool-metrics nil
+  "The worker's counters for this chat's tool calls (a plist), or nil.")
+
+(defvar-local forj-usage--metrics-pending nil
+  "Non-nil while a request for this chat's counters is under way.")
+
+(defvar forj-chat--root)
+(declare-function forj-worker-get "forj-worker" (root))
+(declare-function forj-worker-connection "forj-worker" (worker))
+(declare-function forj-epc-live-p "forj-epc" (conn))
+(declare-function forj-epc-call "forj-epc" (conn method body &rest keys))
+(declare-function forj-tools-session-id "forj-tools" ())
+
+(defun forj-usage-refresh-tool-metrics ()
+  "Ask this chat's worker, without waiting, for the chat's tool-call counters.
+Does nothing when `forj-usage-show-tool-metrics' is nil, when no worker
+runs, or while an earlier request is under way."
+  (let* ((root (bound-and-true-p forj-chat--root))
+         (worker (and forj-usage-show-tool-metrics root (not forj-usage--metrics-pending)
+                      (forj-worker-get root)))
+         (conn (and worker (forj-worker-connection worker)))
+         (buffer (current-buffer)))
+    (when (and conn (forj-epc-live-p conn))
+      (setq forj-usage--metrics-pending t)
+      (forj-epc-call conn "metrics" (list :session (forj-tools-session-id))
+                     :timeout 30
+                     :success (lambda (reply)
+                                (when (buffer-live-p buffer)
+                                  (with-current-buffer buffer
+                                    (setq forj-usage--metrics-pending nil
+                                          forj-usage-tool-metrics (plist-get reply :session))
+                                    (force-mode-line-update))))
+                     :error (lambda (_)
+                              (when (buffer-live-p buffer)
+                                (with-current-buffer buffer
+                                  (setq forj-usage--metrics-pending nil))))))))
+
+(add-hook 'forj-chat-record-changed-hook #'forj-usage-refresh-tool-metrics)
+
+(defun forj-usage-tools-header ()
+  "The header line's tool-call part: tools N, with failures if any; or nil."
+  (let ((calls (plist-get forj-usage-tool-metrics :calls))
+        (errors (or (plist-get forj-usage-tool-metrics :errors) 0)))
+    (when (and forj-usage-show-tool-metrics (natnump calls) (> calls 0))
+      (if (and (natnump errors) (> errors 0))
+          (format "tools %d (%d failed)" calls errors)
+        (format "tools %d" calls)))))
+
 (defun forj-usage-header (provider estimate estimated)
   "The header line's usage part for a chat with PROVIDER.
 ESTIMATE is the tokens the next request will hold; ESTIMATED non-nil
@@ -251,6 +312,8 @@ means they were estimated from bytes rather than counted."
                         (if estimated "≈" "")
                         (round (* 100.0 (/ (float estimate) (max window 1))))
                         (forj-usage-format-tokens window))))
+    (let ((tools (forj-usage-tools-header)))
+      (when tools (setq share (concat share " · " tools))))
     (if (null forj-usage-last)
         share
       (let ((session forj-usage-session))

@@ -124,7 +124,7 @@ Mirrors [tools.listing] max_entries (5000); nil uses the config file."
 
 (defcustom forj-worker-max-capture-bytes nil
   "Bytes of each output stream of a command kept for its result.
-Mirrors [tools.shell] max_capture_bytes (4194304); nil uses the config
+Mirrors [tools.shell] max_capture_bytes (5242880); nil uses the config
 file."
   :type '(choice (const :tag "Use the config file" nil)
                  (natnum :tag "Bytes"))
@@ -338,6 +338,8 @@ ERROR is called with an error plist if the worker cannot be started."
   (condition-case err
       (let ((conn (forj-epc-connect port
                                     :name (abbreviate-file-name (forj-worker-root worker))
+                                    :on-request (lambda (method body answer)
+                                                  (forj-worker--request worker method body answer))
                                     :on-close (lambda (_conn reason)
                                                 (forj-worker--lost worker reason)))))
         (setf (forj-worker-connection worker) conn)
@@ -375,6 +377,21 @@ ERROR is called with an error plist if the worker cannot be started."
                        (list :type "start-timeout"
                              :message (format "the worker did not start within %s s; see M-x forj-worker-log"
                                               forj-worker-start-timeout)))))
+
+;;; Questions from the worker
+
+(autoload 'forj-mcp-review "forj-mcp")
+
+(defvar forj-worker-request-functions '(("review" . forj-mcp-review))
+  "Alist: a method the worker may call in Emacs -> the function answering it.
+Each function is called with the worker, the call's argument (a plist)
+and a function of one plist that sends the answer; it returns non-nil
+when it took the call.")
+
+(defun forj-worker--request (worker method body answer)
+  "Let the function for METHOD answer WORKER's question BODY through ANSWER."
+  (let ((handler (cdr (assoc method forj-worker-request-functions))))
+    (and handler (funcall handler worker body answer))))
 
 ;;; Death
 

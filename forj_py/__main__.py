@@ -1,7 +1,8 @@
 """Start the worker: ``python -m forj_py --root DIR``.
 
 (``python -m forj_py mcp --root DIR`` serves the same tools over MCP on
-stdio instead; see ``transport/mcp.py``.)
+stdio instead; see ``transport/mcp.py``; ``python -m forj_py sdk --root DIR``
+serves them as JSON lines in seed 004's envelopes, see ``transport/sdk.py``.)
 
 Reads the token from ``FORJ_TOKEN`` (and removes it from the environment,
 so no command the worker runs inherits it), loads the configuration,
@@ -27,19 +28,20 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
-from .config import ConfigError, load, parse_settings
-from .service import Worker
-from .store.journal import Journal, JournalError, default_state_dir
-from .system import process
-from .tools import builtin_tools
-from .tools.registry import Registry
-from .transport.server import ForjServer
+from .safety import bwrap_probe
+
+if TYPE_CHECKING:
+    from .service import Worker
+    from .transport.server import ForjServer
 
 log = logging.getLogger("forj_py")
 
 PARENT_POLL_SECONDS = 0.5
+# How long housekeeping waits for the first hello before starting anyway.
+HOUSEKEEPING_DELAY_SECONDS = 3.0
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -76,19 +78,33 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:
             return _fail(f"mcp: the MCP SDK is not installed ({exc}); pip install 'forj[mcp]'")
         return mcp_main(argv[1:])
+    if argv[:1] == ["sdk"]:
+        from .transport.sdk import main as sdk_main
+
+        return sdk_main(argv[1:])
     args = _args(argv)
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    logging.getLogger("epc").setLevel(logging.CRITICAL)  # we log what matters ourselves
     token = os.environ.pop("FORJ_TOKEN", "")
     if not token:
         return _fail("FORJ_TOKEN is not set; the worker will not serve without a token")
     root = Path(args.root).expanduser()
     if not root.is_dir():
         return _fail(f"--root {args.root}: not a directory")
+    # The sandbox probe runs bwrap (10-50 ms): started now, it runs while the
+    # worker imports the rest of itself, which is why those imports are here.
+    bwrap = bwrap_probe.start()
+    from .config import ConfigError, load, parse_settings
+    from .service import Worker
+    from .store.journal import Journal, JournalError, default_state_dir
+    from .system import process
+    from .tools import builtin_registry
+    from .transport import rendezvous
+    from .transport.server import ForjServer
+
     try:
         settings = parse_settings(args.settings) if args.settings else []
         loaded = load(root, args.config, settings)
@@ -106,10 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     if process.become_subreaper():
         process.start_reaper()
     try:
-        worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+        worker = Worker(root, loaded, builtin_registry(), journal, state_dir, bwrap=bwrap)
     except ConfigError as exc:  # a permission pattern the tools cannot use
         return _fail(f"configuration error:\n{exc}")
     server = ForjServer(worker, token)
+    # forj_py mcp on this project finds this worker through a private file.
+    meeting = None
+    try:
+        meeting = rendezvous.publish(state_dir, worker.root, server.port)
+        server.mcp_secret = meeting.secret
+    except OSError as exc:
+        log.warning("no rendezvous for MCP servers: %s", exc)
     stop = server.stop
     _watch_parent(stop)
     _watch_stdin(stop)
@@ -117,13 +140,14 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: threading.Thread(target=stop, daemon=True).start())
     sys.stdout.write(f"{server.port}\n")
     sys.stdout.flush()
-    # Housekeeping after the port is out, so it never delays the first call.
-    threading.Thread(target=worker.backups.prune, name="forj-prune", daemon=True).start()
-    worker.commands.start()
-    worker.watcher.start()
+    threading.Thread(
+        target=_housekeeping, args=(worker, server), name="forj-housekeeping", daemon=True
+    ).start()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        if meeting is not None:
+            rendezvous.withdraw(meeting)
         server.stopping.set()
         worker.watcher.stop()
         worker.cancel_all()
@@ -131,6 +155,21 @@ def main(argv: list[str] | None = None) -> int:
         server.server_close()
         journal.close()
     return 0
+
+
+def _housekeeping(worker: Worker, server: ForjServer) -> None:
+    """Start the file watcher and the command sandbox's index, prune old backups.
+
+    Only after the first ``hello`` is answered (or a few seconds without
+    one): no call can come before it, and until then these threads would
+    only compete with it for the interpreter.
+    """
+    worker.greeted.wait(HOUSEKEEPING_DELAY_SECONDS)
+    if server.stopping.is_set():
+        return
+    worker.commands.start()
+    worker.watcher.start()
+    worker.backups.prune()
 
 
 def _watch_parent(stop: Callable[[], None]) -> None:

@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .patterns import PatternTooComplex, gitignore_regexes
@@ -121,7 +119,8 @@ class ApprovalConfig(_Section):
 class ShellConfig(_Section):
     # Bytes of each stream (stdout, stderr) kept for the result: the first
     # and the last half; everything is still streamed to Emacs.
-    max_capture_bytes: int = Field(default=4 << 20, ge=64 << 10, le=256 << 20)
+    # 5 MiB: seed 004 section 9's stdout capture.
+    max_capture_bytes: int = Field(default=5 << 20, ge=64 << 10, le=256 << 20)
     # SIGTERM to the process group, then SIGKILL after this long.
     kill_grace_seconds: float = Field(default=2.0, gt=0, le=60)
     # After the command exits, how long its pipes are still read when
@@ -195,6 +194,8 @@ class ListingConfig(_Section):
 class SearchConfig(_Section):
     # auto: ripgrep when it can be found, else pure Python (same results).
     engine: Literal["auto", "ripgrep", "python"] = "auto"
+    # Seed 004 section 9: grep 10 s.
+    timeout_seconds: float = Field(default=10, gt=0, le=3600)
 
 
 class ReadFileConfig(_Section):
@@ -230,6 +231,54 @@ class GitConfig(_Section):
     clean_tree_for_commit: Literal["committed-paths", "all", "off"] = "committed-paths"
     # The seed's spelling; false is clean_tree_for_commit = "off".
     require_clean_tree_for_commit: bool = True
+    # The repository's hooks are skipped unless this is true (the user's own
+    # file only); they then run inside the command sandbox, never outside.
+    run_hooks: bool = False
+
+
+class CurlConfig(_Section):
+    """``[tools.curl]``: the HTTP client's limits (seed 004 section 9)."""
+
+    # The default and the ceiling of a call's timeout_ms.
+    timeout_seconds: float = Field(default=15, gt=0, le=600)
+    # The default and the ceiling of a call's max_bytes (the response body).
+    max_bytes: int = Field(default=5 << 20, ge=1024, le=64 << 20)
+
+
+def _domain_entries(entries: list[str]) -> list[str]:
+    """``host``, ``*.host``, ``host:port`` or ``host:*``; an IP literal for itself."""
+    shape = re.compile(
+        r"(\*\.)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)"
+        r"(:(\*|[0-9]{1,5}))?\Z"
+    )
+    for entry in entries:
+        if not shape.match(entry) or ".." in entry:
+            raise ValueError(
+                f"{entry!r} is not a domain entry; write a host name ('docs.python.org'), "
+                "its subdomains ('*.python.org'), a port ('localhost:8000', 'example.com:*') "
+                "or an IP address ('127.0.0.1:8000')"
+            )
+    return entries
+
+
+class NetworkConfig(_Section):
+    """``[network]``: where curl may go (your own file only)."""
+
+    # Empty: curl is off.  Scheme default ports only unless an entry names one.
+    allowed_domains: list[str] = Field(default_factory=list, max_length=1000)
+
+    _shape = field_validator("allowed_domains")(_domain_entries)
+
+
+class AstConfig(_Section):
+    """``[tools.ast]``: the AST tools (ast_generate, ast_query, ast_edit, ast_validate)."""
+
+    # Seed 004's limits: building the index may take minutes, an edit must not.
+    generate_timeout_seconds: float = Field(default=300, gt=0, le=86_400)
+    edit_timeout_seconds: float = Field(default=30, gt=0, le=3600)
+    # One call parses at most this many files; larger files are skipped, said so.
+    max_files: int = Field(default=5000, ge=1, le=1_000_000)
+    max_file_bytes: int = Field(default=2 << 20, ge=1024, le=64 << 20)
 
 
 VALIDATOR_RULES = (
@@ -243,6 +292,7 @@ VALIDATOR_RULES = (
     "branch.naming.convention",
     "sec.git.clean_tree",
     "sec.paths.sandbox",
+    "code.ast.parsed",
 )
 COMMAND_RULES = frozenset({"build.must.pass", "lint.must.pass", "fmt.must.pass"})
 
@@ -261,6 +311,7 @@ class ValidatorConfig(_Section):
         "branch.naming.convention",
         "sec.git.clean_tree",
         "sec.paths.sandbox",
+        "code.ast.parsed",
     ]
     # Absent: the rule's level in the catalog.
     enforcement: Literal["blocking", "warning", "suggestion"] | None = None
@@ -325,6 +376,11 @@ class ToolDefinition(_Section):
                 'must be a JSON Schema with type = "object" (a call\'s args are an object), '
                 'e.g. { "type"="object", "properties"={ "path"={ "type"="string" } } }'
             )
+        # Imported here: only a config with tool definitions needs jsonschema
+        # while the worker starts.
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as exc:
@@ -381,6 +437,8 @@ class ToolsConfig(_Section):
     dedupe: DedupeConfig = Field(default_factory=DedupeConfig)
     apply_patch: ApplyPatchConfig = Field(default_factory=ApplyPatchConfig)
     git: GitConfig = Field(default_factory=GitConfig)
+    ast: AstConfig = Field(default_factory=AstConfig)
+    curl: CurlConfig = Field(default_factory=CurlConfig)
     # Tools the model is told about in parse_only mode, where the user runs
     # them by hand; in enabled mode only with advertise_definitions = "config".
     definitions: list[ToolDefinition] = Field(default_factory=list, max_length=256)
@@ -525,10 +583,22 @@ class TrustConfig(_Section):
     projects: list[str] = Field(default_factory=list)
 
 
+class McpConfig(_Section):
+    # Calls of an MCP client (forj_py mcp) that need review are shown in the
+    # Emacs connected to the project's worker.  The user's own file only:
+    # it decides whose eyes a review goes before.
+    review_in_emacs: bool = False
+    # How long a review in Emacs may stay unanswered before the call falls
+    # back to the client's own way of asking (or is refused).
+    review_timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
+
+
 class Config(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     trust: TrustConfig = Field(default_factory=TrustConfig)
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
     rules: list[RuleConfig] = Field(default_factory=list, max_length=1000)
     validators: list[ValidatorConfig] = Field(default_factory=_default_validators, max_length=200)
 
@@ -881,6 +951,13 @@ _USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     ("tools", "advertise_definitions"): lambda user, project: (user, project == user),
     # Force push rewrites a shared history.
     ("tools", "git", "allow_force_push"): _bool_only_to(False),
+    # Who reviews an MCP client's calls.
+    ("mcp", "review_in_emacs"): lambda user, project: (user, project == user),
+    ("mcp", "review_timeout_seconds"): lambda user, project: (user, project == user),
+    # A hook is a program the repository's author wrote.
+    ("tools", "git", "run_hooks"): _bool_only_to(False),
+    # Where curl may send what it is given.
+    ("network", "allowed_domains"): _subset,
 }
 
 

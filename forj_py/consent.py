@@ -34,7 +34,7 @@ from .rules import Probe, RulesEngine
 from .safety.paths import Sandbox
 from .safety.permissions import FILES_GROUP, PermissionRule, Subject, parse_rule, split_command
 from .store.grants import Grant, GrantStore
-from .tools.registry import Registry, Tool
+from .tools.registry import Registry, Tool, ToolInfo
 
 # Tools offered in read-only mode although they can change things: run_shell
 # runs there only for commands the read-only classifier accepts, in the
@@ -129,7 +129,7 @@ def build_policy(config: Config, registry: Registry) -> Policy:
         ask += [
             parse_rule(n, source)
             for n in registry.names()
-            if _tool_of(registry, n).requires_approval
+            if _info_of(registry, n).requires_approval
         ]
     elif old.mode == "deny":
         warnings.append(
@@ -145,7 +145,7 @@ def build_policy(config: Config, registry: Registry) -> Policy:
         mode = "accept-edits"
     for name in old.allowlist:
         entry = registry.get(name)
-        if entry is not None and entry.tool.runs_commands:
+        if entry is not None and entry.info.runs_commands:
             warnings.append(
                 f"[tools.approval] allowlist entry {name!r} maps to nothing: it never let "
                 f'commands run unasked. Write [permissions] allow = ["{name}(PATTERN)"] for '
@@ -174,14 +174,19 @@ def build_policy(config: Config, registry: Registry) -> Policy:
             "[tools.shell] network_commands still works; the new spelling is [permissions] "
             'network = ["run_shell(COMMAND)"]'
         )
+    allow, ask, deny = (_as_forj_tools(rules, registry, warnings) for rules in (allow, ask, deny))
     for rule in [*allow, *ask, *deny]:
         _check_rule(rule, registry, warnings)
     for text in perms.network:
         rule = parse_rule(text, "[permissions] network")
-        if rule.tool not in ("run_shell", "run_tests") or rule.pattern is None:
+        entry = registry.get(rule.tool)
+        reaches = entry is not None and entry.info.matches_words
+        if not ((rule.tool in ("run_shell", "run_tests") and rule.pattern is not None) or reaches):
             raise ConfigError(
                 f"[permissions] network {text!r}: write run_shell(COMMAND) or "
-                "run_tests(COMMAND), a command pattern"
+                "run_tests(COMMAND) with a command pattern, git_push(REMOTE REFSPEC), "
+                "git_pull(REMOTE BRANCH) or curl(HOST METHOD), e.g. 'git_push(origin *)', "
+                "'curl(docs.python.org GET)'"
             )
         _check_rule(rule, registry, warnings)
     return Policy(
@@ -200,10 +205,34 @@ def build_policy(config: Config, registry: Registry) -> Policy:
     )
 
 
-def _tool_of(registry: Registry, name: str) -> Tool[Any]:
+def _info_of(registry: Registry, name: str) -> ToolInfo:
     entry = registry.get(name)
     assert entry is not None
-    return entry.tool
+    return entry.info
+
+
+def _as_forj_tools(
+    rules: list[PermissionRule], registry: Registry, warnings: list[str]
+) -> list[PermissionRule]:
+    """Rules naming a seed 004 name (``file_read``) rewritten to its forj tool.
+
+    Calls by those names are judged as their forj tools, so a rule left
+    under the other name would match nothing, silently.
+    """
+    out = []
+    for rule in rules:
+        entry = registry.get(rule.tool)
+        alias_of = entry.info.alias_of if entry is not None else None
+        if alias_of is None:
+            out.append(rule)
+            continue
+        text = alias_of + rule.text[len(rule.tool) :]
+        warnings.append(
+            f"{rule.source} {rule.text!r}: {rule.tool} is seed 004's name for {alias_of}; "
+            f"read as {text!r} (its arguments are {alias_of}'s); write that instead"
+        )
+        out.append(parse_rule(text, rule.source))
+    return out
 
 
 def _check_rule(rule: PermissionRule, registry: Registry, warnings: list[str]) -> None:
@@ -213,22 +242,39 @@ def _check_rule(rule: PermissionRule, registry: Registry, warnings: list[str]) -
             f"{rule.source} {rule.text!r} names no tool of this worker; it matches nothing"
         )
     try:
-        rule.check(entry is not None and entry.tool.runs_commands)
+        rule.check(entry is not None and (entry.info.runs_commands or entry.info.matches_words))
     except ValueError as exc:
         raise ConfigError(f"{rule.source}: {exc}") from None
 
 
-def available(tool: Tool[Any], mode: str) -> bool:
+def available(tool: ToolInfo, mode: str) -> bool:
     """Whether the mode offers the tool to the model at all."""
     return mode != "read-only" or not tool.side_effecting or tool.name in READ_ONLY_EXTRAS
 
 
-def subject_of(tool: Tool[Any], args: Any, sandbox: Sandbox, working_dir: str) -> Subject:
-    """What permission rules see of a call: its command, or its paths (links resolved)."""
+def subject_of(
+    tool: Tool[Any],
+    args: Any,
+    sandbox: Sandbox,
+    working_dir: str,
+    network: bool | None = None,
+) -> Subject:
+    """What permission rules see of a call: its command, its words, or its paths (links resolved).
+
+    ``network`` is the tool's own answer (:meth:`Tool.network_access`);
+    without it, the call's ``allow_network`` argument.
+    """
     root = sandbox.project_root
     resolved: list[str] = []
     given: list[str] = []
     command = tool.command(args) if tool.runs_commands else None
+    words = tool.rule_words(args) if tool.matches_words else None
+    if words is not None:
+        return Subject(
+            tool=tool.name,
+            words=tuple(words),
+            network=bool(getattr(args, "allow_network", False)) if network is None else network,
+        )
     if command is None:
         for path in tool.paths(args):
             sp = sandbox.resolve(path, working_dir, for_write=tool.mutates(args))
@@ -240,7 +286,7 @@ def subject_of(tool: Tool[Any], args: Any, sandbox: Sandbox, working_dir: str) -
         command=command,
         paths=tuple(resolved),
         given_paths=tuple(given),
-        network=bool(getattr(args, "allow_network", False)),
+        network=bool(getattr(args, "allow_network", False)) if network is None else network,
         globs=command is None and bool(tool.path_globs(args)),
     )
 
@@ -308,15 +354,13 @@ class Consent:
         return requested, None
 
     def available_names(self, mode: str) -> set[str]:
-        return {n for n in self.registry.names() if available(self._tool(n), mode)}
+        return {n for n in self.registry.names() if available(self._info(n), mode)}
 
     def definitions(self, mode: str) -> list[dict[str, Any]]:
-        return [d for d in self.registry.definitions() if available(self._tool(d["name"]), mode)]
+        return [d for d in self.registry.definitions() if available(self._info(d["name"]), mode)]
 
-    def _tool(self, name: str) -> Tool[Any]:
-        entry = self.registry.get(name)
-        assert entry is not None
-        return entry.tool
+    def _info(self, name: str) -> ToolInfo:
+        return _info_of(self.registry, name)
 
     # --- the decision -------------------------------------------------------------
 
@@ -335,7 +379,7 @@ class Consent:
                 ),
             )
         # 0. the mode
-        if not available(tool, f.mode):
+        if not available(ToolInfo.of(tool), f.mode):
             return _refuse(
                 "mode",
                 f"{tool.name} is not available in read-only mode",
@@ -446,6 +490,12 @@ class Consent:
 
 
 def _proposal(subject: Subject) -> str | None:
+    if subject.words is not None:
+        # The first word (a remote, a host) and anything after it.
+        first = subject.words[0] if subject.words else ""
+        if not first or any(c in _GLOB for c in first):
+            return None
+        return f"{subject.tool}({shlex.quote(first)} *)"
     if subject.command is not None:
         command = subject.command
         if isinstance(command, str):

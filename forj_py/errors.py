@@ -138,6 +138,23 @@ def user_denied(reason: str | None) -> ToolFailure:
     )
 
 
+def no_reviewer(why: str, how: list[str], rule: str) -> ToolFailure:
+    """Not run: the call needs the user's review and nobody was there to give it."""
+    return ToolFailure(
+        ErrorType.PERMISSION,
+        f"Refused: this call needs the user's review and no reviewer is available ({why}). "
+        f"Nothing was done. The user can allow it with a [permissions] allow rule in their "
+        f"own forj config ({rule}), with [mcp] review_in_emacs = true and forj running in "
+        "Emacs on this project, or through an MCP client that supports elicitation",
+        kind=ErrorKind.USER_DENIED,
+        recovery=[
+            *how,
+            "Tell the user what you wanted to do; do not repeat the call unchanged",
+        ],
+        no_reviewer=True,
+    )
+
+
 def timed_out(tool: str, elapsed: float, limit: float) -> ToolFailure:
     return ToolFailure(
         ErrorType.TIMEOUT,

@@ -101,6 +101,7 @@ class Runner:
         capacity: int | None,
         emit: EmitFn,
         modified: dict[str, dict[str, str]] | None = None,
+        unreviewed: dict[str, tuple[str, list[str], str]] | None = None,
     ) -> list[Finished]:
         per_call = self.config.tools.output.max_bytes
         # seed 000 FR-REG-04b: the capacity is what is left of the model's
@@ -131,6 +132,7 @@ class Runner:
                 call_limit,
                 emit,
                 (modified or {}).get(planned.call_id),
+                (unreviewed or {}).get(planned.call_id),
             )
             finished = _finish(wire, call_limit, truncatable, encoded)
             spent = len(finished.text.encode("utf-8"))
@@ -179,6 +181,7 @@ class Runner:
         limit: int,
         emit: EmitFn,
         user_texts: dict[str, str] | None = None,
+        unreviewed: tuple[str, list[str], str] | None = None,
     ) -> tuple[dict[str, Any], bool, str | None]:
         """The call's result, whether the framework may cut it to fit, and its JSON if known."""
         cid, name = planned.call_id, planned.name
@@ -210,6 +213,8 @@ class Runner:
                 )
             if batch.review_expired:
                 return error_result(cid, name, review_timed_out(batch.review_timeout)), True, None
+            if unreviewed is not None:
+                return error_result(cid, name, errors.no_reviewer(*unreviewed)), True, None
             if cid in denied:
                 return error_result(cid, name, errors.user_denied(denied[cid] or None)), True, None
             if cid not in approved:
@@ -218,13 +223,15 @@ class Runner:
         if gate is not None:
             # The rules again, against what really ran: an earlier call of the
             # batch may have been denied or failed since planning.
-            violation = gate.before(name, planned.raw_args or {})
+            violation = gate.before(planned.rule_name or name, planned.raw_args or {})
             if violation is not None:
                 return error_result(cid, name, violation), True, None
         emit(Event(batch_id=batch.batch_id, call_id=cid, seq=planned.seq, kind="started"))
         result, truncatable, encoded = self._run_tool(batch, planned, limit, emit, user_texts)
         if gate is not None:
-            gate.after(name, planned.raw_args or {}, cid, bool(result.get("ok")))
+            gate.after(
+                planned.rule_name or name, planned.raw_args or {}, cid, bool(result.get("ok"))
+            )
         emit(
             Event(
                 batch_id=batch.batch_id,

@@ -12,11 +12,15 @@ blanks out things that look like credentials in summaries.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import regex
+if TYPE_CHECKING:
+    # Imported on first use (the functools.cache functions below): most results
+    # never need it, and the worker starts faster without it.
+    import regex
 
 TRUNCATION_MARKER = "\n\n... [output truncated]"
 
@@ -79,10 +83,16 @@ def sanitize(text: str) -> str:
 # private-use characters, line and paragraph separators (JavaScript ends a
 # line at U+2028), and every space but the plain one (no-break, en, em,
 # ideographic, ...).
-_REVIEW_HIDDEN_RE = regex.compile(
-    "[[\\p{Cc}\\p{Cf}\\p{Co}\\p{Zl}\\p{Zp}\\p{Zs}\U000e0000-\U000e007f]--[\\t\\n\\x20]]",
-    regex.VERSION1,
-)
+@functools.cache
+def _review_hidden_re() -> regex.Pattern[str]:
+    import regex
+
+    return regex.compile(
+        "[[\\p{Cc}\\p{Cf}\\p{Co}\\p{Zl}\\p{Zp}\\p{Zs}\U000e0000-\U000e007f]--[\\t\\n\\x20]]",
+        regex.VERSION1,
+    )
+
+
 # How a marked character reads: ⟨U+00AD⟩.  The brackets are not ASCII, so
 # text cannot be mistaken for a marker by accident.
 _MARK_RE = re.compile("\u27e8U\\+[0-9A-F]{4,6}\u27e9")
@@ -101,7 +111,7 @@ def visible_controls(text: str) -> str:
     """
     if text.isascii() and not _has_controls(text):
         return text
-    return _REVIEW_HIDDEN_RE.sub(_mark, text)
+    return _review_hidden_re().sub(_mark, text)
 
 
 def count_marks(text: str) -> int:
@@ -345,23 +355,36 @@ def short_summary(text: str, limit: int = 200) -> str:
 
 URL_CREDENTIAL_MARK = "***"
 
+
 # scheme://user:password@  or  scheme://TOKEN@ (a token as the user name,
 # as GitHub and GitLab accept).  The user part excludes ``/`` ``@`` and
 # whitespace, so the match cannot run across the host or the path.
 # Possessive quantifiers (the ``regex`` module) keep a failed match linear:
 # each part stops at a character the next part needs, so giving back
 # characters could never help.
-_URL_USERINFO_RE = regex.compile(
-    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{0,30}+://)"
-    r"(?P<user>[^/\s:@\"'<>]{0,256}+)"
-    r"(?::(?P<password>[^/\s@\"'<>]{1,1024}+))?"
-    r"@(?P<host>[^/\s@\"'<>?#]{1,256}+)"
-)
+@functools.cache
+def _url_userinfo_re() -> regex.Pattern[str]:
+    import regex
+
+    return regex.compile(
+        r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]{0,30}+://)"
+        r"(?P<user>[^/\s:@\"'<>]{0,256}+)"
+        r"(?::(?P<password>[^/\s@\"'<>]{1,1024}+))?"
+        r"@(?P<host>[^/\s@\"'<>?#]{1,256}+)"
+    )
+
+
 # Necessary for a match: "://", then only characters a user name or a
 # password may hold, then "@".  Text with URLs but no credential (a lock
 # file, a page of links) is cleared by this one scan, ten times faster than
 # trying the full expression at every "://".
-_USERINFO_HINT_RE = regex.compile(r"://[^/\s@\"'<>]*+@")
+@functools.cache
+def _userinfo_hint_re() -> regex.Pattern[str]:
+    import regex
+
+    return regex.compile(r"://[^/\s@\"'<>]*+@")
+
+
 # A user name with no password is a secret only when it looks like a token:
 # long, and made of a token's alphabet (``git@``, ``user@`` stay).
 _TOKEN_LIKE_RE = re.compile(r"[A-Za-z0-9_\-.~+=]{20,}")
@@ -384,7 +407,7 @@ def redact_url_credentials(text: str) -> tuple[str, int]:
     Returns the new text and how many were replaced.  Cheap when the text
     holds no ``://`` at all, which is almost always.
     """
-    if "://" not in text or _USERINFO_HINT_RE.search(text) is None:
+    if "://" not in text or _userinfo_hint_re().search(text) is None:
         return text, 0
     count = 0
 
@@ -399,7 +422,7 @@ def redact_url_credentials(text: str) -> tuple[str, int]:
             return f"{head}{m.group('user')}:{URL_CREDENTIAL_MARK}@{host}"
         return f"{head}{URL_CREDENTIAL_MARK}@{host}"
 
-    return _URL_USERINFO_RE.sub(sub, text), count
+    return _url_userinfo_re().sub(sub, text), count
 
 
 def credential_spans(line: str) -> list[tuple[int, int]]:
@@ -407,7 +430,7 @@ def credential_spans(line: str) -> list[tuple[int, int]]:
     if "://" not in line:
         return []
     spans = []
-    for m in _URL_USERINFO_RE.finditer(line):
+    for m in _url_userinfo_re().finditer(line):
         found = _url_secret(m)
         if found is not None:
             spans.append(m.span(found[0]))
@@ -466,7 +489,7 @@ def restore_url_credentials(original: str, new: str) -> tuple[str, int]:
     # URLs the original already spells with the marker (a documentation
     # example): sent back, they stay as they are.
     literal: set[tuple[str, str, str, str]] = set()
-    for m in _URL_USERINFO_RE.finditer(original):
+    for m in _url_userinfo_re().finditer(original):
         found = _url_secret(m)
         if found is None:
             key = _marker_key(m)
@@ -497,4 +520,4 @@ def restore_url_credentials(original: str, new: str) -> tuple[str, int]:
             return f"{head}{user}:{secret}@{host}"
         return f"{head}{secret}@{host}"
 
-    return _URL_USERINFO_RE.sub(sub, new), count
+    return _url_userinfo_re().sub(sub, new), count

@@ -26,9 +26,12 @@ from __future__ import annotations
 import bisect
 import functools
 import importlib
+import itertools
 import logging
+import operator
 import re
 from collections.abc import Iterable, Sequence
+from itertools import count
 from typing import Any
 
 import pathspec
@@ -337,23 +340,40 @@ class LineScan:
         self._regexp = _re2.compile(combined, options)._regexp
         self._unanchored = _re2._re2.RE2.Anchor.UNANCHORED
 
-    def hits(self, lines: Sequence[str]) -> set[int]:
-        """Indices of ``lines`` (none holding a newline) that a match touches."""
-        text = "\n".join(lines)
+    def hits(self, lines: Sequence[str], prefix: str = "") -> set[int]:
+        """Indices of ``lines`` (none holding a newline) that a match touches.
+
+        Each line is scanned as ``prefix`` + the line (one directory's
+        names, as paths): the text is put together in C.
+        """
+        text = prefix + f"\n{prefix}".join(lines) if prefix else "\n".join(lines)
         data = text.encode("utf-8")
-        starts: list[int] = []
-        offset = 0
-        ascii_only = len(data) == len(text)
-        for line in lines:
-            starts.append(offset)
-            offset += (len(line) if ascii_only else len(line.encode("utf-8"))) + 1
         found: set[int] = set()
         pos, end = 0, len(data)
         match = self._regexp.Match
+        starts: list[int] | None = None
         while pos <= end:
             begin, stop = match(self._unanchored, data, pos, end)[0]
             if begin == -1:
                 break
+            if starts is None:
+                # Where each line starts, counted only once something matched
+                # (most directories hold nothing any rule names).
+                lengths = (
+                    map(len, lines)
+                    if len(data) == len(text)
+                    else (len(line.encode("utf-8")) for line in lines)
+                )
+                # Line n starts after n earlier lines, their prefixes and newlines.
+                step = len(prefix.encode("utf-8")) + 1
+                starts = list(
+                    map(
+                        operator.add,
+                        itertools.accumulate(lengths, initial=0),
+                        count(0, step),
+                    )
+                )
+                starts.pop()
             first = bisect.bisect_right(starts, begin) - 1
             last = bisect.bisect_right(starts, max(stop - 1, begin)) - 1
             found.update(range(first, last + 1))

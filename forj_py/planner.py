@@ -79,11 +79,15 @@ class PlannedCall:
     staged: list[Staged] = field(default_factory=list)
     # The consent stage's word: why, and whether the user said yes in advance.
     reason: str | None = None
+    # Which consent step decided (mode, deny, rule, ask, grant, allow, default, ...).
+    step: str | None = None
     standing: bool = False
     grant_pattern: str | None = None
     subject: Subject | None = None
-    # The arguments as sent (nulls dropped): what rules and deduplication compare.
+    # The arguments as sent (nulls dropped): what rules and deduplication
+    # compare.  For a seed 004 name, its forj tool's arguments and name.
     raw_args: dict[str, Any] | None = None
+    rule_name: str | None = None
 
     def item(self) -> PlanItem:
         return PlanItem(
@@ -168,6 +172,7 @@ def plan_call(pc: PlanContext, mode: ToolsMode, seq: int, raw: Any) -> PlannedCa
         planned.disposition = Disposition.RESOLVED
         planned.preview = None
         planned.reason = refused.reason
+        planned.step = refused.step
         planned.result = error_result(call_id, name, refused.failure)
     except ToolFailure as failure:
         planned.disposition = Disposition.RESOLVED
@@ -200,6 +205,10 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         raise errors.unknown_tool(call.name, pc.registry.names())
     tool = entry.tool
     planned.tool = tool
+    # A seed 004 name (file_read, shell_exec...) is its forj tool to every
+    # rule: a deny rule for run_shell also refuses shell_exec.
+    if tool.alias_of is not None:
+        _denied_tool(pc, tool.alias_of)
     # 5. duplicate ids: the first call with an id runs, later ones do not.
     if duplicate:
         raise errors.duplicate_call_id(call.id)
@@ -288,14 +297,24 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         planned.summary = short_summary(f"[{', '.join(tags)}] " + tool.summary(args))
     planned.warnings = notes
     assert pc.consent is not None
-    subject = subject_of(tool, args, pc.sandbox, planned.working_dir)
+    rule_tool, rule_args, rule_raw = tool.as_rules_see_it(args, raw_args)
+    # The rules are asked again when the call runs, and count it after: as
+    # the tool they judged it to be.
+    planned.rule_name, planned.raw_args = rule_tool.name, rule_raw
+    subject = subject_of(
+        rule_tool,
+        rule_args,
+        pc.sandbox,
+        planned.working_dir,
+        rule_tool.network_access(rule_args, ctx),
+    )
     planned.subject = subject
     decision = pc.consent.decide(
         Facts(
             call_id=planned.call_id,
-            tool=tool,
-            args=args,
-            raw_args=raw_args,
+            tool=rule_tool,
+            args=rule_args,
+            raw_args=rule_raw,
             subject=subject,
             mode=pc.permission_mode,
             notes=notes,
@@ -304,8 +323,9 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         )
     )
     planned.reason = decision.reason
+    planned.step = decision.step
     if decision.failure is not None:
-        raise _Refused(decision.reason, decision.failure)
+        raise _Refused(decision.reason, decision.failure, decision.step)
     planned.standing = decision.standing
     if decision.outcome == "confirm":
         planned.disposition = Disposition.CONFIRM
@@ -337,10 +357,11 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
 class _Refused(Exception):
     """The consent stage refused a call: its error, and the reason to show and journal."""
 
-    def __init__(self, reason: str, failure: ToolFailure) -> None:
+    def __init__(self, reason: str, failure: ToolFailure, step: str = "deny") -> None:
         super().__init__(reason)
         self.reason = reason
         self.failure = failure
+        self.step = step
 
 
 def _denied_tool(pc: PlanContext, name: str) -> None:

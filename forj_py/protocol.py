@@ -95,14 +95,20 @@ class ToolsMode(str, Enum):
 # --- tool calls and results -------------------------------------------------
 
 
-class CallMeta(BaseModel):
+class _Model(BaseModel):
+    # Each model's validator is built when it first validates, not at import:
+    # starting the worker needs only a few of them.
+    model_config = ConfigDict(defer_build=True)
+
+
+class CallMeta(_Model):
     model_config = ConfigDict(extra="ignore")
 
     cwd: str = "."
     timeout: float | None = Field(default=None, gt=0)
 
 
-class ToolCall(BaseModel):
+class ToolCall(_Model):
     """One call as the model wrote it: ``{id, name, args, meta}``."""
 
     model_config = ConfigDict(extra="ignore")
@@ -167,7 +173,7 @@ def error_code(type_: ErrorType, details: dict[str, Any]) -> ErrorCode:
     return _CODE_OF_TYPE[type_]
 
 
-class ToolError(BaseModel):
+class ToolError(_Model):
     type: ErrorType
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
@@ -180,7 +186,7 @@ class ToolError(BaseModel):
         return self
 
 
-class ToolResult(BaseModel):
+class ToolResult(_Model):
     """``{id, name, ok, result}`` or ``{id, name, ok: false, error}``."""
 
     id: str
@@ -203,11 +209,11 @@ class ToolResult(BaseModel):
 # --- worker method bodies (docs/protocol.md) ---------------------------------
 
 
-class _Strict(BaseModel):
+class _Strict(_Model):
     model_config = ConfigDict(extra="forbid")
 
 
-class ClientInfo(BaseModel):
+class ClientInfo(_Model):
     model_config = ConfigDict(extra="ignore")
 
     name: str = "unknown"
@@ -297,7 +303,7 @@ class RevokeGrantRequest(_Strict):
     id: str = Field(min_length=1, max_length=100)
 
 
-class PlanItem(BaseModel):
+class PlanItem(_Model):
     id: str
     name: str
     disposition: Disposition
@@ -334,6 +340,9 @@ class ExecuteRequest(_Strict):
     # instead of the proposal}.  Only for approved calls that had a proposal.
     modified: dict[str, dict[str, str]] = Field(default_factory=dict)
     turn: str | None = Field(default=None, min_length=1, max_length=256)
+    # Calls refused because they need review and nobody could review them
+    # (an MCP client that cannot ask): call id -> why.  Not run, like denied.
+    unreviewed: dict[str, str] = Field(default_factory=dict)
     # Standing grants given with approvals: call id -> grant.
     grants: dict[str, GrantRequest] = Field(default_factory=dict)
 
@@ -347,6 +356,27 @@ class CancelRequest(_Strict):
     batch_id: str
 
 
+class MetricsRequest(_Strict):
+    # One session's counters; absent: every session's.
+    session: SessionId | None = None
+
+
+AuditOutcome = Literal["ok", "error", "refused", "none"]
+
+
+class AuditRequest(_Strict):
+    limit: int = Field(default=100, ge=1, le=500)
+    offset: int = Field(default=0, ge=0, le=10_000_000)
+    tool: str | None = Field(default=None, min_length=1, max_length=128)
+    outcome: AuditOutcome | None = None
+    text: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+class AuditEntryRequest(_Strict):
+    batch_id: str = Field(min_length=1, max_length=100)
+    seq: int = Field(ge=0)
+
+
 class EmptyRequest(_Strict):
     pass
 
@@ -354,7 +384,7 @@ class EmptyRequest(_Strict):
 EventKind = Literal["started", "stdout", "stderr", "finished"]
 
 
-class Event(BaseModel):
+class Event(_Model):
     """A streamed notice from the worker to Emacs; for display only."""
 
     batch_id: str

@@ -23,21 +23,27 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from . import __version__
+from .audit import row as audit_row
 from .config import PERMISSION_MODES, LoadedConfig, describe
 from .consent import Consent, build_policy
 from .errors import ProtocolError, ToolFailure
-from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Runner
+from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Finished, Runner
+from .metrics import CallSample, Metrics
 from .planner import PlanContext, PlannedCall, identify, plan_batch
 from .protocol import (
     PROTOCOL_VERSION,
+    AuditEntryRequest,
+    AuditRequest,
     CancelRequest,
     CheckpointsRequest,
     Disposition,
     ErrorKind,
     ErrorType,
+    Event,
     ExecuteRequest,
     GrantsRequest,
     JournalCallsRequest,
+    MetricsRequest,
     PlanItem,
     PlanRequest,
     ProposalRequest,
@@ -51,6 +57,7 @@ from .protocol import (
     UndoRequest,
 )
 from .rules import Gate, RulesEngine
+from .safety import bwrap_probe
 from .safety.commands import CommandSandbox, probe
 from .safety.files import sha256
 from .safety.paths import Sandbox
@@ -58,7 +65,6 @@ from .safety.permissions import parse_rule
 from .store.backups import Backups
 from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
-from .system import git
 from .tools.manual import manual_registry
 from .tools.registry import Registry, Session
 from .undo import Undo
@@ -75,6 +81,8 @@ MAX_PROPOSAL_BYTES = 6 * 1024 * 1024
 # Planned batches nobody executed (the user closed the review) are kept this
 # long, counted in batches, then forgotten; the journal still has them.
 MAX_BATCHES = 256
+# Journaled batches kept in memory with their credentials, waiting to be planned.
+MAX_UNREDACTED = 64
 
 _MODE_ORDER = [ToolsMode.DISABLED, ToolsMode.PARSE_ONLY, ToolsMode.ENABLED]
 
@@ -114,7 +122,9 @@ class Worker:
         journal: Journal,
         state_dir: Path,
         clock: Callable[[], float] = time.time,
+        bwrap: bwrap_probe.Started | None = None,
     ) -> None:
+        """``bwrap``: the sandbox probe started earlier, if any (else it runs now)."""
         self.loaded = loaded
         self.config = loaded.config
         sb = self.config.tools.sandbox
@@ -139,7 +149,7 @@ class Worker:
         shell = self.config.tools.shell
         self.commands = CommandSandbox(
             self.sandbox,
-            probe(shell.sandbox),
+            probe(shell.sandbox, bwrap),
             read_paths=shell.sandbox_read_paths,
             write_paths=shell.sandbox_write_paths,
             max_processes=shell.max_processes,
@@ -152,12 +162,19 @@ class Worker:
         self._lock = threading.Lock()
         # Journaled batches a plan has taken up: each is planned once.
         self._claimed: set[str] = set()
+        # Per-session counters of what ran (seed 004 section 8).
+        self.metrics_store = Metrics()
+        # Journaled calls whose credentials the journal holds redacted, as
+        # sent, until they are planned (the newest few only).
+        self._unredacted: dict[str, list[Any]] = {}
         # Tells this worker's batches in the shared journal from those of
         # workers that died (recovery) or still run elsewhere.
         self.identity = worker_identity(uuid.uuid4().hex[:8])
         self.undoer = Undo(
             self.sandbox, journal, self.backups, self.session, self.root, self.identity
         )
+        # Set once the first hello is answered: start-up housekeeping waits for it.
+        self.greeted = threading.Event()
         # Consent: one stage decides (forj_py/consent.py); clock injectable for tests.
         self.clock = clock
         self.consent = Consent(
@@ -172,7 +189,7 @@ class Worker:
 
     def hello_payload(self, client: dict[str, Any]) -> dict[str, Any]:
         log.info("client %s %s connected", client.get("name"), client.get("version"))
-        return {
+        payload = {
             "protocol": PROTOCOL_VERSION,
             "version": __version__,
             "root": self.root,
@@ -184,6 +201,8 @@ class Worker:
             "unfinished": self.unfinished(),
             "permissions": self.permissions_summary(),
         }
+        self.greeted.set()
+        return payload
 
     def permissions_summary(self) -> dict[str, Any]:
         policy = self.consent.policy
@@ -254,6 +273,12 @@ class Worker:
         req = parse_request(JournalCallsRequest, body)
         batch_id = uuid.uuid4().hex
         self._record_calls(batch_id, ToolsMode.ENABLED, req.calls, req.turn)
+        redacted = [self._journal_form(name, raw) for (_, name), raw in _named(req.calls)]
+        if redacted != req.calls:
+            with self._lock:
+                self._unredacted[batch_id] = req.calls
+                while len(self._unredacted) > MAX_UNREDACTED:
+                    del self._unredacted[next(iter(self._unredacted))]
         return {"batch_id": batch_id}
 
     def _record_calls(
@@ -272,11 +297,27 @@ class Worker:
             batch_id,
             self.root,
             mode.value,
-            [(cid, name, raw) for (cid, name), raw in zip(idents, calls, strict=False)],
+            [
+                (cid, name, self._journal_form(name, raw))
+                for (cid, name), raw in zip(idents, calls, strict=False)
+            ],
             turn=turn,
             worker=self.identity,
             durable=durable,
         )
+
+    def _journal_form(self, name: str, raw: Any) -> Any:
+        """A call as the journal keeps it: credentials its tool knows of redacted.
+
+        The calls as sent stay in memory until planned (``_unredacted``), so a
+        journaled batch still runs with them; after a restart the redacted
+        form is all there is, and the tool refuses to send a redaction marker.
+        """
+        entry = self.registry.get(name)
+        if entry is None or not isinstance(raw, dict) or not isinstance(raw.get("args"), dict):
+            return raw
+        shown = entry.tool.journal_args(raw["args"])
+        return raw if shown is raw["args"] else {**raw, "args": shown}
 
     def _journaled_calls(self, batch_id: str, calls: list[Any] | None) -> list[Any]:
         """The calls ``journal_calls`` recorded under ``batch_id``, ready to plan once."""
@@ -289,7 +330,9 @@ class Worker:
             )
         recorded = self.journal.batch(batch_id)
         assert recorded is not None
-        journaled = [c["call"] for c in recorded["calls"]]
+        with self._lock:
+            sent = self._unredacted.get(batch_id)
+        journaled = sent if sent is not None else [c["call"] for c in recorded["calls"]]
         if calls is not None and calls != journaled:
             raise ProtocolError(
                 "bad-request",
@@ -305,6 +348,8 @@ class Worker:
                 f"batch {batch_id} was already planned; a batch is planned once",
                 ["Journal the calls again to plan them again"],
             )
+        with self._lock:
+            self._unredacted.pop(batch_id, None)
         return journaled
 
     def plan(self, body: Any) -> dict[str, Any]:
@@ -351,6 +396,7 @@ class Worker:
             batch_id,
             "plan",
             {c.seq: f"[{permission_mode}] {c.reason}" for c in calls if c.reason is not None},
+            {c.seq: c.step for c in calls if c.reason is not None and c.step is not None},
         )
         self.journal.record_plan(
             batch_id,
@@ -392,11 +438,17 @@ class Worker:
             reply["mode_note"] = mode_note
         return reply
 
-    def _journal_consent(self, batch_id: str, stage: str, reasons: dict[int, str]) -> None:
+    def _journal_consent(
+        self,
+        batch_id: str,
+        stage: str,
+        reasons: dict[int, str],
+        steps: dict[int, str] | None = None,
+    ) -> None:
         if not reasons:
             return
         try:
-            self.journal.record_consent(batch_id, stage, reasons)
+            self.journal.record_consent(batch_id, stage, reasons, steps)
         except Exception:  # the decision stands; the audit line is lost, and logged
             log.exception("journal: consent of batch %s not recorded", batch_id)
 
@@ -418,6 +470,9 @@ class Worker:
                     targets.setdefault(index, []).append((sp.canonical, sp.display))
         if not targets:
             return
+        # Imported on the first plan that writes an existing file, not at start-up.
+        from .system import git
+
         status = git.uncommitted(self.root, [c for pairs in targets.values() for c, _ in pairs])
         if not status:
             return
@@ -484,14 +539,34 @@ class Worker:
             log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
         if req.turn is not None:
             self.journal.record_turn(batch.batch_id, req.turn)
+        times: dict[int, tuple[float, float | None]] = {}
+
+        def timed(event: Event) -> None:
+            # Each executed call is framed by its started and finished events.
+            if event.kind == "started":
+                times[event.seq] = (time.time(), None)
+            elif event.kind == "finished" and event.seq in times:
+                times[event.seq] = (times[event.seq][0], time.time())
+            emit(event)
+
         finished = self.runner.run(
             batch,
             approved=set(req.approved) & confirm,
             denied={k: v for k, v in req.denied.items() if k in confirm},
             capacity=req.capacity_bytes,
-            emit=emit,
+            emit=timed,
             modified=req.modified,
+            unreviewed={
+                c.call_id: (
+                    req.unreviewed[c.call_id],
+                    _how_to_allow(c.grant_pattern),
+                    _allow_rule(c.grant_pattern),
+                )
+                for c in batch.calls
+                if c.call_id in confirm and c.call_id in req.unreviewed
+            },
         )
+        self._count(batch, finished, times)
         turn_info = batch.gate.info() if batch.gate is not None else {}
         if batch.gate is not None:
             # The chat decides from the execute reply whether the batch counts
@@ -520,14 +595,87 @@ class Worker:
         # The journal has the results and the reply carries them; a batch kept
         # in memory for later questions needs only its state.
         batch.results = []
-        reply.on_sent = lambda: self._delivered(batch_id)
+        reply.on_sent = lambda: self._delivered(batch_id, times)
         return reply
 
-    def _delivered(self, batch_id: str) -> None:
+    def _delivered(
+        self, batch_id: str, times: dict[int, tuple[float, float | None]] | None = None
+    ) -> None:
         try:
-            self.journal.record_delivered(batch_id)
+            self.journal.record_delivered(batch_id, times)
         except Exception:
             log.exception("journal: could not record the delivery of %s", batch_id)
+
+    # --- metrics and the audit timeline ----------------------------------------------
+
+    def _count(
+        self,
+        batch: Batch,
+        finished: list[Finished],
+        times: dict[int, tuple[float, float | None]],
+    ) -> None:
+        """Feed the batch's session counters; counting never fails a batch."""
+        try:
+            touched: dict[int, list[str]] = {}
+            for change in self.journal.file_changes([batch.batch_id]):
+                paths = touched.setdefault(change.seq, [])
+                if change.path not in paths:
+                    paths.append(change.path)
+            samples = []
+            for planned, done in zip(batch.calls, finished, strict=False):
+                started, ended = times.get(planned.seq, (None, None))
+                duration = (
+                    (ended - started) * 1000 if started is not None and ended is not None else None
+                )
+                samples.append(
+                    CallSample(
+                        name=planned.name,
+                        ok=bool(done.wire.get("ok")),
+                        duration_ms=duration,
+                        result_bytes=len(done.text.encode("utf-8")),
+                        files=touched.get(planned.seq, []),
+                    )
+                )
+            self.metrics_store.record(batch.session, samples, self.clock())
+        except Exception:
+            log.exception("metrics: batch %s not counted", batch.batch_id)
+
+    def metrics(self, body: Any = None) -> dict[str, Any]:
+        """The counters of one session (``session``), or of every session this worker saw."""
+        req = parse_request(MetricsRequest, {} if body is None else body)
+        if req.session is not None:
+            return {"session": self.metrics_store.session(req.session)}
+        return {"sessions": self.metrics_store.all()}
+
+    def audit(self, body: Any = None) -> dict[str, Any]:
+        """One page of this project's journaled calls, newest first, with who decided each."""
+        req = parse_request(AuditRequest, {} if body is None else body)
+        rows, more = self.journal.audit(
+            self.root,
+            limit=req.limit,
+            offset=req.offset,
+            tool=req.tool,
+            outcome=req.outcome,
+            text=req.text,
+        )
+        return {
+            "rows": [audit_row(r) for r in rows],
+            "offset": req.offset,
+            "more": more,
+            "next_offset": req.offset + len(rows) if more else None,
+        }
+
+    def audit_entry(self, body: Any) -> dict[str, Any]:
+        """One journaled call as received and its result as sent back."""
+        req = parse_request(AuditEntryRequest, body)
+        found = self.journal.audit_entry(self.root, req.batch_id, req.seq)
+        if found is None:
+            raise ProtocolError(
+                "unknown-batch",
+                f"no call {req.seq} of batch {req.batch_id!r} in this project's journal",
+                ["Use a batch_id and seq from a row of the audit method"],
+            )
+        return {"batch_id": req.batch_id, "seq": req.seq, **found}
 
     # --- grants -------------------------------------------------------------------
 
@@ -564,7 +712,10 @@ class Worker:
                 )
             try:
                 parsed = parse_rule(rule, "grant")
-                parsed.check(planned.tool is not None and planned.tool.runs_commands)
+                parsed.check(
+                    planned.tool is not None
+                    and (planned.tool.runs_commands or planned.tool.matches_words)
+                )
                 covers = planned.subject is not None and parsed.matches(
                     planned.subject, strict=True
                 )
@@ -595,6 +746,8 @@ class Worker:
                 continue
             if batch.review_expired:
                 reasons[planned.seq] = f"review unanswered after {batch.review_timeout:g} s: denied"
+            elif cid in req.unreviewed:
+                reasons[planned.seq] = f"refused: no reviewer available ({req.unreviewed[cid]})"
             elif cid in req.denied:
                 reasons[planned.seq] = "denied by the user" + (
                     f": {req.denied[cid]}" if req.denied[cid] else ""
@@ -647,6 +800,27 @@ class Worker:
                 for s in planned.staged
             ]
         }
+
+    def review_item(self, batch_id: str, call_id: str) -> dict[str, Any]:
+        """The plan item of a call awaiting review, as the worker planned it."""
+        batch = self._batch(batch_id)
+        for planned in batch.calls:
+            if planned.call_id == call_id and planned.disposition is Disposition.CONFIRM:
+                if batch.state != "planned":
+                    raise ProtocolError(
+                        "bad-request",
+                        f"batch {batch_id} was already executed; its review is over",
+                        ["Plan the call again"],
+                    )
+                item = planned.item().wire()
+                if batch.review_timeout:
+                    item["review_timeout_seconds"] = batch.review_timeout
+                return item
+        raise ProtocolError(
+            "bad-request",
+            f"batch {batch_id} has no call {call_id!r} awaiting review",
+            ["Use an id from the plan's confirm items"],
+        )
 
     def _planned(self, batch: Batch, call_id: str) -> PlannedCall:
         for planned in batch.calls:
@@ -853,6 +1027,22 @@ class Worker:
         return reply
 
 
+def _allow_rule(pattern: str | None) -> str:
+    return f'this call: allow = ["{pattern}"]' if pattern else "one that covers this call"
+
+
+def _how_to_allow(pattern: str | None) -> list[str]:
+    """The ways a user can let a call that needs review run from an MCP client."""
+    rule = f'allow = ["{pattern}"]' if pattern else "an allow rule covering it"
+    return [
+        f"To let such calls run unasked, the user adds to their own forj config: "
+        f"[permissions] {rule}",
+        "Or the user sets [mcp] review_in_emacs = true in their own forj config and runs "
+        "forj in Emacs on this project: the review then opens there",
+        "Or use an MCP client that supports elicitation: forj then asks the user through it",
+    ]
+
+
 _REASONS = {
     "received": "the calls were journaled, then forj stopped before planning them",
     "planned": "the calls were planned, then forj stopped before they were executed",
@@ -934,3 +1124,7 @@ def _summarize(changes: list[FileChange]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _named(calls: list[Any]) -> list[tuple[tuple[str, str], Any]]:
+    return [(identify(seq, raw), raw) for seq, raw in enumerate(calls)]

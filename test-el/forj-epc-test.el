@@ -187,5 +187,125 @@ and every worker started for the project is stopped afterwards."
       (should (equal (plist-get (cadr err) :type) "unknown-batch"))
       (should (plist-get (cadr err) :recovery)))))
 
+;;; JSON frames
+
+(defun forj-test--frame (body)
+  "BODY (a unibyte string) framed with its six hex digits of length."
+  (concat (format "%06x" (length body)) body))
+
+(defun forj-test--json-frame (header json &optional raw)
+  "A JSON frame of HEADER (a string), JSON text and RAW trailing bytes."
+  (forj-test--frame (concat header "\n" (encode-coding-string json 'utf-8)
+                            (if raw (concat "\n" (encode-coding-string raw 'utf-8)) "")
+                            "\n")))
+
+(defconst forj-test--tricky "é ✓ 😀 \"q\" back\\slash\n(return-json 9)\n{\"a\": 1}\n"
+  "Text with non-ASCII, quotes, backslashes and lines like frame headers.")
+
+(defun forj-test--stream ()
+  "Every kind of frame the worker sends, as one unibyte string."
+  (let ((print-escape-newlines nil))
+    (concat
+     ;; A standard reply: JSON inside a Lisp string.
+     (forj-test--frame (encode-coding-string
+                        (concat (prin1-to-string
+                                 (list 'return 1 (json-serialize (list :text forj-test--tricky))))
+                                "\n")
+                        'utf-8))
+     ;; A JSON reply.
+     (forj-test--json-frame "(return-json 2)"
+                            (json-serialize (list :text forj-test--tricky :n 2 :none :null)))
+     ;; An event with its output raw after the JSON.
+     (let ((raw (encode-coding-string forj-test--tricky 'utf-8)))
+       (forj-test--json-frame (format "(event-json %d)" (length raw))
+                              "{\"kind\":\"stdout\",\"call_id\":\"c\",\"seq\":0}"
+                              forj-test--tricky))
+     ;; The same, all ASCII and said so.
+     (forj-test--json-frame "(event-json 4 ascii)" "{\"kind\":\"stderr\"}" "a\nb\n")
+     ;; An event all in JSON.
+     (forj-test--json-frame "(event-json)" "{\"kind\":\"finished\",\"ok\":true}")
+     ;; A reply that is not valid JSON: an error for its call, not a stuck filter.
+     (forj-test--json-frame "(return-json 3)" "{\"broken\": ")
+     ;; A standard error.
+     (forj-test--frame "(return-error 4 \"{\\\"type\\\":\\\"x\\\",\\\"message\\\":\\\"m\\\"}\")\n"))))
+
+(defun forj-test--feed (chunks)
+  "Feed CHUNKS to a connection's filter; return what its callbacks saw, in order."
+  (let* ((seen nil)
+         (buffer (generate-new-buffer " *forj-test-epc*"))
+         (process (make-pipe-process :name "forj-test-epc" :buffer buffer :noquery t
+                                     :filter #'ignore :sentinel #'ignore))
+         (conn (forj-epc--make-connection :name "test" :process process
+                                          :on-event
+                                          (lambda (e)
+                                            ;; Raw output is valid only during the call.
+                                            (when (plist-member e :data)
+                                              (setq e (plist-put (copy-sequence e) :data
+                                                                 (forj-epc-event-data e))))
+                                            (push (list 'event e) seen)))))
+    (unwind-protect
+        (progn
+          (with-current-buffer buffer (set-buffer-multibyte nil))
+          (process-put process 'forj-epc-connection conn)
+          (dolist (uid '(1 2 3 4))
+            (puthash uid (list (lambda (v) (push (list 'ok uid v) seen))
+                               (lambda (e) (push (list 'error uid (plist-get e :type)) seen))
+                               (run-at-time 600 nil #'ignore))
+                     (forj-epc-connection-pending conn)))
+          (dolist (chunk chunks) (forj-epc--filter process chunk))
+          (should (= 0 (buffer-size buffer)))
+          (nreverse seen))
+      (maphash (lambda (_ entry) (cancel-timer (nth 2 entry))) (forj-epc-connection-pending conn))
+      (delete-process process)
+      (kill-buffer buffer))))
+
+(ert-deftest forj-test-epc-json-frames-split-anywhere-give-the-same-messages ()
+  "Frames of both kinds, cut into chunks at random places, read the same.
+Chunks of one byte cut inside headers, lengths and UTF-8 sequences."
+  (let* ((stream (forj-test--stream))
+         (whole (forj-test--feed (list stream)))
+         (state (cl-make-random-state 4)))
+    (should (equal whole
+                   `((ok 1 (:text ,forj-test--tricky))
+                     (ok 2 (:text ,forj-test--tricky :n 2 :none :null))
+                     (event (:kind "stdout" :call_id "c" :seq 0 :data ,forj-test--tricky))
+                     (event (:kind "stderr" :data "a\nb\n"))
+                     (event (:kind "finished" :ok t))
+                     (error 3 "bad-reply")
+                     (error 4 "x"))))
+    (should (equal (forj-test--feed (mapcar #'char-to-string (string-to-list stream))) whole))
+    (dotimes (_ 60)
+      (let ((chunks nil) (pos 0))
+        (while (< pos (length stream))
+          (let ((next (min (length stream) (+ pos 1 (cl-random 40 state)))))
+            (push (substring stream pos next) chunks)
+            (setq pos next)))
+        (should (equal (forj-test--feed (nreverse chunks)) whole))))))
+
+(ert-deftest forj-test-epc-json-frames-negotiated-and-standard-frames-still-work ()
+  "The worker answers in JSON frames only to a client that asked in hello."
+  (forj-test-with-project `(("t.txt" . ,forj-test--tricky))
+    (let* ((worker (forj-test--worker root))
+           (port (process-contact (forj-epc-connection-process (forj-worker-connection worker))
+                                  :service))
+           (read-file (lambda (conn)
+                        (let* ((plan (forj-epc-call-sync
+                                      conn "plan"
+                                      '(:calls [(:id "1" :name "read_file" :args (:path "t.txt"))])))
+                               (done (forj-epc-call-sync
+                                      conn "execute" (list :batch_id (plist-get plan :batch_id)))))
+                          (plist-get (plist-get (aref (plist-get done :results) 0) :result)
+                                     :content)))))
+      (should (equal (plist-get (forj-worker-hello worker) :frames) ["json"]))
+      (should (equal (funcall read-file (forj-worker-connection worker)) forj-test--tricky))
+      (let ((plain (forj-epc-connect port :name "plain"))
+            (forj-epc-json-frames nil))
+        (unwind-protect
+            (let ((hello (forj-epc-call-sync plain "hello"
+                                             (list :token (forj-worker-token worker)))))
+              (should-not (plist-member hello :frames))
+              (should (equal (funcall read-file plain) forj-test--tricky)))
+          (forj-epc-close plain))))))
+
 (provide 'forj-epc-test)
 ;;; forj-epc-test.el ends here

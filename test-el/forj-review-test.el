@@ -214,6 +214,29 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
         (forj-review-quit))
       (should (forj-test--wait-for (cdr run) 30)))))
 
+(ert-deftest forj-test-review-curl-shows-method-url-and-redacted-headers ()
+  "A curl call's review shows its method, URL and headers, credentials redacted."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (with-temp-file (getenv "FORJ_CONFIG")
+      (insert "[network]\nallowed_domains = [\"docs.example.org\"]\n"))
+    (let* ((run (forj-review-test--plan-review
+                 root (list (json-serialize
+                             (list :id "web" :name "curl"
+                                   :args (list :url "https://docs.example.org/guide?page=2"
+                                               :headers (list :Authorization "Bearer tok-1234-secret"
+                                                              :Accept "text/html")))))))
+           (review (car run)))
+      (with-current-buffer review
+        (let ((text (buffer-substring-no-properties (point-min) (point-max))))
+          (should (string-match-p "\\[network\\] curl GET https://docs\\.example\\.org/guide\\?page=2" text))
+          (should (string-match-p "^GET https://docs\\.example\\.org/guide\\?page=2$" text))
+          (should (string-match-p "^  Authorization: \\[REDACTED\\]$" text))
+          (should (string-match-p "^  Accept: text/html$" text))
+          (should (string-match-p "reaches the network" text))
+          (should-not (string-match-p "tok-1234-secret" text)))
+        (forj-review-quit))
+      (should (forj-test--wait-for (cdr run) 30)))))
+
 (ert-deftest forj-test-review-shows-call-warnings-first ()
   "A plan item's warnings are the first lines of its section, in the warning face."
   (save-window-excursion

@@ -148,6 +148,58 @@
                 (should (shown-p 291)))))
         (kill-buffer chat)))))
 
+(ert-deftest forj-test-shell-chunks-cut-mid-line-count-and-fold-right ()
+  "Output cut anywhere, stderr among it, counts its lines and folds as if whole."
+  (let ((buffer (forj-shell-buffer "cut" "Run seq")))
+    (unwind-protect
+        (let ((text (mapconcat #'number-to-string (number-sequence 1 120) "\n"))
+              (pos 0) (n 0))
+          (while (< pos (length text))
+            (let ((next (min (length text) (+ pos 1 (% (* 7 n) 23)))))
+              (forj-shell-append buffer (if (= 0 (% n 5)) "stderr" "stdout")
+                                 (substring text pos next))
+              (setq pos next n (1+ n))))
+          (forj-shell-append buffer "stdout" "\n")
+          (with-current-buffer buffer
+            (should (= forj-shell--lines 120))
+            (should (equal (buffer-substring-no-properties forj-shell--output-start
+                                                           forj-shell--output-end)
+                           (concat text "\n")))
+            (should (string-match-p "70 earlier lines hidden"
+                                    (overlay-get forj-shell--fold 'before-string)))
+            (should (text-property-any forj-shell--output-start forj-shell--output-end
+                                       'face 'forj-shell-stderr))))
+      (forj-shell-finish buffer t)
+      (kill-buffer buffer))))
+
+(ert-deftest forj-test-shell-output-copied-from-the-connection-is-decoded ()
+  "Output handed over as bytes in another buffer arrives as the same text."
+  (let ((buffer (forj-shell-buffer "bytes" "Run printf"))
+        (bytes (generate-new-buffer " *forj-test-bytes*"))
+        (text "ascii first\nthen é ✓ 😀\nand \"quotes\" \\ too\n"))
+    (unwind-protect
+        (progn
+          (with-current-buffer bytes
+            (set-buffer-multibyte nil)
+            (insert "junk before" (encode-coding-string text 'utf-8) "junk after"))
+          (let ((from (1+ (length "junk before"))))
+            (forj-shell-append buffer "stdout"
+                               (forj-epc--make-output
+                                :buffer bytes :start from
+                                :end (+ from (string-bytes text))))
+            (forj-shell-append buffer "stderr"
+                               (forj-epc--make-output :buffer bytes :start 1 :end 5 :ascii t)))
+          (with-current-buffer buffer
+            (should (equal (buffer-substring-no-properties forj-shell--output-start
+                                                           forj-shell--output-end)
+                           (concat text "junk")))
+            (should (= forj-shell--lines 3))
+            (should (eq (get-text-property (- forj-shell--output-end 1) 'face)
+                        'forj-shell-stderr))))
+      (forj-shell-finish buffer t)
+      (kill-buffer bytes)
+      (kill-buffer buffer))))
+
 (ert-deftest forj-test-shell-opens-where-the-option-says ()
   "The [output] link shows the output buffer through `forj-display-shell'; q puts the windows back."
   (forj-test-with-project '(("a.txt" . "a\n"))

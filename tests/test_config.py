@@ -77,7 +77,7 @@ def test_every_section_of_seed_000_is_accepted(project: Path) -> None:
         ),
         (
             "[tool]\nmode = 'x'\n",
-            "tool: unknown key; allowed here: permissions, rules, tools, trust",
+            "tool: unknown key; allowed here: mcp, network, permissions, rules, tools, trust",
         ),
         (
             "[tools]\nmax_tool_calls_per_batch = 0\n",

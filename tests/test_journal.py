@@ -178,7 +178,9 @@ def test_a_schema_1_journal_is_upgraded_and_its_history_is_not_reported(
     assert worker.journal.unfinished(worker.root) == ["old"]  # still in the record
     assert worker.hello_payload({})["unfinished"] == []  # but not a crash to report
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3  # schema 3 on top of 2
+    assert "step" in {row[1] for row in db.execute("PRAGMA table_info(consent)")}
+    assert db.execute("SELECT count(*) FROM call_times").fetchone()[0] == 0
     columns = {row[1] for row in db.execute("PRAGMA table_info(batches)")}
     assert {"turn", "kind", "worker", "delivered_at", "resolution", "undone_by"} <= columns
     assert db.execute("SELECT count(*) FROM file_changes").fetchone()[0] == 0

@@ -270,3 +270,45 @@ def test_validate_filters_by_level_and_glob(make_worker: MakeWorker, repo: Path)
     assert [v["rule"] for v in only_warnings["violations"]] == ["commit.message.conventional"]
     plan = make_worker().plan({"calls": [call("v", "validate", rule_id="nope")]})
     assert plan["items"][0]["result"]["error"]["type"] == "validation-error"
+
+
+# --- code.ast.parsed ------------------------------------------------------------------
+
+STRIPE = "sk_live_" + "51Habc123def456"  # split so this file is no credential itself
+
+
+def test_code_ast_parsed_reads_no_denied_or_oversized_file_and_quotes_no_source(
+    make_worker: MakeWorker, repo: Path
+) -> None:
+    rules("[tools.ast]\nmax_file_bytes = 1024\n")
+    # Denied by the sandbox: named, never read (nor is what it holds repeated).
+    stage(repo, "conf/.env.py", f"STRIPE_KEY={STRIPE} def\n")
+    # Over max_file_bytes: named with its size, not read.
+    stage(repo, "web/big.js", "let x = (;\n" + "// padding\n" * 200)
+    # An ordinary file that does not parse: the place and token kind, not the text.
+    stage(repo, "src/keys.py", f"x = 1\nSTRIPE_KEY={STRIPE} def\n")
+    result = check(make_worker, rule_id="code.ast.parsed")
+    assert result["passed"] is False
+    by_file = {v["file"]: v for v in result["violations"]}
+    assert set(by_file) == {"conf/.env.py", "web/big.js", "src/keys.py"}
+    assert by_file["conf/.env.py"]["level"] == "warning"
+    assert "denies reading" in by_file["conf/.env.py"]["message"]
+    assert by_file["web/big.js"]["level"] == "warning"
+    assert "2211 bytes, over [tools.ast] max_file_bytes (1024)" in by_file["web/big.js"]["message"]
+    keys = by_file["src/keys.py"]
+    assert (keys["level"], keys["line"]) == ("blocking", 2)
+    assert "column 1: unexpected identifier" in keys["message"]
+    assert "sk_live" not in str(result) and "STRIPE" not in str(result)
+
+
+def test_code_ast_parsed_in_a_project_below_the_top_of_the_work_tree(
+    make_worker: MakeWorker, project: Path, tmp_path: Path
+) -> None:
+    top = tmp_path / "top"
+    (top / "app").mkdir(parents=True)
+    sh_git(top, "init", "-q", "-b", "main")
+    stage(top, "app/good.py", "def fine():\n    pass\n")
+    stage(top, "good.py", "def (:\n")  # outside the project: not its concern
+    stage(top, "app/bad.go", "package b\nfunc F( {\n")
+    result = ok(make_worker(top / "app"), "validate", rule_id="code.ast.parsed")
+    assert [(v["file"], v["line"]) for v in result["violations"]] == [("bad.go", 2)]

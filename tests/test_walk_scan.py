@@ -15,7 +15,7 @@ from forj_py import patterns
 from forj_py.patterns import LineScan, RegexSet, gitignore_regexes
 from forj_py.safety.paths import Sandbox
 from forj_py.system import walk
-from forj_py.system.walk import Excludes, Walker
+from forj_py.system.walk import Entry, Excludes, Walker
 
 needs_re2 = pytest.mark.skipif(not patterns.HAVE_RE2, reason="google-re2 is not installed")
 
@@ -59,6 +59,29 @@ def test_line_scan_reports_every_path_a_rule_matches(
             assert n in hits, (text, lines)
 
 
+@needs_re2
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_LINES, min_size=1, max_size=6),
+    st.lists(_PARTS, min_size=1, max_size=3),
+    st.lists(_PARTS, min_size=1, max_size=12),
+)
+def test_line_scan_with_a_directory_prefix_reports_every_path_a_rule_matches(
+    lines: list[str], directory: list[str], names: list[str]
+) -> None:
+    # One directory's names scanned as paths below it: the same verdicts as
+    # scanning each whole path, the offsets counted with the prefix.
+    sources = [s for line in lines for s, _ in gitignore_regexes(line, marks_dirs=True)]
+    prefix = "/".join(directory) + "/"
+    texts = names + [name + "/" for name in names]
+    one_by_one = RegexSet(sources)
+    hits = LineScan(sources).hits(texts, prefix)
+    assert hits <= set(range(len(texts)))
+    for n, text in enumerate(texts):
+        if one_by_one.matching(prefix + text):
+            assert n in hits, (prefix + text, lines)
+
+
 def _random_tree(rng: random.Random, depth: int) -> dict[str, Any]:
     names = ["src", "build", "a", ".env", "x.log", "keep.log", "id_rsa.pub", "n.py", "IMG.PNG"]
     tree: dict[str, Any] = {}
@@ -90,3 +113,89 @@ def test_walk_with_one_pass_per_directory_equals_the_path_by_path_walk(
     monkeypatch.setattr(walk, "_denied_scan", lambda sandbox: None)
     assert fast == entries()
     assert not any(e.rel.endswith((".pub", ".env")) for e in fast)
+
+
+_NAMES = st.sampled_from(
+    ["a", "b.py", 'q"uote', "back\\slash", "é.md", "ctl\x01", "t\x7f", "x" * 40]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                _NAMES,
+                st.sampled_from(["file", "dir", "symlink", "other"]),
+                st.integers(0, 10**12),
+                st.integers(0, 4 * 10**9),
+            ),
+            max_size=8,
+        ),
+        max_size=8,
+    ),
+    st.integers(0, 40),
+    st.integers(0, 3000),
+)
+def test_listing_fit_of_a_whole_directory_equals_entry_by_entry(
+    batches: list[list[tuple[str, str, int, int]]], cap: int, room: int
+) -> None:
+    # A directory measured at once keeps exactly the entries, bytes and the
+    # reason to stop that adding its entries one by one gives.
+    from forj_py.tools.listing import _RESERVED, Fit
+
+    whole, single = Fit(cap, _RESERVED + room), Fit(cap, _RESERVED + room)
+    for depth, batch in enumerate(batches, 1):
+        entries = [
+            Entry(f"d/{name}", kind, size, mtime, depth) for name, kind, size, mtime in batch
+        ]
+        kept_all = whole.add_all(entries)
+        kept_each = all(single.add(e) for e in entries)
+        assert kept_all == kept_each
+        if not kept_all:
+            break
+    assert (whole.entries, whole.used, whole.stopped_by) == (
+        single.entries,
+        single.used,
+        single.stopped_by,
+    )
+
+
+_GLOBS = st.sampled_from(
+    [
+        "**/*.py",
+        "*.py",
+        "src/**",
+        "src/**/test_*.{py,el}",
+        "*.[ch]",
+        "**/x.py",
+        "{a,src}/**/*.py",
+        "a]b",
+        "**/[x]",
+        "*/*",
+        "**/?.py",
+        "src/",
+        "a/**/b",
+        "[!a]*",
+        "**/é.py",
+        "**",
+        "x.py/",
+    ]
+)
+_GLOB_PARTS = st.sampled_from(
+    ["a", "b", "src", ".h", "x.py", "y.PY", "test_1.el", "a]b", "[x]", "é.py"]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_GLOBS, min_size=1, max_size=3), st.lists(_GLOB_PARTS, min_size=1, max_size=4))
+def test_glob_matcher_agrees_with_wcmatch(patterns: list[str], parts: list[str]) -> None:
+    # The walk's matcher (wcmatch's expressions, after a literal-tail check)
+    # says what wcmatch's own matcher says about every path.
+    from wcmatch import glob as wcglob
+
+    from forj_py.tools.listing import _matcher
+
+    flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
+    rel = "/".join(parts)
+    assert _matcher(patterns, flags)(rel) == wcglob.compile(patterns, flags=flags).match(rel)

@@ -38,7 +38,6 @@ import logging
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..output import redact, redact_url_credentials
+from . import bwrap_probe
 from .paths import Sandbox
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,6 @@ HIDDEN_SYSTEM_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gsha
 HIDDEN_SYSTEM_DIRS = ("/etc/ssh", "/etc/ssl/private", "/etc/sudoers.d")
 # Version managers keep every version beside their shims directory.
 SHIM_DIR_NAMES = ("shims",)
-PROBE_SECONDS = 10.0
 # A watched tree this large is not walked for masks at all: commands then
 # fall back to masking what the patterns name at known places (see MaskIndex).
 MAX_INDEXED_ENTRIES = 2_000_000
@@ -114,37 +113,22 @@ class Availability:
         )
 
 
-def probe(setting: str = "auto") -> Availability:
-    """Find bwrap and check that it can create the namespaces a command needs."""
+def probe(setting: str = "auto", started: bwrap_probe.Started | None = None) -> Availability:
+    """Find bwrap and check that it can create the namespaces a command needs.
+
+    ``started``: the probe already running since the worker began
+    (:func:`forj_py.safety.bwrap_probe.start`); without it the probe runs now.
+    """
     if setting == "none":
         return Availability("none", 'your config sets [tools.shell] sandbox = "none"', True)
     if not sys.platform.startswith("linux"):
         return Availability("none", f"bubblewrap needs Linux; this is {sys.platform}")
-    path = shutil.which("bwrap")
+    path = started.path if started is not None else bwrap_probe.find()
     if path is None:
         return Availability("none", "bubblewrap (bwrap) is not installed")
-    try:
-        done = subprocess.run(
-            [
-                path,
-                "--unshare-all",
-                "--die-with-parent",
-                "--ro-bind",
-                "/",
-                "/",
-                "--proc",
-                "/proc",
-                "--dev",
-                "/dev",
-                "true",
-            ],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=PROBE_SECONDS,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Availability("none", f"bwrap could not be started: {exc}")
+    done = started.outcome() if started is not None else bwrap_probe.run(path)
+    if done is None or isinstance(done, Exception):
+        return Availability("none", f"bwrap could not be started: {done}")
     if done.returncode != 0:
         why = done.stderr.decode("utf-8", "replace").strip().splitlines()
         first = why[-1] if why else f"exit {done.returncode}"

@@ -85,6 +85,9 @@ class Subject:
     # The call also names files by glob ("*", "src/**"): which files those
     # are is known only when it runs, so no path rule can vouch for it.
     globs: bool = False
+    # What a TOOL(PATTERN) rule matches for a tool that names neither files
+    # nor a command: git_push's remote and refspec, curl's host and method.
+    words: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -145,9 +148,30 @@ class PermissionRule:
             return False
         if self.pattern is None:
             return True
+        if subject.words is not None:
+            return argv_matches(self.words(), list(subject.words))
         if subject.command is not None:
             return command_matches(self.words(), subject.command, strict=strict)
         return paths_match(self.spec(), subject, strict=strict)
+
+
+def network_rule_covers(network_rules: list[str], tool: str, words: list[str]) -> bool:
+    """Whether one of ``[permissions] network`` covers a call of a ``matches_words`` tool.
+
+    ``git_push(origin *)``, ``curl(docs.python.org GET)``: the pattern is
+    matched word by word against the call's rule words (strictly, like an
+    allow rule); a rule without a pattern covers every call of the tool.
+    """
+    for text in network_rules:
+        try:
+            rule = parse_rule(text, "[permissions] network")
+            if rule.tool != tool:
+                continue
+            if rule.pattern is None or argv_matches(rule.words(), words):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def parse_rule(text: str, source: str) -> PermissionRule:

@@ -18,6 +18,7 @@ call that asks for network.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -25,7 +26,7 @@ import os
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -87,9 +88,9 @@ class GrantStore:
             expires_at=expires,
             network=network,
         )
-        with self._lock:
+        with self._lock, self._file_lock(scope == "project"):
             if scope == "project":
-                self._reload()
+                self._reload(force=True)
                 if len(self._project) >= MAX_PROJECT_GRANTS:
                     raise ValueError(
                         f"this project already has {MAX_PROJECT_GRANTS} standing grants; "
@@ -107,7 +108,8 @@ class GrantStore:
             self._memory = [g for g in self._memory if g.id != grant_id]
             if len(self._memory) != before:
                 return True
-            self._reload()
+        with self._lock, self._file_lock(True):
+            self._reload(force=True)
             kept = [g for g in self._project if g.id != grant_id]
             if len(kept) == len(self._project):
                 return False
@@ -138,7 +140,26 @@ class GrantStore:
 
     # --- the project's file ------------------------------------------------------
 
-    def _reload(self) -> None:
+    @contextlib.contextmanager
+    def _file_lock(self, needed: bool) -> Iterator[None]:
+        """Hold the project's grants file against other workers while we change it.
+
+        Two workers of one project (Emacs's and an MCP server's own) each read,
+        change and rewrite the file; without the lock one's grant could
+        overwrite the other's.
+        """
+        if not needed:
+            yield
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _reload(self, force: bool = False) -> None:
         """Read the file again when another worker of the project changed it."""
         try:
             st = self.path.stat()
@@ -146,7 +167,7 @@ class GrantStore:
             self._project, self._stamp = [], None
             return
         stamp = (st.st_mtime_ns, st.st_size)
-        if stamp == self._stamp:
+        if stamp == self._stamp and not force:
             return
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))

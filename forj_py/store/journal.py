@@ -45,6 +45,10 @@ worker that owns it, whether its results reached the client, how a
 recovery was resolved, and, per call, every file forj's own tools wrote
 (``file_changes``): the backup of the old content, whether the file
 existed, and the content's hash before and after.
+
+Schema 3 adds what the audit timeline shows: which consent step decided a
+call (``consent.step``) and when each executed call started
+(``call_times``), so the time it took can be told.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from typing import Any
 
 from .sqlite import open_private
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -131,6 +135,25 @@ CREATE TABLE IF NOT EXISTS file_changes (
     "CREATE INDEX IF NOT EXISTS file_changes_by_file ON file_changes(canonical, id)",
 )
 
+# Schema 3: the consent step that decided (mode, deny, rule, forced-review,
+# ask, requires-consent, grant, allow, default), and per executed call when
+# it started (its result's finished_at ends it).
+_CONSENT_COLUMNS_3 = {"step": "TEXT"}
+
+_SCHEMA_3 = (
+    """
+CREATE TABLE IF NOT EXISTS call_times (
+    batch_id    TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    started_at  REAL NOT NULL,
+    finished_at REAL,
+    PRIMARY KEY (batch_id, seq)
+)""",
+)
+
+# The audit timeline's page size is bounded: one reply stays small.
+MAX_AUDIT_PAGE = 500
+
 # Batches are reported as unfinished only this long after they started:
 # a crash from last month is no longer a conversation anyone resumes.
 RECOVERY_WINDOW_SECONDS = 14 * 86400
@@ -189,12 +212,14 @@ class Journal:
                     self._db.execute("PRAGMA synchronous=NORMAL")
 
     def _migrate(self, version: int) -> None:
-        """Bring a schema-1 journal (or a new one) to schema 2, once, whoever gets there first."""
+        """Bring an older journal (or a new one) to the current schema, once, whoever gets
+        there first."""
         if version >= SCHEMA_VERSION:
             return
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            if self._db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            current = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if current < 2:
                 have = {row[1] for row in self._db.execute("PRAGMA table_info(batches)")}
                 for name, decl in _BATCH_COLUMNS_2.items():
                     if name not in have:
@@ -207,6 +232,14 @@ class Journal:
                     "UPDATE batches SET resolution='migrated', delivered_at=updated_at "
                     "WHERE resolution IS NULL"
                 )
+            if current < 3:
+                have = {row[1] for row in self._db.execute("PRAGMA table_info(consent)")}
+                for name, decl in _CONSENT_COLUMNS_3.items():
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE consent ADD COLUMN {name} {decl}")
+                for statement in _SCHEMA_3:
+                    self._db.execute(statement)
+            if current < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except BaseException:
             self._db.execute("ROLLBACK")
@@ -268,14 +301,25 @@ class Journal:
         )
         self._tx(stmts)
 
-    def record_consent(self, batch_id: str, stage: str, reasons: dict[int, str]) -> None:
-        """Why each call of a batch runs, is reviewed or is refused (the audit's answer)."""
+    def record_consent(
+        self,
+        batch_id: str,
+        stage: str,
+        reasons: dict[int, str],
+        steps: dict[int, str] | None = None,
+    ) -> None:
+        """Why each call of a batch runs, is reviewed or is refused (the audit's answer).
+
+        ``steps`` names, per call, the consent step that decided it.
+        """
         now = time.time()
+        steps = steps or {}
         self._tx(
             [
                 (
-                    "INSERT OR REPLACE INTO consent VALUES (?, ?, ?, ?, ?)",
-                    (batch_id, seq, stage, reason, now),
+                    "INSERT OR REPLACE INTO consent (batch_id, seq, stage, reason, decided_at, "
+                    "step) VALUES (?, ?, ?, ?, ?, ?)",
+                    (batch_id, seq, stage, reason, now, steps.get(seq)),
                 )
                 for seq, reason in reasons.items()
             ],
@@ -414,17 +458,28 @@ class Journal:
             durable=False,
         )
 
-    def record_delivered(self, batch_id: str) -> None:
+    def record_delivered(
+        self, batch_id: str, times: dict[int, tuple[float, float | None]] | None = None
+    ) -> None:
         """The execute reply reached the client: its results are the client's now.
 
-        Not flushed by itself: a power loss that takes it makes recovery offer
-        a batch the client already saw, whose results are shown again and
-        whose calls never run again; the next durable commit flushes it.
+        ``times`` (seq -> started, finished) go into the same transaction:
+        when each executed call ran, for the audit timeline.  Not flushed by
+        itself: a power loss that takes it makes recovery offer a batch the
+        client already saw, whose results are shown again and whose calls
+        never run again; the next durable commit flushes it.
         """
-        self._tx(
-            [("UPDATE batches SET delivered_at=? WHERE batch_id=?", (time.time(), batch_id))],
-            durable=False,
-        )
+        stmts: list[tuple[str, tuple[Any, ...]]] = [
+            ("UPDATE batches SET delivered_at=? WHERE batch_id=?", (time.time(), batch_id))
+        ]
+        stmts += [
+            (
+                "INSERT OR REPLACE INTO call_times VALUES (?, ?, ?, ?)",
+                (batch_id, seq, started, finished),
+            )
+            for seq, (started, finished) in sorted((times or {}).items())
+        ]
+        self._tx(stmts, durable=False)
 
     def record_resolution(self, batch_id: str, resolution: str) -> None:
         self._tx(
@@ -587,6 +642,126 @@ class Journal:
             ("UPDATE batches SET undone_by=? WHERE batch_id=?", (undo_id, b)) for b in batch_ids
         ]
         self._tx(stmts)
+
+    # --- the audit timeline ---------------------------------------------------------
+
+    def audit(
+        self,
+        root: str,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        tool: str | None = None,
+        outcome: str | None = None,
+        text: str | None = None,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """One page of the calls made in ``root``, newest first, and whether more follow.
+
+        ``outcome`` is ok, error, refused (a policy, a rule or the user said
+        no) or none (no result: never run); ``text`` matches the tool name,
+        the call as received, the consent reasons and the error message.
+        """
+        limit = max(1, min(limit, MAX_AUDIT_PAGE))
+        where = ["b.root=?", "b.kind='tools'"]
+        params: list[Any] = [root]
+        if tool:
+            where.append("c.name=?")
+            params.append(tool)
+        if outcome:
+            where.append("outcome=?")  # SQLite lets WHERE name a result column
+            params.append(outcome)
+        if text:
+            like = "%" + _like_escape(text) + "%"
+            # The calls are stored with ASCII escapes: look for the text as
+            # it is there too, so "café" finds a call that wrote it.
+            escaped = json.dumps(text, ensure_ascii=True)[1:-1]
+            raw_like = "%" + _like_escape(escaped) + "%"
+            # Cheap tests first; an error message is parsed out of failed
+            # results only.
+            where.append(
+                "(c.name LIKE ? ESCAPE '\\' OR c.raw LIKE ? ESCAPE '\\' "
+                "OR cp.reason LIKE ? ESCAPE '\\' OR ca.reason LIKE ? ESCAPE '\\' "
+                "OR (r.ok=0 AND json_extract(r.result, '$.error.message') LIKE ? ESCAPE '\\'))"
+            )
+            params += [like, raw_like, like, like, like]
+        # Only constant fragments are joined; every value is a parameter.
+        sql = _AUDIT_SELECT
+        sql += " AND ".join(where)
+        sql += " ORDER BY b.created_at DESC, b.rowid DESC, c.seq DESC LIMIT ? OFFSET ?"
+        params += [limit + 1, max(offset, 0)]
+        with self._lock:
+            rows = self._db.execute(sql, tuple(params)).fetchall()
+        keys = (
+            "batch_id",
+            "time",
+            "turn",
+            "seq",
+            "call_id",
+            "name",
+            "raw",
+            "disposition",
+            "ok",
+            "error_type",
+            "code",
+            "error_message",
+            "finished_at",
+            "started_at",
+            "ran_until",
+            "plan_reason",
+            "step",
+            "approval_reason",
+            "files",
+            "outcome",
+        )
+        out = []
+        for row in rows[:limit]:
+            entry = dict(zip(keys, row, strict=True))
+            entry["raw"] = json.loads(entry["raw"])
+            entry["files"] = json.loads(entry["files"] or "[]")
+            out.append(entry)
+        return out, len(rows) > limit
+
+    def audit_entry(self, root: str, batch_id: str, seq: int) -> dict[str, Any] | None:
+        """One call of ``root`` as received and its result as sent, for the audit's detail view."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT c.raw, r.result FROM calls c JOIN batches b ON b.batch_id=c.batch_id "
+                "LEFT JOIN results r ON r.batch_id=c.batch_id AND r.seq=c.seq "
+                "WHERE b.root=? AND c.batch_id=? AND c.seq=?",
+                (root, batch_id, seq),
+            ).fetchone()
+        if row is None:
+            return None
+        return {
+            "call": json.loads(row[0]),
+            "result": None if row[1] is None else json.loads(row[1]),
+        }
+
+
+def _like_escape(text: str) -> str:
+    """``text`` for a LIKE pattern with ESCAPE '\\': its own wildcards match themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+_AUDIT_SELECT = (
+    "SELECT b.batch_id, b.created_at, b.turn, c.seq, c.call_id, c.name, c.raw, "
+    "c.disposition, r.ok, json_extract(r.result, '$.error.type'), "
+    "json_extract(r.result, '$.error.details.code'), "
+    "json_extract(r.result, '$.error.message'), r.finished_at, t.started_at, "
+    "t.finished_at, cp.reason, cp.step, ca.reason, "
+    "(SELECT json_group_array(DISTINCT f.path) FROM file_changes f "
+    " WHERE f.batch_id=c.batch_id AND f.seq=c.seq), "
+    # A call's outcome, from its result: what the audit filters on.
+    "CASE WHEN r.ok IS NULL THEN 'none' WHEN r.ok=1 THEN 'ok' "
+    "WHEN json_extract(r.result, '$.error.type') IN ('permission-error', 'cancelled') "
+    "THEN 'refused' ELSE 'error' END AS outcome "
+    "FROM calls c JOIN batches b ON b.batch_id=c.batch_id "
+    "LEFT JOIN results r ON r.batch_id=c.batch_id AND r.seq=c.seq "
+    "LEFT JOIN call_times t ON t.batch_id=c.batch_id AND t.seq=c.seq "
+    "LEFT JOIN consent cp ON cp.batch_id=c.batch_id AND cp.seq=c.seq AND cp.stage='plan' "
+    "LEFT JOIN consent ca ON ca.batch_id=c.batch_id AND ca.seq=c.seq AND ca.stage='approval' "
+    "WHERE "
+)
 
 
 def _change(row: tuple[Any, ...]) -> FileChange:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import os
 import re
 import stat
@@ -47,10 +48,6 @@ class Entry(NamedTuple):
     size: int
     mtime: int  # seconds since the epoch
     depth: int  # 1 for a direct child of the walk's start
-
-
-def _name(entry: os.DirEntry[str]) -> str:
-    return entry.name
 
 
 class Walker:
@@ -79,12 +76,14 @@ class Walker:
 
     # --- ignore rules ---------------------------------------------------------
 
-    def _spec(self, rel_dir: str) -> Rules | None:
+    def _spec(self, rel_dir: str, present: Sequence[str] | None = None) -> Rules | None:
+        """``rel_dir``'s ignore rules; ``present``: which ignore files its listing holds."""
         if rel_dir in self._specs:
             return self._specs[rel_dir]
         lines: list[str] = []
         base = self.root if rel_dir == "" else os.path.join(self.root, rel_dir)
-        sources = [os.path.join(base, name) for name in IGNORE_FILES]
+        names = IGNORE_FILES if present is None else [n for n in IGNORE_FILES if n in present]
+        sources = [os.path.join(base, name) for name in names]
         if rel_dir == "":
             sources.insert(0, os.path.join(self.root, ".git", "info", "exclude"))
         for path in sources:
@@ -93,7 +92,9 @@ class Walker:
         self._specs[rel_dir] = spec
         return spec
 
-    def _specs_above(self, rel_dir: str) -> list[tuple[int, Rules]]:
+    def _specs_above(
+        self, rel_dir: str, present: Sequence[str] | None = None
+    ) -> list[tuple[int, Rules]]:
         """The ignore specs of ``rel_dir`` and its ancestors, deepest first, as
         (length of the directory prefix to strip, spec)."""
         cached = self._chains.get(rel_dir)
@@ -104,7 +105,7 @@ class Walker:
         else:
             parent = rel_dir.rsplit("/", 1)[0] if "/" in rel_dir else ""
             chain = list(self._specs_above(parent))
-        spec = self._spec(rel_dir)
+        spec = self._spec(rel_dir, present)
         if spec is not None:
             chain.insert(0, (len(rel_dir) + 1 if rel_dir else 0, spec))
         self._chains[rel_dir] = chain
@@ -136,6 +137,27 @@ class Walker:
         walk still goes through every directory.  ``check`` runs before each
         directory is read (a cancel check that raises).
         """
+        for batch in self.walk_batches(
+            start_rel,
+            max_depth=max_depth,
+            follow_symlinks=follow_symlinks,
+            files_only=files_only,
+            wanted=wanted,
+            check=check,
+        ):
+            yield from batch
+
+    def walk_batches(
+        self,
+        start_rel: str = "",
+        *,
+        max_depth: int | None = None,
+        follow_symlinks: bool = False,
+        files_only: bool = False,
+        wanted: Callable[[str], bool] | None = None,
+        check: Callable[[], None] | None = None,
+    ) -> Iterator[list[Entry]]:
+        """:meth:`walk`'s entries, one list per directory read (none empty)."""
         seen: set[tuple[int, int]] = set()
         start_abs = self.root if start_rel in ("", ".") else os.path.join(self.root, start_rel)
         try:
@@ -166,7 +188,7 @@ class Walker:
         seen: set[tuple[int, int]],
         wanted: Callable[[str], bool] | None = None,
         check: Callable[[], None] | None = None,
-    ) -> Iterator[Entry]:
+    ) -> Iterator[list[Entry]]:
         # Breadth first, names sorted within each directory: a walk stopped
         # early (a cap) has shown the top of the tree, not one deep corner.
         limit = MAX_DEPTH if max_depth is None else min(max_depth, MAX_DEPTH)
@@ -177,129 +199,163 @@ class Walker:
             abs_dir, rel_dir, depth = queue.popleft()
             if check is not None:
                 check()
-            try:
-                with os.scandir(abs_dir) as it:
-                    children = sorted(it, key=_name)
-            except OSError:
+            fd = _open_dir(abs_dir)
+            if fd is None:
                 continue
-            judged = self._judge(rel_dir, children, depth, follow, seen, wanted)
-            for entry, child, target_dir in judged:
-                if entry is not None:
-                    is_file = entry.kind == "file" or (entry.kind == "symlink" and not target_dir)
-                    if not files_only or is_file:
-                        yield entry
-                if (child.is_dir(follow_symlinks=False) or target_dir) and depth < limit:
-                    queue.append(
-                        (
-                            child.path,
-                            f"{rel_dir}/{child.name}" if rel_dir else child.name,
-                            depth + 1,
-                        )
-                    )
+            try:
+                # Through the directory's descriptor, each child's stat is an
+                # fstatat of its bare name: no walk of the whole path again.
+                with os.scandir(fd) if _SCANDIR_FD else os.scandir(abs_dir) as it:
+                    children = sorted(it, key=_by_name)
+                entries, descend = self._judge(
+                    abs_dir, rel_dir, children, depth, follow, files_only, seen, wanted
+                )
+            finally:
+                os.close(fd)
+            if depth < limit:
+                queue.extend((path, rel, depth + 1) for path, rel in descend)
+            if entries:
+                yield entries
 
     def _judge(
         self,
+        abs_dir: str,
         rel_dir: str,
         children: list[os.DirEntry[str]],
         depth: int,
         follow: bool,
+        files_only: bool,
         seen: set[tuple[int, int]],
-        wanted: Callable[[str], bool] | None = None,
-    ) -> Iterator[tuple[Entry | None, os.DirEntry[str], bool]]:
+        wanted: Callable[[str], bool] | None,
+    ) -> tuple[list[Entry], list[tuple[str, str]]]:
         """One directory's children that pass every filter, in order.
 
-        Yields (entry to show or None for a directory only walked through,
-        the child, whether it is a followed symlink to a directory).  The
-        denied patterns and each ignore file's rules are asked about the
+        Returns the entries to show and the directories to walk into, as
+        (absolute, relative) paths; a directory may be walked through
+        without being shown (one above an allowed root, one a glob does not
+        match).
+        The denied patterns and each ignore file's rules are asked about the
         whole directory at once (:class:`LineScan`); only the names one of
         them may match are then judged one by one, by the same code a
-        single path goes through.
+        single path goes through.  Runs while the directory's descriptor is
+        open: the children's ``stat`` goes through it.
         """
-        chain = self._specs_above(rel_dir)
         prefix = f"{rel_dir}/" if rel_dir else ""
-        kept: list[tuple[os.DirEntry[str], str, bool, bool]] = []
+        kept: list[tuple[os.DirEntry[str], str, str, bool, bool]] = []
+        ignore_files: list[str] = []
+        include_hidden = self.include_hidden
         for child in children:
             name = child.name
+            if name[0] == ".":
+                if name in IGNORE_FILES:
+                    ignore_files.append(name)
+                if not include_hidden or name == ".git":
+                    continue
             if not name.isascii():
                 try:
                     name.encode("utf-8")
                 except UnicodeEncodeError:
                     self.unreadable_names += 1  # the model could not name it
                     continue
-            if name == ".git" or (name[0] == "." and not self.include_hidden):
-                continue
             try:
+                # From the directory listing's file types; a symlink is not
+                # a directory here whatever it points to.
                 is_link = child.is_symlink()
-                is_dir = child.is_dir(follow_symlinks=False)
+                is_dir = not is_link and child.is_dir()
             except OSError:
                 continue
-            kept.append((child, prefix + name, is_link, is_dir))
+            kept.append((child, name, prefix + name, is_link, is_dir))
         if not kept:
-            return
+            return [], []
+        chain = self._specs_above(rel_dir, ignore_files)
         # Which children some rule may apply to; None means "ask about each".
         suspects = self._suspects(rel_dir, chain, kept)
         denied = self.sandbox.denied_inside
         excludes = self.excludes
-        for n, (child, rel, is_link, is_dir) in enumerate(kept):
-            exact = suspects is None or n in suspects or is_link
-            if exact and denied(rel, is_dir) is not None:
-                continue
+        everything = self._everything
+        entries: list[Entry] = []
+        descend: list[tuple[str, str]] = []
+        excluded_by = excludes.matches_name if excludes else None
+        every = suspects is None
+        no_suspects = not suspects
+        for n, (child, name, rel, is_link, is_dir) in enumerate(kept):
             target_dir = False
-            if is_link and follow:
-                target_dir = self._followable_dir(child.path, seen)
-            if exact and chain and self._ignored_in(chain, rel, is_dir or target_dir):
-                continue
-            if excludes is not None and excludes.matches(rel, is_dir or target_dir):
+            if is_link or every or (not no_suspects and n in suspects):  # type: ignore[operator]
+                if denied(rel, is_dir) is not None:
+                    continue
+                if is_link and follow:
+                    target_dir = self._followable_dir(f"{abs_dir}/{name}", seen)
+                if chain and self._ignored_in(chain, rel, is_dir or target_dir):
+                    continue
+            walked = is_dir or target_dir
+            if excluded_by is not None and excluded_by(name, rel, walked):
                 self.excluded += 1
                 if len(self.excluded_examples) < EXCLUDED_EXAMPLES:
-                    self.excluded_examples.append(rel + "/" if is_dir or target_dir else rel)
+                    self.excluded_examples.append(rel + "/" if walked else rel)
                 continue
             visible = True
-            if not self._everything:
-                real = os.path.realpath(child.path) if target_dir else child.path
+            if not everything:
+                path = f"{abs_dir}/{name}"
+                real = os.path.realpath(path) if target_dir else path
                 visible = self._inside(real)
-                if not visible and not ((is_dir or target_dir) and self._above(real)):
+                if not visible and not (walked and self._above(real)):
                     continue
-            if wanted is not None and not wanted(rel):
-                if is_dir or target_dir:
-                    yield None, child, target_dir  # not shown, but walked through
+            if walked:
+                descend.append((f"{abs_dir}/{name}", rel))
+            # A symlink to a directory it does not follow is a file to a
+            # files-only walk (search reads through it, inside the project).
+            if (wanted is not None or files_only or not visible) and (
+                not visible or (files_only and walked) or (wanted is not None and not wanted(rel))
+            ):
                 continue
-            entry = _entry(child, rel, depth, is_link, is_dir)
-            if entry is None:
+            try:
+                # For what is not a symlink, DirEntry.stat() is its lstat.
+                st = child.stat(follow_symlinks=False) if is_link else child.stat()
+            except OSError:
                 continue
-            yield (entry if visible else None), child, target_dir
+            if is_link:
+                kind = "symlink"
+            elif is_dir:
+                kind = "dir"
+            elif stat.S_ISREG(st.st_mode):
+                kind = "file"
+            elif files_only:
+                continue
+            else:
+                kind = "other"
+            entries.append(_new_entry(Entry, (rel, kind, st.st_size, int(st.st_mtime), depth)))
+        return entries, descend
 
     def _suspects(
         self,
         rel_dir: str,
         chain: list[tuple[int, Rules]],
-        kept: list[tuple[os.DirEntry[str], str, bool, bool]],
+        kept: list[tuple[os.DirEntry[str], str, str, bool, bool]],
     ) -> set[int] | None:
         """Indices of ``kept`` that a denied pattern or an ignore rule may match."""
         denied_scan = _denied_scan(self.sandbox)
         if denied_scan is None:
             return None
+        # Each child's name (and "name/" for a directory), scanned as a path
+        # below each scanner's own directory.
         lines: list[str] = []
         owners: list[int] = []
-        for n, (_, rel, _, is_dir) in enumerate(kept):
-            if "\n" in rel:
-                return None  # one path over two lines: judge each path alone
-            lines.append(rel)
+        for n, (_, name, _, _, is_dir) in enumerate(kept):
+            lines.append(name)
             owners.append(n)
             if is_dir:
-                lines.append(rel + "/")
+                lines.append(name + "/")
                 owners.append(n)
-        hits = denied_scan.hits(lines)
-        if hits is None:
-            return None
+        if "\n" in rel_dir or any("\n" in name for name in lines):
+            return None  # one path over two lines: judge each path alone
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        hits = denied_scan.hits(lines, prefix)
         suspects = {owners[i] for i in hits}
         for strip, rules in chain:
             scan = rules.scan()
             if scan is None:
                 return None
-            found = scan.hits([line[strip:] for line in lines])
-            if found is None:
-                return None
+            found = scan.hits(lines, prefix[strip:])
             suspects.update(owners[i] for i in found)
         return suspects
 
@@ -326,22 +382,19 @@ class Walker:
         return True
 
 
-def _entry(
-    child: os.DirEntry[str], rel: str, depth: int, is_link: bool, is_dir: bool
-) -> Entry | None:
+def _open_dir(path: str) -> int | None:
     try:
-        st = child.stat(follow_symlinks=False)
+        return os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     except OSError:
         return None
-    if is_link:
-        kind = "symlink"
-    elif is_dir:
-        kind = "dir"
-    elif stat.S_ISREG(st.st_mode):
-        kind = "file"
-    else:
-        kind = "other"
-    return Entry(rel, kind, st.st_size, int(st.st_mtime), depth)
+
+
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_SCANDIR_FD = os.scandir in os.supports_fd
+_by_name = operator.attrgetter("name")
+# Entry's own constructor is a Python function; a walk makes one per entry.
+_new_entry = tuple.__new__
 
 
 def _denied_scan(sandbox: Sandbox) -> LineScan | None:
@@ -385,8 +438,6 @@ class Excludes:
                 self._names.add(pattern.lower())
             else:
                 rest.append(pattern)
-        # Every suffix starts with ".": ending with one is what "*.png" means.
-        self._suffix_tuple = tuple(sorted(self._suffixes))
         self._all = _compile(rest, ignore_case=True) if rest else None
         self._each_rules: list[Rules] | None = None
 
@@ -409,11 +460,23 @@ class Excludes:
 
     def matches(self, rel: str, is_dir: bool) -> bool:
         """Whether ``rel`` itself (not merely a parent) is excluded."""
-        name = rel.rpartition("/")[2].lower()
+        return self.matches_name(rel.rpartition("/")[2], rel, is_dir)
+
+    def matches_name(self, name: str, rel: str, is_dir: bool) -> bool:
+        """:meth:`matches`, for a walk that has ``rel``'s last part at hand."""
+        name = name.lower()
         if name in self._names or (is_dir and name in self._dir_names):
             return True
-        if self._suffix_tuple and name.endswith(self._suffix_tuple):
-            return True
+        suffixes = self._suffixes
+        if suffixes:
+            # Every suffix starts with ".": the name ends with one exactly when
+            # what follows one of its dots is one (a set lookup per dot, not
+            # a comparison per suffix).
+            dot = name.find(".")
+            while dot != -1:
+                if name[dot:] in suffixes:
+                    return True
+                dot = name.find(".", dot + 1)
         return self._all is not None and self._all.verdict(rel, is_dir) is True
 
     def under(self, rel: str, is_dir: bool) -> set[int]:

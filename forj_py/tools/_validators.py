@@ -27,7 +27,7 @@ from .. import errors
 from ..config import ValidatorConfig
 from ..patterns import gitignore_regexes
 from ..system.git import Repo
-from . import _shell
+from . import _ast_lang, _shell
 from .registry import ToolContext
 
 # The catalog's level of each rule (seed 004 section 7), used when an entry
@@ -43,6 +43,7 @@ CATALOG_LEVEL = {
     "branch.naming.convention": "warning",
     "sec.git.clean_tree": "blocking",
     "sec.paths.sandbox": "blocking",
+    "code.ast.parsed": "blocking",
 }
 LEVELS = ("blocking", "warning", "suggestion")
 
@@ -613,6 +614,77 @@ def _paths_sandbox(entry: ValidatorConfig, level: str, s: Subject) -> list[Viola
     return out
 
 
+def _ast_parsed(entry: ValidatorConfig, level: str, s: Subject) -> list[Violation]:
+    """Every staged file in a language the AST tools read parses (as staged).
+
+    A file the sandbox denies is not read (secrets.scan is the rule for
+    those), nor one over ``[tools.ast] max_file_bytes``: each is named, as
+    a warning, so the skip is never silent.  Messages give the place and
+    kind of a syntax error, never the text there.
+    """
+    out = []
+    limit = s.ctx.config.tools.ast.max_file_bytes
+    watch = _ast_lang.Watch(s.ctx.cancel)
+    for change in s.changes():
+        language = _ast_lang.language_of(change.path)
+        if change.status == "D" or change.symlink_target is not None or language is None:
+            continue
+        s.ctx.check_cancelled()
+        if s.ctx.sandbox.denied_inside(change.path, False) is not None:
+            out.append(
+                Violation(
+                    entry.rule,
+                    "warning",
+                    "not checked: the sandbox denies reading this file, so its staged "
+                    "contents were not read",
+                    change.path,
+                )
+            )
+            continue
+        try:
+            _ast_lang.grammar(language)
+        except errors.ToolFailure as failure:
+            # A blocking rule that cannot check must not pass in silence.
+            return [Violation(entry.rule, level, failure.error.message, change.path)]
+        # The staged blob; './' because the diff's paths are relative to the
+        # project root, which may be below the top of the work tree.
+        blob = f":./{change.path}"
+        # Its size first: a blob is read whole, so a large one is not read at all.
+        size = run_git(s.repo, s.ctx, ["cat-file", "-s", blob], "git cat-file").strip()
+        if not size.isdigit():
+            raise git_failure("git cat-file", f"no size for the staged {change.path}")
+        if int(size) > limit:
+            out.append(
+                Violation(
+                    entry.rule,
+                    "warning",
+                    f"not checked: the staged file has {size} bytes, over "
+                    f"[tools.ast] max_file_bytes ({limit})",
+                    change.path,
+                )
+            )
+            continue
+        staged = run_git(s.repo, s.ctx, ["show", "--no-textconv", blob], "git show").encode(
+            "utf-8", "surrogateescape"
+        )
+        problems, count = _ast_lang.problems_of(
+            _ast_lang.tree_of(language, staged).root_node, watch
+        )
+        if count:
+            first = problems[0]
+            out.append(
+                Violation(
+                    entry.rule,
+                    level,
+                    f"does not parse as {language} ({count} syntax error(s); column "
+                    f"{first.column}: {first.message}); fix it and stage it again",
+                    change.path,
+                    first.line,
+                )
+            )
+    return out
+
+
 RULES: dict[str, Rule] = {
     "secrets.scan": _secrets,
     "code.todo.blockers": _todo,
@@ -624,6 +696,7 @@ RULES: dict[str, Rule] = {
     "branch.naming.convention": _branch_naming,
     "sec.git.clean_tree": _clean_tree,
     "sec.paths.sandbox": _paths_sandbox,
+    "code.ast.parsed": _ast_parsed,
 }
 # Which rules each trigger runs (seed 004 section 7's "Trigger" column).
 ON_COMMIT = frozenset(RULES) - {"branch.naming.convention"}

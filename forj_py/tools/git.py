@@ -3,17 +3,21 @@
 git runs in the worker, outside the command sandbox, with the user's own
 configuration and credentials and none of the programs the repository's
 configuration names (:mod:`forj_py.system.git`).  The repository's hooks
-are skipped; a result says which existing hooks did not run.
+are skipped, and a result says which existing hooks did not run, unless
+the user's own file sets ``[tools.git] run_hooks = true``: then they run
+inside the command sandbox (:mod:`forj_py.system.hooks`), never outside.
 
 Reading tools (``git_status``, ``git_diff``, ``git_log``) change nothing.
 The others are reviewed in the ``ask`` mode; ``git_push`` and ``git_pull``
-in every mode, and with a network warning first when the remote is not a
-path on this machine.  Guards (seed 004's rules): a commit needs a clean
-tree in the committed paths (``[tools.git] clean_tree_for_commit``) and
-passes the blocking ``[[validators]]`` first; rebase, merge and pull need
-no changes to tracked files; checkout refuses a dirty tree with a
-recovery step; force push (``force``, a ``+`` refspec, a deletion) only
-when the user's own file sets ``allow_force_push``.
+by default in every mode, and as a forced review with a network warning
+first when the remote is not a path on this machine, unless a
+``[permissions] network`` rule of the user's own file matches the call.
+Guards (seed 004's rules): a commit needs a clean tree in the committed
+paths (``[tools.git] clean_tree_for_commit``) and passes the blocking
+``[[validators]]`` first; rebase, merge and pull need no changes to tracked
+files; checkout refuses a dirty tree with a recovery step; force push
+(``force``, a ``+`` refspec, a deletion) only when the user's own file sets
+``allow_force_push``.
 
 Paths are relative to the project root; globs (``src/**``) are git
 pathspec globs.  Files the sandbox denies (``.env``) are never staged and
@@ -33,6 +37,7 @@ from .. import errors
 from ..config import Config, ValidatorConfig
 from ..output import redact
 from ..protocol import DenialReason, ErrorKind, ErrorType, RiskLevel
+from ..safety.permissions import network_rule_covers
 from ..system.git import (
     LOCAL_TRANSPORT_PROGRAMS,
     TRANSPORT_PROGRAMS,
@@ -40,6 +45,9 @@ from ..system.git import (
     Repo,
     open_repo,
 )
+from ..system.hooks import Hooks
+from ..system.hooks import prepare as prepare_hooks
+from . import _shell
 from . import _validators as V
 from .registry import Tool, ToolContext
 
@@ -241,24 +249,34 @@ def _denied(ctx: ToolContext, path: str) -> str | None:
     return ctx.sandbox.denied_inside(path)
 
 
-def _hooks_skipped(repo: Repo, ctx: ToolContext, names: tuple[str, ...]) -> list[str]:
-    """The repository's hooks this operation would have run, were hooks not skipped."""
+def _existing_hooks(repo: Repo, ctx: ToolContext, names: tuple[str, ...]) -> tuple[list[str], str]:
+    """The operation's hooks the repository has (executable), and its hooks directory."""
     if not names:
-        return []
+        return [], ""
     done = repo.run(["rev-parse", "--git-common-dir"], timeout=ctx.config.tools.git.timeout_seconds)
     if not done.ok:
-        return []
-    hooks = os.path.join(repo.cwd, done.out().strip(), "hooks")
-    return [n for n in names if os.access(os.path.join(hooks, n), os.X_OK)]
+        return [], ""
+    hooks = os.path.realpath(os.path.join(repo.cwd, done.out().strip(), "hooks"))
+    return [n for n in names if os.access(os.path.join(hooks, n), os.X_OK)], hooks
 
 
-def _with_hooks(result: dict[str, Any], skipped: list[str]) -> dict[str, Any]:
-    if skipped:
-        result["hooks_skipped"] = skipped
-        result["note"] = (
-            "The repository's hooks did not run (" + ", ".join(skipped) + "): forj skips a "
-            "repository's hooks; run them yourself if they matter"
-        )
+def hooks_for(repo: Repo, ctx: ToolContext, names: tuple[str, ...]) -> Hooks:
+    """Skipped, or (``[tools.git] run_hooks``) run in the command sandbox; close it after."""
+    existing, hooks_dir = _existing_hooks(repo, ctx, names)
+    env = _shell.clean_environment(_shell.denylist(ctx)).env
+    return prepare_hooks(
+        existing,
+        enabled=ctx.config.tools.git.run_hooks,
+        hooks_dir=hooks_dir,
+        toplevel=repo.toplevel,
+        jail=ctx.commands,
+        env=env,
+        writable=ctx.approved_preview is not None or ctx.standing_consent,
+    )
+
+
+def _with_hooks(result: dict[str, Any], hooks: Hooks) -> dict[str, Any]:
+    result.update(hooks.describe())
     return result
 
 
@@ -719,12 +737,16 @@ class GitCommit(_GitTool[GitCommitArgs]):
         violations = V.run(_validators(ctx, V.ON_COMMIT), subject)
         if any(v.level == "blocking" for v in violations):
             raise _blocking_failure("git_commit", violations)
-        argv = ["commit", "--no-verify", "--cleanup=strip", "-F", "-"]
+        hooks = hooks_for(repo, ctx, self.hooks)
+        argv = [*hooks.args, "commit", *hooks.verify(), "--cleanup=strip", "-F", "-"]
         if args.signoff:
             argv.append("--signoff")
         if args.allow_empty:
             argv.append("--allow-empty")
-        V.run_git(repo, ctx, argv, "git commit", stdin=args.message.encode("utf-8"))
+        try:
+            V.run_git(repo, ctx, argv, "git commit", stdin=args.message.encode("utf-8"))
+        finally:
+            hooks.close()
         head = _head(repo, ctx) or ""
         result: dict[str, Any] = {
             "commit": head,
@@ -734,7 +756,7 @@ class GitCommit(_GitTool[GitCommitArgs]):
         }
         if violations:
             result["violations"] = [v.json() for v in violations]
-        return _with_hooks(result, _hooks_skipped(repo, ctx, self.hooks))
+        return _with_hooks(result, hooks)
 
 
 class GitCheckout(_GitTool[GitCheckoutArgs]):
@@ -787,7 +809,11 @@ class GitCheckout(_GitTool[GitCheckoutArgs]):
             argv = ["checkout", "-b", args.target]
         else:
             argv = ["checkout", *([] if args.track else ["--no-guess"]), args.target, "--"]
-        V.run_git(repo, ctx, argv, "git checkout")
+        hooks = hooks_for(repo, ctx, self.hooks)
+        try:
+            V.run_git(repo, ctx, [*hooks.args, *argv], "git checkout")
+        finally:
+            hooks.close()
         result: dict[str, Any] = {
             "checked_out": True,
             "branch": V.current_branch(repo, ctx),
@@ -795,7 +821,7 @@ class GitCheckout(_GitTool[GitCheckoutArgs]):
         }
         if violations:
             result["violations"] = [v.json() for v in violations]
-        return _with_hooks(result, _hooks_skipped(repo, ctx, self.hooks))
+        return _with_hooks(result, hooks)
 
 
 def _stopped(
@@ -841,11 +867,15 @@ class GitMerge(_GitTool[GitMergeArgs]):
             return {"aborted": True, "merged": False, "conflicts": []}
         _dirty_guard(repo, ctx, "git_merge")
         argv = ["merge", "--no-edit", "--no-stat", *(["--no-ff"] if args.no_ff else [])]
-        done = repo.run(
-            [*argv, str(args.branch)],
-            timeout=ctx.config.tools.git.timeout_seconds,
-            cancel=ctx.cancel,
-        )
+        hooks = hooks_for(repo, ctx, self.hooks)
+        try:
+            done = repo.run(
+                [*hooks.args, *argv, *hooks.verify(), str(args.branch)],
+                timeout=ctx.config.tools.git.timeout_seconds,
+                cancel=ctx.cancel,
+            )
+        finally:
+            hooks.close()
         if done.cancelled:
             raise errors.cancelled()
         if not done.ok:
@@ -853,7 +883,7 @@ class GitMerge(_GitTool[GitMergeArgs]):
                 repo, ctx, "git merge", done.err() or done.out(), "merged", "git_commit"
             )
         result = {"merged": True, "conflicts": [], "head": _head(repo, ctx)}
-        return _with_hooks(result, _hooks_skipped(repo, ctx, self.hooks))
+        return _with_hooks(result, hooks)
 
 
 class GitRebase(_GitTool[GitRebaseArgs]):
@@ -886,7 +916,15 @@ class GitRebase(_GitTool[GitRebaseArgs]):
             # Autosquash needs the interactive machinery in git before 2.44;
             # the sequence editor is ':' (the environment pins it), so nothing waits.
             argv = ["rebase", *(["-i", "--autosquash"] if args.autosquash else []), str(args.onto)]
-        done = repo.run(argv, timeout=ctx.config.tools.git.timeout_seconds, cancel=ctx.cancel)
+        hooks = hooks_for(repo, ctx, self.hooks)
+        try:
+            done = repo.run(
+                [*hooks.args, *argv],
+                timeout=ctx.config.tools.git.timeout_seconds,
+                cancel=ctx.cancel,
+            )
+        finally:
+            hooks.close()
         if done.cancelled:
             raise errors.cancelled()
         if not done.ok:
@@ -899,27 +937,48 @@ class GitRebase(_GitTool[GitRebaseArgs]):
                 "git_rebase with action 'continue'",
             )
         result = {"rebased": True, "conflicts": [], "head": _head(repo, ctx)}
-        return _with_hooks(result, _hooks_skipped(repo, ctx, self.hooks))
+        return _with_hooks(result, hooks)
 
 
 class _RemoteTool(_GitTool[A]):
+    """Push and pull: reviewed by default; a network remote is a forced review.
+
+    ``[permissions] network = ["git_push(origin *)"]`` in the user's own
+    file lifts the forced review for the calls it matches (the words are
+    the remote, then the refspec or branch, then ``--force`` for a forced
+    push); an allow rule or a standing grant may then let them run.
+    """
+
     requires_approval = True
+    matches_words = True
 
     def risk(self, args: A) -> RiskLevel:
         return RiskLevel.HIGH
 
-    def review_notes(self, args: A, ctx: ToolContext) -> list[str]:
+    def _network_url(self, args: A, ctx: ToolContext) -> str | None:
+        """The remote's URL when reaching it takes the network, else None."""
         remote = str(getattr(args, "remote", "origin"))
         try:
             url = _remote_url(repo_of(ctx), ctx, remote)
         except errors.ToolFailure:
-            return []  # the call will fail with git's reason; nothing reaches out
-        if is_local_url(url):
+            return None  # the call will fail with git's reason; nothing reaches out
+        return None if is_local_url(url) else url
+
+    def network_access(self, args: A, ctx: ToolContext) -> bool:
+        return self._network_url(args, ctx) is not None
+
+    def review_notes(self, args: A, ctx: ToolContext) -> list[str]:
+        url = self._network_url(args, ctx)
+        if url is None:
             return []
+        words = self.rule_words(args) or []
+        if network_rule_covers(ctx.config.permissions.network, self.name, words):
+            return []
+        remote = str(getattr(args, "remote", "origin"))
         return [f"This call reaches the network: {self.name} to {remote} ({redact(url)})."]
 
     def summary_tags(self, args: A, ctx: ToolContext) -> list[str]:
-        return ["network"] if self.review_notes(args, ctx) else []
+        return ["network"] if self.network_access(args, ctx) else []
 
 
 class GitPush(_RemoteTool[GitPushArgs]):
@@ -935,6 +994,9 @@ class GitPush(_RemoteTool[GitPushArgs]):
 
     def summary(self, args: GitPushArgs) -> str:
         return f"git push {'--force ' if args.forces() else ''}{args.remote} {args.refspec or ''}"
+
+    def rule_words(self, args: GitPushArgs) -> list[str]:
+        return [args.remote, args.refspec or "HEAD", *(["--force"] if args.forces() else [])]
 
     def preview(self, args: GitPushArgs, ctx: ToolContext) -> str | None:
         repo = repo_of(ctx)
@@ -969,14 +1031,16 @@ class GitPush(_RemoteTool[GitPushArgs]):
         programs = LOCAL_TRANSPORT_PROGRAMS if is_local_url(url) else TRANSPORT_PROGRAMS
         # The repository's config must not turn a plain push into a forced or
         # mirror push: no configured push refspecs, no mirror, an explicit ref.
+        hooks = hooks_for(repo, ctx, self.hooks)
         argv = [
+            *hooks.args,
             "-c",
             f"remote.{args.remote}.mirror=false",
             "-c",
             "push.default=simple",
             "push",
             programs["push"],
-            "--no-verify",
+            *hooks.verify(),
         ]
         if args.forces():
             argv.append("--force-with-lease")
@@ -986,9 +1050,12 @@ class GitPush(_RemoteTool[GitPushArgs]):
         if spec and spec.startswith("+"):
             spec = spec[1:]
         argv += [args.remote, spec or "HEAD"]
-        V.run_git(repo, ctx, argv, "git push")
+        try:
+            V.run_git(repo, ctx, argv, "git push")
+        finally:
+            hooks.close()
         result = {"pushed": True, "remote": args.remote, "forced": args.forces()}
-        return _with_hooks(result, _hooks_skipped(repo, ctx, self.hooks))
+        return _with_hooks(result, hooks)
 
 
 class GitPull(_RemoteTool[GitPullArgs]):
@@ -1004,6 +1071,9 @@ class GitPull(_RemoteTool[GitPullArgs]):
     def summary(self, args: GitPullArgs) -> str:
         return f"git pull {'--rebase ' if args.rebase else ''}{args.remote} {args.branch or ''}"
 
+    def rule_words(self, args: GitPullArgs) -> list[str]:
+        return [args.remote, *([args.branch] if args.branch else [])]
+
     def execute(self, args: GitPullArgs, ctx: ToolContext) -> Any:
         repo = repo_of(ctx)
         url = _remote_url(repo, ctx, args.remote)
@@ -1018,7 +1088,15 @@ class GitPull(_RemoteTool[GitPullArgs]):
             args.remote,
             *([args.branch] if args.branch else []),
         ]
-        done = repo.run(argv, timeout=ctx.config.tools.git.timeout_seconds, cancel=ctx.cancel)
+        hooks = hooks_for(repo, ctx, self.hooks)
+        try:
+            done = repo.run(
+                [*hooks.args, *argv],
+                timeout=ctx.config.tools.git.timeout_seconds,
+                cancel=ctx.cancel,
+            )
+        finally:
+            hooks.close()
         if done.cancelled:
             raise errors.cancelled()
         if done.timed_out:
@@ -1034,7 +1112,7 @@ class GitPull(_RemoteTool[GitPullArgs]):
                 "git_commit (or git_rebase with action 'continue')",
             )
         result = {"pulled": True, "conflicts": [], "head": _head(repo, ctx)}
-        return _with_hooks(result, _hooks_skipped(repo, ctx, self.hooks))
+        return _with_hooks(result, hooks)
 
 
 GIT_TOOLS: list[type[Tool[Any]]] = [

@@ -9,9 +9,11 @@ relative to the project root, sorted by path.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,10 +28,6 @@ from .registry import Tool, ToolContext
 # 5 ms, three 0.1 s, five 18 s.  Patterns come from the model, so the
 # count is bounded.
 MAX_GLOBSTARS = 2
-
-
-def _wire(entry: Entry) -> dict[str, Any]:
-    return {"path": entry.rel, "size": entry.size, "mtime": entry.mtime, "type": entry.kind}
 
 
 class ListFilesArgs(BaseModel):
@@ -83,11 +81,14 @@ class ListFiles(Tool[ListFilesArgs]):
         excludes = excludes.without(excludes.named_by(start or ".", is_dir=True))
         walker = Walker(ctx.sandbox, include_hidden=args.include_hidden, excludes=excludes)
         fit = Fit(cap, ctx.output_limit, _RESERVED + _json_len(sp.display))
-        walk = walker.walk(start, max_depth=args.max_depth, follow_symlinks=args.follow_symlinks)
-        for i, entry in enumerate(walk):
-            if i % 2048 == 0:
-                ctx.check_cancelled()
-            if not fit.add(entry):
+        walk = walker.walk_batches(
+            start,
+            max_depth=args.max_depth,
+            follow_symlinks=args.follow_symlinks,
+            check=ctx.check_cancelled,
+        )
+        for batch in walk:
+            if not fit.add_all(batch):
                 break
         result: dict[str, Any] = {"directory": sp.display}
         notes = fit.finish(result, "entries", "list a subdirectory or use a smaller max_depth")
@@ -103,14 +104,24 @@ class ListFiles(Tool[ListFilesArgs]):
 # envelope, its notes (which quote up to five skipped paths) and counts.
 _RESERVED = 2048
 _ENTRY_FRAME = len('{"path":"","size":,"mtime":,"type":""},')
-_PLAIN_PATH = re.compile(r'[^"\\\x00-\x1f\x7f-\U0010ffff]*\Z')
 
 
 def _json_len(text: str) -> int:
     """Bytes of ``text`` as a JSON string, quotes excluded."""
-    if _PLAIN_PATH.match(text):
+    if _plain(text):
         return len(text)
     return len(dumps(text).encode("utf-8")) - 2
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` is its own JSON string body: printable ASCII, no quote or backslash."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+_path_of = operator.itemgetter(0)
+_kind_of = operator.itemgetter(1)
+_size_of = operator.itemgetter(2)
+_mtime_of = operator.itemgetter(3)
 
 
 class Fit:
@@ -148,10 +159,35 @@ class Fit:
         self.entries.append(entry)
         return True
 
+    def add_all(self, batch: list[Entry]) -> bool:
+        """:meth:`add` each of ``batch`` in order; False once a limit is reached.
+
+        A batch that fits as a whole is measured at once, in C: the sum of
+        its parts' lengths is what :meth:`add` would have counted one by one.
+        """
+        if len(self.entries) + len(batch) <= self.cap:
+            paths = "".join(map(_path_of, batch))
+            if _plain(paths):
+                size = (
+                    len(batch) * _ENTRY_FRAME
+                    + len(paths)
+                    + sum(map(len, map(str, map(_size_of, batch))))
+                    + sum(map(len, map(str, map(_mtime_of, batch))))
+                    + sum(map(len, map(_kind_of, batch)))
+                )
+                if self.used + size <= self.budget:
+                    self.used += size
+                    self.entries.extend(batch)
+                    return True
+        return all(map(self.add, batch))
+
     def finish(self, result: dict[str, Any], what: str, advice: str) -> list[str]:
         """Put the entries (sorted by path) into ``result``; the notes to give."""
         kept = self.entries
-        result["files"] = [_wire(e) for e in sorted(kept, key=_by_path)]
+        result["files"] = [
+            {"path": rel, "size": size, "mtime": mtime, "type": kind}
+            for rel, kind, size, mtime, _ in sorted(kept, key=_path_of)
+        ]
         result["truncated"] = self.stopped_by is not None
         if self.stopped_by is None:
             return []
@@ -167,10 +203,6 @@ class Fit:
         return [
             f"Listed {len(kept)} {what} breadth-first, {why}{complete}; there are more: {advice}"
         ]
-
-
-def _by_path(entry: Entry) -> str:
-    return entry.rel
 
 
 class GlobArgs(BaseModel):
@@ -218,7 +250,7 @@ class Glob(Tool[GlobArgs]):
 
         flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
         try:
-            matcher = wcglob.compile(patterns, flags=flags)
+            wcglob.compile(patterns, flags=flags)
         except Exception as exc:  # wcmatch has its own errors (pattern limits, ...)
             raise errors.bad_args(f"Invalid glob pattern: {exc}") from None
         # Patterns that name an excluded thing ('node_modules/**', '**/*.png')
@@ -233,20 +265,25 @@ class Glob(Tool[GlobArgs]):
         fit = Fit(limit, ctx.output_limit)
         stopped = False
         for lifted, group in sorted(groups.items(), key=lambda item: sorted(item[0])):
-            matcher = wcglob.compile(group, flags=flags)
             walker = Walker(
                 ctx.sandbox, include_hidden=args.include_hidden, excludes=excludes.without(lifted)
             )
             walkers.append(walker)
             # Only matches are stat-ed; cancelling is checked per directory,
             # so a pattern that matches nothing still stops.
-            walk = walker.walk("", wanted=matcher.match, check=ctx.check_cancelled)
-            for entry in walk:
-                if entry.rel not in seen:
-                    if not fit.add(entry):
-                        stopped = True
-                        break
-                    seen.add(entry.rel)
+            walk = walker.walk_batches("", wanted=_matcher(group, flags), check=ctx.check_cancelled)
+            for batch in walk:
+                if len(groups) == 1:  # one walk never meets a path twice
+                    stopped = not fit.add_all(batch)
+                else:
+                    for entry in batch:
+                        if entry.rel not in seen:
+                            if not fit.add(entry):
+                                stopped = True
+                                break
+                            seen.add(entry.rel)
+                if stopped:
+                    break
             if stopped:
                 break
         result: dict[str, Any] = {}
@@ -256,6 +293,60 @@ class Glob(Tool[GlobArgs]):
         if notes:
             result["note"] = ". ".join(notes)
         return result
+
+
+def _matcher(patterns: list[str], flags: int) -> Callable[[str], bool]:
+    """Whether a path matches any of ``patterns``: what wcmatch's matcher says, sooner.
+
+    The walk asks about every entry of the project.  wcmatch's expressions
+    are matched directly (its matcher adds microseconds of Python per call),
+    and only for a path ending with a pattern's literal tail (".py" of
+    "**/*.py"): a path that matches must end with it.
+    """
+    from wcmatch import glob as wcglob
+
+    include, exclude = wcglob.translate(patterns, flags=flags)
+    if exclude:  # negated patterns: not asked for by these flags; be exact anyway
+        return cast("Callable[[str], bool]", wcglob.compile(patterns, flags=flags).match)
+    expressions = [re.compile(p) for p in include]
+    compiled = [e.fullmatch for e in expressions]
+    tails = _literal_tails(patterns)
+    if any(e.flags & re.IGNORECASE for e in expressions):
+        tails = None  # a platform whose globs ignore case: no shortcut
+
+    def wanted(rel: str) -> bool:
+        if tails is not None and not rel.endswith(tails):
+            return False
+        return any(match(rel) is not None for match in compiled)
+
+    return wanted
+
+
+def _literal_tails(patterns: list[str]) -> tuple[str, ...] | None:
+    """What each path a pattern matches ends with; None when some may end with anything."""
+    tails: list[str] = []
+    for text in patterns:
+        expanded = _expand_braces(text)
+        if expanded is None:
+            return None
+        for pattern in expanded:
+            last = pattern.rpartition("/")[2]
+            if any(c in last for c in "{}\\"):
+                return None
+            tail = re.split(r"[*?\[\]]", last)[-1]
+            if not tail:
+                return None
+            tails.append(tail)
+    return tuple(tails) if tails else None
+
+
+def _expand_braces(text: str) -> list[str] | None:
+    import bracex  # what wcmatch expands braces with
+
+    try:
+        return list(bracex.expand(text, limit=1000))
+    except Exception:  # too many alternatives, or malformed: no shortcut
+        return None
 
 
 def default_excludes(ctx: ToolContext) -> Excludes:

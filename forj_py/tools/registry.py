@@ -4,11 +4,15 @@ A tool is a class: a pydantic ``Args`` model (the only parse boundary; its
 JSON Schema is what the model sees), a few flags, ``summary`` (pure, no
 I/O), optional ``preview`` (a dry run for the approval view) and
 ``execute``.  Adding a tool is one module and one line in
-:func:`forj_py.tools.builtin_tools`.
+:data:`forj_py.tools.BUILTIN`.
 
-Schemas are generated once, when the registry is built: pydantic emits
-Draft 2020-12; we inline ``$ref``s and drop ``title`` noise so every
-provider's function-calling dialect can take them as they are.
+A tool's schema is generated from its ``Args``: pydantic emits Draft
+2020-12; we inline ``$ref``s and drop ``title`` noise so every provider's
+function-calling dialect can take them as they are.  The worker does not
+generate them when it starts: the built-in tools' names, flags and schemas
+are read from ``catalog.json`` (see :mod:`forj_py.tools.catalog`), and a
+tool's module is imported, and its schema validator built, on the first
+call that needs it.
 """
 
 from __future__ import annotations
@@ -18,10 +22,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 from pydantic import BaseModel
 
 from .. import errors
@@ -31,6 +33,10 @@ from ..safety.commands import CommandSandbox
 from ..safety.paths import Sandbox
 from ..store.backups import Backups
 from ..store.checkpoints import ChangeLog
+
+if TYPE_CHECKING:
+    # jsonschema is imported on the first call to validate, not at start-up.
+    from jsonschema import Draft202012Validator
 
 A = TypeVar("A", bound=BaseModel)
 
@@ -137,6 +143,9 @@ class Tool(ABC, Generic[A]):
     timeout_kind: ClassVar[str] = "default"
     # Runs a command: permission patterns match its command line, not paths.
     runs_commands: ClassVar[bool] = False
+    # Another name for a tool (seed 004's file_read for read_file): accepted,
+    # not offered to the model, and judged by every rule as that tool.
+    alias_of: ClassVar[str | None] = None
 
     def mutates(self, args: A) -> bool:
         """Whether this call changes anything (a dry run does not)."""
@@ -152,6 +161,12 @@ class Tool(ABC, Generic[A]):
     def summary(self, args: A) -> str:
         """One line for the approval view; no I/O, secrets redacted by the caller."""
 
+    def as_rules_see_it(
+        self, args: A, raw: dict[str, Any]
+    ) -> tuple[Tool[Any], Any, dict[str, Any]]:
+        """The tool, arguments and raw arguments that consent judges (an alias: its tool's)."""
+        return self, args, raw
+
     def paths(self, args: A) -> list[str]:
         """Path arguments to check in the sandbox at planning time."""
         return []
@@ -163,6 +178,23 @@ class Tool(ABC, Generic[A]):
     def command(self, args: A) -> list[str] | str | None:
         """The command line permission rules match (tools that run commands)."""
         return None
+
+    # TOOL(PATTERN) rules match this tool's rule_words (a command pattern,
+    # word by word) instead of its paths: git_push's remote, curl's host.
+    matches_words: ClassVar[bool] = False
+
+    def rule_words(self, args: A) -> list[str] | None:
+        """The words a ``TOOL(PATTERN)`` rule is matched against, for ``matches_words`` tools."""
+        return None
+
+    def network_access(self, args: A, ctx: ToolContext) -> bool:
+        """Whether the call reaches the network (a grant must have covered network)."""
+        return bool(getattr(args, "allow_network", False))
+
+    @classmethod
+    def journal_args(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as the journal keeps them: credentials the call carries redacted."""
+        return raw
 
     def preview(self, args: A, ctx: ToolContext) -> str | None:
         """What the call would do, without doing it (a diff for edits)."""
@@ -192,10 +224,87 @@ class Tool(ABC, Generic[A]):
 
 
 @dataclass(frozen=True)
+class ToolInfo:
+    """What the worker knows of a tool before importing it: enough to offer it.
+
+    The flags are the tool class's own; consent and the tool list read
+    them here, so offering a tool never imports its module.
+    """
+
+    name: str
+    description: str
+    side_effecting: bool = False
+    requires_approval: bool = False
+    runs_commands: bool = False
+    matches_words: bool = False
+    alias_of: str | None = None
+
+    @classmethod
+    def of(cls, tool: Tool[Any] | type[Tool[Any]]) -> ToolInfo:
+        return cls(
+            tool.name,
+            tool.description,
+            tool.side_effecting,
+            tool.requires_approval,
+            tool.runs_commands,
+            tool.matches_words,
+            tool.alias_of,
+        )
+
+
 class Entry:
-    tool: Tool[Any]
-    definition: dict[str, Any]
-    validator: Draft202012Validator
+    """One registered tool: its definition now, its code and validator on first use."""
+
+    def __init__(
+        self,
+        info: ToolInfo,
+        parameters: dict[str, Any],
+        load: Callable[[], Tool[Any]],
+    ) -> None:
+        self.info = info
+        self.definition: dict[str, Any] = {
+            "name": info.name,
+            "description": info.description,
+            "parameters": parameters,
+        }
+        self._load = load
+        self._tool: Tool[Any] | None = None
+        self._validator: Draft202012Validator | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def tool(self) -> Tool[Any]:
+        """The tool itself; its module is imported the first time."""
+        tool = self._tool
+        if tool is None:
+            with self._lock:
+                if self._tool is None:
+                    loaded = self._load()
+                    if loaded.name != self.info.name:
+                        raise RuntimeError(
+                            f"tool {self.info.name!r} was registered, "
+                            f"but its class is named {loaded.name!r}"
+                        )
+                    self._tool = loaded
+                tool = self._tool
+        return tool
+
+    @property
+    def validator(self) -> Draft202012Validator:
+        """The schema's validator, built the first time a call is checked against it."""
+        validator = self._validator
+        if validator is None:
+            from jsonschema import Draft202012Validator
+
+            with self._lock:
+                if self._validator is None:
+                    self._validator = Draft202012Validator(self.definition["parameters"])
+                validator = self._validator
+        return validator
 
 
 class Registry:
@@ -206,22 +315,46 @@ class Registry:
 
     def register(self, tool: Tool[Any], parameters: dict[str, Any] | None = None) -> None:
         """Add ``tool``; ``parameters``, when given, is its schema as written (not generated)."""
-        if tool.name in self._entries:
-            raise DuplicateToolError(f"tool {tool.name!r} is registered twice")
-        schema = clean_schema(tool.Args.model_json_schema()) if parameters is None else parameters
+        from jsonschema import Draft202012Validator
+
+        schema = schema_of(tool) if parameters is None else parameters
         Draft202012Validator.check_schema(schema)
-        definition = {"name": tool.name, "description": tool.description, "parameters": schema}
-        self._entries[tool.name] = Entry(tool, definition, Draft202012Validator(schema))
+        self._add(Entry(ToolInfo.of(tool), schema, lambda: tool))
+
+    def register_lazy(
+        self, info: ToolInfo, parameters: dict[str, Any], load: Callable[[], Tool[Any]]
+    ) -> None:
+        """Add a tool known by its ``info`` and schema; ``load`` makes it on first use.
+
+        The schema must be the one the tool's ``Args`` generate (the
+        built-in catalog is tested for it); it is not checked here.
+        """
+        self._add(Entry(info, parameters, load))
+
+    def _add(self, entry: Entry) -> None:
+        if entry.name in self._entries:
+            raise DuplicateToolError(f"tool {entry.name!r} is registered twice")
+        self._entries[entry.name] = entry
 
     def get(self, name: str) -> Entry | None:
         return self._entries.get(name)
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        """The offered tools' names, sorted; aliases are found by :meth:`get` only.
+
+        A model told of both names has two tools for one job, and a rule
+        names the tool an alias stands for.
+        """
+        return sorted(n for n, e in self._entries.items() if e.info.alias_of is None)
 
     def definitions(self) -> list[dict[str, Any]]:
-        """Every tool's definition, sorted by name: the same tools give the same prompt."""
+        """Every offered tool's definition, sorted by name: the same tools give the same prompt."""
         return [self._entries[name].definition for name in self.names()]
+
+
+def schema_of(tool: Tool[Any] | type[Tool[Any]]) -> dict[str, Any]:
+    """The JSON Schema the model sees for a tool's arguments."""
+    return clean_schema(tool.Args.model_json_schema())
 
 
 def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -266,6 +399,8 @@ def _drop_null_branch(node: dict[str, Any]) -> dict[str, Any]:
 
 def format_schema_errors(validator: Draft202012Validator, args: Any) -> list[str]:
     """Readable messages for every schema violation, most specific first."""
+    from jsonschema.exceptions import best_match
+
     messages = []
     for top in sorted(validator.iter_errors(args), key=lambda e: (list(e.path), e.message)):
         # For anyOf/oneOf failures the sub-error says what was actually wrong.

@@ -51,6 +51,7 @@ import pathspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
+from ..config import Config
 from ..errors import ToolFailure
 from ..output import URL_CREDENTIAL_MARK, credential_spans, redact_url_credentials, say_redacted
 from ..patterns import PatternTooComplex, gitignore_spec
@@ -98,6 +99,10 @@ class Search(Tool[SearchArgs]):
     )
     Args = SearchArgs
     timeout_kind = "file"
+
+    def timeout(self, config: Config) -> float:
+        # Seed 004 section 9: grep 10 s ([tools.search] timeout_seconds).
+        return config.tools.search.timeout_seconds
 
     def summary(self, args: SearchArgs) -> str:
         kind = "regex" if args.is_regex else "text"

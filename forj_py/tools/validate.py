@@ -32,6 +32,7 @@ RuleId = Literal[
     "branch.naming.convention",
     "sec.git.clean_tree",
     "sec.paths.sandbox",
+    "code.ast.parsed",
 ]
 assert set(RuleId.__args__) == set(VALIDATOR_RULES)  # type: ignore[attr-defined]
 

@@ -59,7 +59,15 @@ class Client:
         host: str = "127.0.0.1",
         on_event: Callable[[dict[str, Any]], None] | None = None,
         timeout: float = 10.0,
+        json_frames: bool = True,
     ) -> None:
+        """Connect to a worker on ``host``:``port``.
+
+        With ``json_frames`` (the default) the ``hello`` call asks for JSON
+        frames (replies and events as raw JSON, see :mod:`.sexp`); without
+        it the worker sends standard EPC frames only.  The reader handles
+        both either way.
+        """
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.settimeout(None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -69,6 +77,7 @@ class Client:
         self._lock = threading.Lock()
         self._wlock = threading.Lock()
         self.on_event = on_event
+        self.json_frames = json_frames
         self.closed = threading.Event()
         self._reader = threading.Thread(target=self._read_loop, name="forj-client", daemon=True)
         self._reader.start()
@@ -98,6 +107,8 @@ class Client:
                 fut.set_exception(ConnectionLost("connection closed"))
                 return fut
             self._pending[uid] = fut
+        if method == "hello" and self.json_frames:
+            body = _offer_json_frames(body)
         self.send_raw(sexp.frame([Symbol("call"), uid, Symbol(method), [json.dumps(body)]]))
         return fut
 
@@ -106,6 +117,21 @@ class Client:
         reply = self.call_async(method, {} if body is None else body).result(timeout)
         return json.loads(reply)
 
+    def _json_frame(self, header: Any, body: bytes) -> None:
+        """Handle a JSON frame: ``(return-json UID)`` or ``(event-json)``."""
+        kind = str(header[0]) if isinstance(header, list) and header else ""
+        if kind == "event-json":
+            if self.on_event is not None:
+                self.on_event(_json_event(header, body))
+            return
+        if kind != "return-json" or len(header) != 2 or not isinstance(header[1], int):
+            raise sexp.SexpError(f"unknown JSON frame {header!r}")
+        with self._lock:
+            fut = self._pending.pop(header[1], None)
+        if fut is not None:
+            # The same JSON text a standard frame carries, so callers see no difference.
+            fut.set_result(body.decode("utf-8"))
+
     def _read_loop(self) -> None:
         try:
             while True:
@@ -113,6 +139,10 @@ class Client:
                 if len(head) < 6:
                     break
                 data = self._rfile.read(sexp.parse_header(head))
+                split = sexp.split_json_frame(data)
+                if split is not None:
+                    self._json_frame(*split)
+                    continue
                 msg = sexp.loads(data.decode("utf-8"))
                 kind, uid = str(msg[0]), msg[1]
                 if kind == "call":
@@ -138,6 +168,33 @@ class Client:
                 pending, self._pending = self._pending, {}
             for fut in pending.values():
                 fut.set_exception(ConnectionLost("the worker closed the connection"))
+
+
+def _json_event(header: list[Any], body: bytes) -> dict[str, Any]:
+    """The event of an ``(event-json)`` or ``(event-json N [ascii])`` frame's body."""
+    if len(header) == 1:
+        event: dict[str, Any] = json.loads(body)
+        return event
+    size = header[1]
+    if len(header) > 3 or not isinstance(size, int) or not 0 <= size <= len(body) - 1:
+        raise sexp.SexpError(f"bad event frame header {header!r}")
+    end = len(body) - 1  # the frame's final newline
+    event = json.loads(body[: end - size])
+    event["data"] = body[end - size : end].decode("utf-8")
+    return event
+
+
+def _offer_json_frames(body: Any) -> Any:
+    """``body`` of a hello call, with ``client.frames`` asking for JSON frames."""
+    if not isinstance(body, dict):
+        return body
+    client = body.get("client")
+    client = dict(client) if isinstance(client, dict) else {}
+    frames = client.get("frames")
+    frames = list(frames) if isinstance(frames, list) else []
+    if sexp.JSON_FRAMES not in frames:
+        frames.append(sexp.JSON_FRAMES)
+    return {**body, "client": {**client, "frames": frames}}
 
 
 class WorkerProcess:

@@ -3,10 +3,15 @@
 Each ``tools/call`` is one batch through the worker's own methods (plan,
 then execute), so an MCP client's call meets exactly what a call from Emacs
 meets: schema validation, the sandbox, permission rules and modes, the
-stale-file rule, backups and the journal.  A call the consent stage sends
-to review is put to the user through MCP elicitation when the client
-supports it; otherwise it is not run, and the result says which
-``[permissions] allow`` rule would let it run unasked.
+stale-file rule, backups and the journal.  When Emacs runs a worker for the
+project, the calls go through that worker (found through the rendezvous
+file, see ``rendezvous.py``), so both share one record of what was read;
+otherwise this process runs a worker of its own over the same shared stores.
+
+A call the consent stage sends to review is put to the user in Emacs when
+the user's own config sets ``[mcp] review_in_emacs`` and an Emacs is
+connected, else through MCP elicitation when the client supports it;
+otherwise it is not run, and the result says how to let it run.
 
 This module needs the optional ``mcp`` extra (``pip install 'forj[mcp]'``).
 """
@@ -16,11 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -37,14 +43,11 @@ from ..protocol import Event
 from ..service import Worker
 from ..store.journal import Journal, JournalError, default_state_dir
 from ..system import process
-from ..tools import builtin_tools
-from ..tools.registry import Registry
+from ..tools import builtin_registry
+from . import rendezvous
+from .client import Client, ConnectionLost, RemoteError
 
 log = logging.getLogger(__name__)
-
-# The chat name MCP calls run under: their session grants and deduplication
-# stay apart from every Emacs chat's.
-MCP_SESSION = "mcp"
 
 READ_FIRST = (
     " Read the file with this server's read_file first: forj refuses to change a file "
@@ -86,27 +89,113 @@ MAX_PREVIEW_CHARS = 20_000
 
 @dataclass(frozen=True)
 class Decision:
-    """The user's answer to one review: approved, or denied with a reason."""
+    """The answer to one review: approved (perhaps edited, perhaps with a
+    standing grant), denied with the user's reason, or refused because
+    nobody could review it (``unreviewed``; the reason says why)."""
 
     approved: bool
     reason: str = ""
+    modified: dict[str, str] = field(default_factory=dict)
+    grant: dict[str, Any] | None = None
+    unreviewed: bool = False
 
 
-class McpTools:
-    """The MCP handlers over one :class:`Worker`."""
+class BackendLost(Exception):
+    """The worker this server sends its calls to is gone."""
+
+
+class Backend(Protocol):
+    """Where the calls go: a worker in this process, or the project's running worker."""
+
+    def tool_definitions(self) -> dict[str, Any]: ...
+
+    def plan(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def execute(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def review(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class LocalBackend:
+    """A worker of this process's own, over the stores it shares with other workers."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
 
+    def tool_definitions(self) -> dict[str, Any]:
+        return self.worker.tool_definitions({})
+
+    def plan(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.worker.plan(body)
+
+    def execute(self, body: dict[str, Any]) -> dict[str, Any]:
+        reply = self.worker.execute(body, _ignore_event)
+        on_sent = getattr(reply, "on_sent", None)
+        if on_sent is not None:
+            on_sent()  # the journal notes that the result reached the client
+        return reply
+
+    def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not self.worker.config.mcp.review_in_emacs:
+            why = "[mcp] review_in_emacs is not set in the user's own forj config"
+        else:
+            why = "no Emacs runs forj on this project (this MCP server runs its own worker)"
+        return {"outcome": "unavailable", "why": why}
+
+
+class RemoteBackend:
+    """The worker Emacs started for the project, reached through the rendezvous."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def _call(self, method: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        try:
+            reply: dict[str, Any] = self.client.call(method, body, timeout=timeout)
+        except RemoteError as exc:
+            recovery = exc.error.get("recovery")
+            raise ProtocolError(
+                exc.type,
+                str(exc.error.get("message", exc)),
+                [str(r) for r in recovery] if isinstance(recovery, list) else None,
+            ) from None
+        except ConnectionLost as exc:
+            raise BackendLost(str(exc)) from None
+        return reply
+
+    def tool_definitions(self) -> dict[str, Any]:
+        return self._call("tool_definitions", {}, 30.0)
+
+    def plan(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("plan", body, None)
+
+    def execute(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("execute", body, None)
+
+    def review(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("review", body, None)
+
+
+class McpTools:
+    """The MCP handlers over one :class:`Backend`: this process's worker, or Emacs's."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        # Each client connection is a chat of its own: its session grants
+        # and deduplication stay apart from every other's.
+        self.session = f"mcp-{uuid.uuid4().hex[:12]}"
+        self.tool_flags = builtin_registry()
+
     # --- tools/list -------------------------------------------------------------
 
-    def tools(self) -> list[types.Tool]:
-        definitions = self.worker.tool_definitions({})
+    async def tools(self) -> list[types.Tool]:
+        definitions = await anyio.to_thread.run_sync(self.backend.tool_definitions)
         out = []
         for d in definitions["tools"]:
-            entry = self.worker.registry.get(d["name"])
-            writes = entry is not None and entry.tool.side_effecting
-            commands = entry is not None and entry.tool.runs_commands
+            entry = self.tool_flags.get(d["name"])
+            writes = entry is not None and entry.info.side_effecting
+            # Commands and calls matched by words (curl, push, pull) change no file.
+            commands = entry is not None and (entry.info.runs_commands or entry.info.matches_words)
             description = d["description"]
             if writes and not commands:
                 description += READ_FIRST
@@ -133,44 +222,57 @@ class McpTools:
         call = {"id": call_id, "name": params.name, "args": params.arguments or {}}
         try:
             plan = await anyio.to_thread.run_sync(
-                self.worker.plan, {"calls": [call], "session": MCP_SESSION}
+                self.backend.plan, {"calls": [call], "session": self.session}
             )
             item = plan["items"][0]
-            approved: list[str] = []
-            denied: dict[str, str] = {}
+            body: dict[str, Any] = {"batch_id": plan["batch_id"]}
             if item["disposition"] == "confirm":
-                decision = await self._review(ctx, item)
+                decision = await self._review(ctx, plan["batch_id"], item)
                 if decision.approved:
-                    approved.append(call_id)
+                    body["approved"] = [call_id]
+                    if decision.modified:
+                        body["modified"] = {call_id: decision.modified}
+                    if decision.grant:
+                        body["grants"] = {call_id: decision.grant}
+                elif decision.unreviewed:
+                    body["unreviewed"] = {call_id: decision.reason}
                 else:
-                    denied[call_id] = decision.reason
-            reply = await anyio.to_thread.run_sync(
-                lambda: self.worker.execute(
-                    {"batch_id": plan["batch_id"], "approved": approved, "denied": denied},
-                    _ignore_event,
-                )
-            )
+                    body["denied"] = {call_id: decision.reason}
+            reply = await anyio.to_thread.run_sync(self.backend.execute, body)
         except ProtocolError as exc:  # not expected for one call; say so rather than hang
             return _text_result({"error": exc.wire()}, error=True)
-        on_sent = getattr(reply, "on_sent", None)
+        except BackendLost as exc:
+            return _text_result(_worker_gone(str(exc)), error=True)
         result = reply["results"][0]
-        if on_sent is not None:
-            on_sent()  # the journal notes that the result reached the client
         if result.get("ok"):
             return _text_result(result.get("result"), error=False)
         return _text_result(result.get("error"), error=True)
 
-    async def _review(self, ctx: ServerRequestContext[Any], item: dict[str, Any]) -> Decision:
-        """Ask the user through the client, or refuse with the rule that would allow it."""
+    async def _review(
+        self, ctx: ServerRequestContext[Any], batch_id: str, item: dict[str, Any]
+    ) -> Decision:
+        """Ask the user in Emacs, else through the client; else refuse, saying why."""
+        why: list[str] = []
+        asked = await anyio.to_thread.run_sync(
+            self.backend.review,
+            {"batch_id": batch_id, "call_id": item["id"], "client": _client_name(ctx)},
+        )
+        if asked["outcome"] == "approved":
+            return Decision(True, modified=asked.get("modified") or {}, grant=asked.get("grant"))
+        if asked["outcome"] == "denied":
+            return Decision(False, str(asked.get("reason") or ""))
+        why.append(str(asked.get("why") or "Emacs cannot review it"))
         if not _can_elicit(ctx):
-            return Decision(False, _cannot_ask(item))
+            why.append("this MCP client cannot ask the user (no elicitation)")
+            return Decision(False, "; ".join(why), unreviewed=True)
         try:
             answer = await ctx.session.elicit_form(
                 _review_message(item), APPROVAL_SCHEMA, related_request_id=ctx.request_id
             )
         except Exception as exc:  # the client failed to ask: never run unreviewed
             log.warning("elicitation failed: %s", exc)
-            return Decision(False, _cannot_ask(item, f"asking through the client failed ({exc})"))
+            why.append(f"asking through the client failed ({exc})")
+            return Decision(False, "; ".join(why), unreviewed=True)
         content = answer.content or {}
         if answer.action == "accept" and content.get("approve") is True:
             return Decision(True)
@@ -186,6 +288,10 @@ def _ignore_event(event: Event) -> None:
     """Events (a command's live output) have no MCP counterpart here; results carry it all."""
 
 
+def _ignore_event_json(event: dict[str, Any]) -> None:
+    """The same, for events the running worker sends over EPC."""
+
+
 def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
     # Protocol 2026-07-28 asks through an InputRequiredResult and a retried
     # call instead of a request in the middle of one; forj does not speak it yet.
@@ -199,15 +305,26 @@ def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
     return el.form is not None or el.url is None
 
 
-def _cannot_ask(item: dict[str, Any], why: str | None = None) -> str:
-    pattern = item.get("grant_pattern")
-    rule = f' (this call: allow = ["{pattern}"])' if pattern else ""
-    return (
-        f"nobody reviewed it: {why or 'this MCP client cannot ask the user (no elicitation)'}. "
-        "forj runs a call that needs review only when the user approves it, or when a "
-        f"[permissions] allow rule in the user's forj config covers it{rule}. "
-        "Tell the user what you wanted to do"
-    )
+def _client_name(ctx: ServerRequestContext[Any]) -> str:
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    if info is None or not info.name.strip():
+        return "an MCP client"
+    version = f" {info.version}" if info.version else ""
+    return f"{info.name.strip()}{version}"[:200]
+
+
+def _worker_gone(why: str) -> dict[str, Any]:
+    return {
+        "type": "execution-error",
+        "message": f"The forj worker this server sends its calls to is gone ({why}); "
+        "the call may or may not have run",
+        "details": {"kind": "ExecutionFailed"},
+        "recovery": [
+            "Read the files the call touches to see whether it ran",
+            "Restart this MCP server (it then finds the project's new worker, or runs its own)",
+        ],
+    }
 
 
 def _review_message(item: dict[str, Any]) -> str:
@@ -234,13 +351,13 @@ def _text_result(value: Any, *, error: bool) -> types.CallToolResult:
     )
 
 
-def build_server(worker: Worker) -> Server[Any]:
-    handlers = McpTools(worker)
+def build_server(backend: Backend) -> Server[Any]:
+    handlers = McpTools(backend)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=handlers.tools())
+        return types.ListToolsResult(tools=await handlers.tools())
 
     return Server(
         "forj",
@@ -281,22 +398,29 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         return _fail(f"configuration error:\n{exc}")
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    for warning in loaded.warnings:
+        log.warning("%s", warning)
+    client = _join_running_worker(state_dir, os.path.realpath(root))
+    if client is not None:
+        try:
+            anyio.run(_serve, RemoteBackend(client))
+        finally:
+            client.close()
+        return 0
     try:
         journal = Journal(state_dir / "journal.sqlite3")
     except JournalError as exc:
         return _fail(str(exc))
-    for warning in loaded.warnings:
-        log.warning("%s", warning)
     if process.become_subreaper():
         process.start_reaper()
     try:
-        worker = Worker(root, loaded, Registry(builtin_tools()), journal, state_dir)
+        worker = Worker(root, loaded, builtin_registry(), journal, state_dir)
     except ConfigError as exc:
         return _fail(f"configuration error:\n{exc}")
     worker.commands.start()
     worker.watcher.start()
     try:
-        anyio.run(_serve, worker)
+        anyio.run(_serve, LocalBackend(worker))
     finally:
         worker.watcher.stop()
         worker.cancel_all()
@@ -305,8 +429,33 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-async def _serve(worker: Worker) -> None:
-    server = build_server(worker)
+def _join_running_worker(state_dir: Path, root: str) -> Client | None:
+    """A connection to the worker Emacs runs for ``root``, proven with its secret; or None."""
+    try:
+        found = rendezvous.find(state_dir, root)
+    except rendezvous.RendezvousRefused as exc:
+        log.warning("not joining the running worker: %s; running a worker of my own", exc)
+        return None
+    if found is None:
+        log.info("no worker runs for %s; running a worker of my own", root)
+        return None
+    try:
+        client = Client(found.port, on_event=_ignore_event_json)
+    except OSError as exc:
+        log.warning("cannot reach the worker on port %d (%s); running my own", found.port, exc)
+        return None
+    try:
+        client.call("hello", {"token": found.secret, "client": {"name": "forj mcp"}})
+    except (RemoteError, ConnectionLost, TimeoutError) as exc:
+        log.warning("the worker on port %d refused this server: %s", found.port, exc)
+        client.close()
+        return None
+    log.info("joined the worker on port %d for %s", found.port, root)
+    return client
+
+
+async def _serve(backend: Backend) -> None:
+    server = build_server(backend)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 

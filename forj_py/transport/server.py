@@ -1,7 +1,9 @@
 """The EPC transport: the worker's methods on one loopback socket.
 
-Built on the ``epc`` package's server (its TCP server, client bookkeeping
-and method table) with three things done differently, each for a reason:
+Speaks EPC (what Emacs' ``epc.el`` speaks) on the standard library's
+threaded TCP server, without the ``epc`` package, for three reasons (and
+because importing it, with the XML-RPC and HTTP modules it pulls in, would
+slow the worker's start):
 
 - **Replies never interleave.**  python-epc's threaded handler lets every
   thread write to the socket unlocked, so two large replies can mix their
@@ -36,23 +38,25 @@ import socketserver
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
-
-from epc.handler import EPCHandler
-from epc.server import EPCServer
 
 from ..errors import ProtocolError
 from ..output import sanitize_value
 from ..protocol import Event, HelloRequest
 from ..service import Encoded, Worker, parse_request
 from . import sexp
+from .review import review_in_emacs
 from .sexp import Symbol
 
 log = logging.getLogger(__name__)
 
 POOL_THREADS = 8
+
+# Orders connections, so the newest Emacs connection answers reviews.
+_SERIALS = itertools.count(1)
 
 
 # After a reply this large (a listing of 100,000 files is ~7 MB of JSON, and
@@ -88,12 +92,20 @@ class Method:
     func: Callable[[ForjHandler, Any], Any]
     inline: bool  # answered on the connection's thread: quick, never blocks
     doc: str
+    # Waits on a person (a review in Emacs): a thread of its own, so pending
+    # reviews never hold the pool's threads that plan and execute.
+    waits: bool = False
 
 
 def _hello(handler: ForjHandler, body: Any) -> Any:
     req = parse_request(HelloRequest, body)
     offered = req.token.encode("utf-8", "surrogatepass")
-    if not hmac.compare_digest(offered, handler.server.token.encode("utf-8")):
+    secret = handler.server.mcp_secret
+    if secret and hmac.compare_digest(offered, secret.encode("utf-8")):
+        # forj's MCP server, proving the rendezvous secret: it may plan and
+        # execute, and ask the user's Emacs to review its calls.
+        handler.role = "mcp"
+    elif not hmac.compare_digest(offered, handler.server.token.encode("utf-8")):
         handler.reject_after_reply = True
         raise ProtocolError(
             "unauthenticated",
@@ -101,7 +113,18 @@ def _hello(handler: ForjHandler, body: Any) -> Any:
             ["Connect with the token the worker was started with (FORJ_TOKEN)"],
         )
     handler.authenticated = True
-    return handler.server.worker.hello_payload(req.client.model_dump())
+    payload = handler.server.worker.hello_payload(req.client.model_dump())
+    if _offers_json_frames(body):
+        handler.json_frames = True
+        payload["frames"] = [sexp.JSON_FRAMES]
+    return payload
+
+
+def _offers_json_frames(body: Any) -> bool:
+    """Whether a hello's ``client.frames`` asks for JSON frames (see :mod:`.sexp`)."""
+    client = body.get("client") if isinstance(body, dict) else None
+    frames = client.get("frames") if isinstance(client, dict) else None
+    return isinstance(frames, list) and sexp.JSON_FRAMES in frames
 
 
 def _ping(handler: ForjHandler, body: Any) -> Any:
@@ -156,6 +179,28 @@ def _revoke_grant(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.revoke_grant(body)
 
 
+def _review(handler: ForjHandler, body: Any) -> Any:
+    if handler.role != "mcp":
+        raise ProtocolError(
+            "bad-request",
+            "review is for forj's MCP server; Emacs reviews its own batches",
+            ["Open the review in Emacs from the plan's confirm items"],
+        )
+    return review_in_emacs(handler.server, body)
+
+
+def _metrics(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.metrics(body)
+
+
+def _audit(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.audit(body)
+
+
+def _audit_entry(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.audit_entry(body)
+
+
 def _shutdown(handler: ForjHandler, body: Any) -> Any:
     handler.stop_after_reply = True  # the caller gets its answer before the socket closes
     return {}
@@ -182,20 +227,42 @@ METHODS: dict[str, Method] = {
     "cancel": Method(_cancel, True, "Cancel a batch: the running call and all later ones."),
     "grants": Method(_grants, True, "The standing grants in force for this project."),
     "revoke_grant": Method(_revoke_grant, True, "Revoke one standing grant by its id."),
+    "review": Method(
+        _review,
+        False,
+        "Have the connected Emacs review an MCP client's call; its answer.",
+        waits=True,
+    ),
+    "metrics": Method(_metrics, True, "Per-session counters: calls, errors, time, bytes, files."),
+    "audit": Method(_audit, False, "One page of the journaled calls, newest first, filterable."),
+    "audit_entry": Method(_audit_entry, False, "One journaled call and its result, in full."),
     "shutdown": Method(_shutdown, True, "Stop the worker."),
 }
 
 
-class ForjHandler(EPCHandler):  # type: ignore[misc]
+# What forj's MCP server may call on a worker it joined: its own calls and
+# their review.  The rest (undo, grants, shutdown...) belongs to the user's Emacs.
+MCP_METHODS = frozenset({"hello", "ping", "tool_definitions", "plan", "execute", "review"})
+
+
+class ForjHandler(socketserver.StreamRequestHandler):
     server: ForjServer
 
     def setup(self) -> None:
         super().setup()
+        self.server.add_client(self)
         self.write_lock = threading.Lock()
         self.authenticated = False
         self.reject_after_reply = False
         self.stop_after_reply = False
+        self.serial = next(_SERIALS)
+        self.role = "emacs"  # or "mcp": authenticated with the rendezvous secret
+        # Set by hello when the client accepts JSON frames: then replies and
+        # events go out as those, every other message as standard EPC.
+        self.json_frames = False
         self._uids = itertools.count(1)
+        # Our own calls to the peer that wait for its answer: uid -> future.
+        self._asks: dict[int, Future[Any]] = {}
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def handle(self) -> None:
@@ -222,6 +289,7 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
         except (OSError, ValueError):
             return  # the peer went away
         finally:
+            self.abandon_asks()
             self.server.connection_closed(self)
 
     # --- incoming messages ---------------------------------------------------------
@@ -251,8 +319,14 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             listing = [[Symbol(name), [], m.doc] for name, m in sorted(METHODS.items())]
             self.send([Symbol("return"), uid, listing])
         elif kind in ("return", "return-error", "epc-error"):
-            # Answers to our event notices; nothing waits for them.
-            pass
+            # Answers to our own calls: event notices (nothing waits for
+            # them) and questions put with ask().
+            waiting = self._asks.pop(uid, None)
+            if waiting is not None and not waiting.done():
+                if kind == "return" and len(msg) > 2:
+                    waiting.set_result(msg[2])
+                else:
+                    waiting.set_exception(RuntimeError(f"{kind}: {msg[2:]!r}"))
         else:
             self.send([Symbol("epc-error"), uid, f"unknown message kind {kind!r}"])
 
@@ -271,6 +345,16 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
                 ),
             )
             return
+        if self.role == "mcp" and name not in MCP_METHODS:
+            self._reply_error(
+                uid,
+                ProtocolError(
+                    "not-allowed",
+                    f"{name}: not open to an MCP server; only the user's Emacs may call it",
+                    [f"Use one of: {', '.join(sorted(MCP_METHODS))}"],
+                ),
+            )
+            return
         if len(args) != 1 or not isinstance(args[0], str):
             self._reply_error(
                 uid, ProtocolError("bad-request", f"{name} takes exactly one JSON text argument")
@@ -278,6 +362,10 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             return
         if method.inline:
             self._serve(uid, name, method, args[0])
+        elif method.waits:
+            threading.Thread(
+                target=self._serve, args=(uid, name, method, args[0]), daemon=True
+            ).start()
         else:
             try:
                 self.server.pool.submit(self._serve, uid, name, method, args[0])
@@ -311,7 +399,10 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             )
         else:
             try:
-                sent = self.send([Symbol("return"), uid, reply])
+                if self.json_frames:
+                    sent = self.send_json([Symbol("return-json"), uid], reply)
+                else:
+                    sent = self.send([Symbol("return"), uid, reply])
             except sexp.SexpError as exc:
                 self._reply_error(uid, ProtocolError("internal-error", f"{name}: {exc}"))
             else:
@@ -341,6 +432,9 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
             data = sexp.frame(message)
         except UnicodeEncodeError:  # a lone surrogate slipped through: never drop a reply
             data = sexp.frame(sanitize_value(message))
+        return self._write(data)
+
+    def _write(self, data: bytes) -> bool:
         with self.write_lock:
             try:
                 self.wfile.write(data)
@@ -349,25 +443,85 @@ class ForjHandler(EPCHandler):  # type: ignore[misc]
                 return False
         return True
 
+    def send_json(self, header: list[Any], text: str) -> bool:
+        """Write one JSON frame: ``header`` then the JSON ``text`` as it is.
+
+        False when the connection was already gone.
+        """
+        try:
+            body = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate slipped through: never drop a reply
+            body = json.dumps(sanitize_value(json.loads(text)), ensure_ascii=False).encode()
+        return self._write(sexp.json_frame(header, body))
+
     def emit_event(self, event: Event) -> None:
-        """Tell Emacs about progress: ``(call UID event ("{json}"))``; no reply awaited."""
-        self.send([Symbol("call"), next(self._uids), Symbol("event"), [json.dumps(event.wire())]])
+        """Tell the client about progress; no reply awaited.
+
+        To a client that accepts JSON frames, ``(event-json)`` and the
+        event's JSON, or ``(event-json N [ascii])``, the event's JSON without
+        its ``data``, and then ``data`` as N bytes of UTF-8 (``ascii`` when
+        they all are); to any other,
+        ``(call UID event ("{json}"))``.
+        """
+        wire = event.wire()
+        if self.json_frames:
+            data = wire.pop("data", None)
+            if data is None:
+                self.send_json([Symbol("event-json")], json.dumps(wire, ensure_ascii=False))
+                return
+            # Output goes raw after the event's JSON: the reader takes the
+            # bytes as they are instead of parsing them out of a JSON string.
+            raw = data.encode("utf-8", "replace")
+            meta = json.dumps(wire, ensure_ascii=False).encode("utf-8", "replace")
+            header: list[Any] = [Symbol("event-json"), len(raw)]
+            if data.isascii():  # known for free here; spares the reader a scan
+                header.append(Symbol("ascii"))
+            self._write(sexp.json_frame(header, meta + b"\n" + raw))
+        else:
+            text = json.dumps(wire, ensure_ascii=False)
+            self.send([Symbol("call"), next(self._uids), Symbol("event"), [text]])
+
+    def ask(self, method: str, body: Any, timeout: float) -> Any:
+        """Call ``method`` on the peer with ``body`` as JSON; its decoded answer.
+
+        Raises TimeoutError when no answer comes in ``timeout`` seconds, and
+        ConnectionError when the connection is gone.
+        """
+        uid = next(self._uids)
+        waiting: Future[Any] = Future()
+        self._asks[uid] = waiting
+        try:
+            if not self.send([Symbol("call"), uid, Symbol(method), [json.dumps(body)]]):
+                raise ConnectionError("the connection is closed")
+            answer = waiting.result(timeout)
+        except FutureTimeout:
+            raise TimeoutError(f"no answer to {method} within {timeout:g} s") from None
+        finally:
+            self._asks.pop(uid, None)
+        return json.loads(answer) if isinstance(answer, str) else answer
+
+    def abandon_asks(self) -> None:
+        for waiting in list(self._asks.values()):
+            if not waiting.done():
+                waiting.set_exception(ConnectionError("the connection closed"))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
 
 
-class ForjServer(socketserver.ThreadingMixIn, EPCServer):  # type: ignore[misc]
+class ForjServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     block_on_close = False
 
     def __init__(self, worker: Worker, token: str, host: str = "127.0.0.1") -> None:
         if not token:
             raise ValueError("an empty token would let anyone in")
-        EPCServer.__init__(self, (host, 0), RequestHandlerClass=ForjHandler)
+        super().__init__((host, 0), ForjHandler)
         self.worker = worker
         self.token = token
+        # The rendezvous secret forj's MCP server proves (None: no rendezvous).
+        self.mcp_secret: str | None = None
         self.pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="forj-call")
         self.stopping = threading.Event()
         self._conn_lock = threading.Lock()
@@ -378,14 +532,28 @@ class ForjServer(socketserver.ThreadingMixIn, EPCServer):  # type: ignore[misc]
         return int(self.server_address[1])
 
     def add_client(self, handler: ForjHandler) -> None:
-        super().add_client(handler)
         with self._conn_lock:
             self._live.add(handler)
+
+    def reviewer(self) -> ForjHandler | None:
+        """The Emacs connection that answers reviews: the newest authenticated one."""
+        with self._conn_lock:
+            live = list(self._live)
+        emacs = [h for h in live if h.authenticated and h.role == "emacs"]
+        return max(emacs, key=lambda h: h.serial, default=None)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A connection that failed outside the handler's own error handling
+        # (the peer reset it during setup, say): nothing to answer, no one
+        # to tell but the log; the default would print to stderr.
+        log.debug("connection from %s failed", client_address, exc_info=True)
 
     def connection_closed(self, handler: ForjHandler) -> None:
         with self._conn_lock:
             self._live.discard(handler)
             others = any(h.authenticated for h in self._live)
+        if handler.role == "mcp":
+            return  # an MCP server's batches are its own; Emacs's keep running
         if handler.authenticated and not others:
             # Nobody is left to receive results: stop what is running (the
             # journal keeps what finished).

@@ -279,6 +279,57 @@ def _dump_bytes(value: Any, out: list[bytes]) -> None:
         out.append(dumps(value).encode("utf-8"))
 
 
+# --- JSON frames -----------------------------------------------------------------
+#
+# A client that says so in ``hello`` (``client.frames`` holding ``"json"``)
+# also gets a second kind of frame inside the same length framing: one line
+# holding a short s-expression header, then a JSON text as it is, not
+# wrapped in a Lisp string.  The reader hands the body straight to its JSON
+# parser (Emacs's ``json-parse-buffer``), with no string escaping on the way
+# out and no unescaping on the way in.
+#
+#     LLLLLL(return-json 7)\n{"ok": true, ...}\n
+#     LLLLLL(event-json)\n{"kind": "finished", ...}\n
+#     LLLLLL(event-json 6 ascii)\n{"kind": "stdout", ...}\n1\n2\n3\n\n
+#
+# An event with ``N`` in its header carries its ``data`` (command output)
+# raw: the N bytes of UTF-8 before the frame's final newline, after the
+# event's other fields as JSON; ``ascii`` says they are all ASCII.  Output
+# then costs the reader a copy, not a JSON string's parse.
+
+JSON_FRAMES = "json"
+
+
+def json_frame(header: list[Any], body: bytes) -> bytes:
+    """One JSON frame: the header's s-expression on its own line, then ``body``."""
+    head = dumps(header).encode("utf-8")
+    if b"\n" in head:
+        raise SexpError("a JSON frame's header must fit on one line")
+    size = len(head) + len(body) + 2
+    if size > MAX_FRAME:
+        raise SexpError(f"message of {size} bytes exceeds EPC's {MAX_FRAME}-byte frame")
+    return b"".join((b"%06x" % size, head, b"\n", body, b"\n"))
+
+
+def split_json_frame(data: bytes) -> tuple[Any, bytes] | None:
+    """The header and JSON body of a JSON frame's payload; None for a standard frame.
+
+    A standard frame's s-expression is a list whose first element is one of
+    EPC's kinds; a JSON frame's header names a kind ending in ``-json``.
+    """
+    end = data.find(b"\n", 0, 256)
+    if end < 0 or not data.startswith(b"("):
+        return None
+    first = data[1:end].split(b" ", 1)[0].rstrip(b")")
+    if not first.endswith(b"-json"):
+        return None
+    try:
+        header = loads(data[:end].decode("ascii"))
+    except UnicodeDecodeError as exc:
+        raise SexpError(f"a JSON frame's header is not ASCII: {exc}") from None
+    return header, data[end + 1 :]
+
+
 def parse_header(head: bytes) -> int:
     if len(head) != 6 or not all(c in b"0123456789abcdefABCDEF" for c in head):
         raise SexpError(f"bad EPC frame header {head!r}")

@@ -1,0 +1,480 @@
+"""``curl`` (seed 004 section 5.3): one HTTP(S) request to a domain the user listed.
+
+Off until the user's own config lists ``[network] allowed_domains`` (a
+project's file can narrow that list, never set or widen it).  Every call
+asks for network, so it is reviewed unless a ``[permissions] network``
+rule (``curl(docs.python.org *)``) lifts the forced review and then an
+allow rule or a standing grant lets it run; in the auto mode the network
+rule alone is enough.  The address rules (DNS rebinding, IP literals) are
+:mod:`forj_py.safety.network`'s.
+
+The client is the standard library's ``http.client``, not ``urllib``'s
+opener (which follows redirects by itself, reads proxies from the
+environment and resolves the name again when it connects) and not an extra
+dependency: each connection goes to the address the policy checked, with
+the name kept for the Host header and TLS verification; redirects (at
+most three) are followed here, each one checked against the list again.
+No proxy from the environment is used, no cookie is kept, nothing is
+decompressed (``Accept-Encoding: identity``).
+
+Request headers named like credentials (Authorization, Cookie, anything
+with token, key, secret, password, session, auth ...) are redacted in the
+journal, the summary and the review; they are dropped when a redirect
+leaves the first origin, and a response that echoes one shows it
+redacted.  A response's text is sanitized and credential-redacted like
+every other output; a body that is not text comes back as ``body_b64``.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import re
+import socket
+import ssl
+import time
+from typing import Any, Literal
+from urllib.parse import urljoin
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .. import errors
+from ..config import Config
+from ..errors import ToolFailure
+from ..output import REDACTED, redact, redact_url_credentials, sanitize
+from ..protocol import DenialReason, ErrorKind, ErrorType, RiskLevel
+from ..safety.network import DomainPolicy, Target, host_of
+from ..safety.permissions import network_rule_covers
+from .registry import Tool, ToolContext
+
+MAX_REDIRECTS = 3
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 64 << 10
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}\Z")
+# Parts of a header name that say its value is a credential.
+_CREDENTIAL_NAME = re.compile(
+    r"auth|cookie|token|key|secret|passw|session|credential|signature|csrf|xsrf|bearer",
+    re.IGNORECASE,
+)
+# Headers the client sets itself: a Host header would send the request to a
+# name the list never checked; the framing ones would desynchronise it.
+_RESERVED = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "trailer"}
+)
+_TEXT_TYPE = re.compile(r"^(text/|application/([\w.+-]*\+)?(json|xml|javascript|x-www-form))")
+USER_AGENT = "forj-curl"
+
+
+def credential_header(name: str) -> bool:
+    return bool(_CREDENTIAL_NAME.search(name))
+
+
+def shown_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers as the journal and the review show them: credential values redacted."""
+    return {k: (REDACTED if credential_header(k) else redact(v)) for k, v in headers.items()}
+
+
+class CurlArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] = Field(
+        default="GET", description="The HTTP method"
+    )
+    url: str = Field(
+        min_length=1,
+        max_length=8192,
+        description="An absolute http:// or https:// URL on a domain the user allowed",
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Request headers; credentials (Authorization, Cookie, *token*, *key*) are "
+        "redacted in the journal and the review",
+    )
+    body: str | None = Field(
+        default=None, max_length=1 << 20, description="The request body (text), if any"
+    )
+    timeout_ms: int | None = Field(
+        default=None,
+        ge=100,
+        le=600_000,
+        description="Give up after this long; default and ceiling: the user's "
+        "[tools.curl] timeout_seconds (15 s)",
+    )
+    max_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        le=64 << 20,
+        description="Keep at most this many bytes of the body; default and ceiling: "
+        "[tools.curl] max_bytes (5 MiB)",
+    )
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        seen: set[str] = set()
+        for name, value in headers.items():
+            if not _TOKEN.match(name):
+                raise ValueError(f"header name {name[:60]!r} is not a valid HTTP token")
+            if name.lower() in _RESERVED:
+                raise ValueError(f"header {name!r} is set by curl itself; leave it out")
+            if name.lower() in seen:
+                raise ValueError(f"header {name!r} is given twice (names ignore case)")
+            seen.add(name.lower())
+            if any(c in value for c in "\r\n\0") or len(value) > 16384:
+                raise ValueError(f"header {name!r}: the value holds CR, LF or NUL, or is too long")
+        return headers
+
+
+class Curl(Tool[CurlArgs]):
+    name = "curl"
+    description = (
+        "One HTTP(S) request: {status, url, headers, body (text) or body_b64, bytes, truncated, "
+        "redirects}. Only to domains the user listed in [network] allowed_domains (off "
+        "otherwise); at most 3 redirects, each checked again. Reviewed unless the user's rules "
+        "allow it. Response text is sanitized; a non-2xx status is a result, not an error."
+    )
+    Args = CurlArgs
+    side_effecting = True  # a request can change a server, or carry data out
+    requires_approval = True
+    matches_words = True
+    timeout_kind = "curl"
+
+    def risk(self, args: CurlArgs) -> RiskLevel:
+        return RiskLevel.HIGH
+
+    def timeout(self, config: Config) -> float:
+        # The call stops itself at its own deadline; the executor's is a backstop.
+        return config.tools.curl.timeout_seconds + 5
+
+    def rule_words(self, args: CurlArgs) -> list[str]:
+        return [host_of(args.url) or "?", args.method]
+
+    def network_access(self, args: CurlArgs, ctx: ToolContext) -> bool:
+        return True
+
+    @classmethod
+    def journal_args(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        headers = raw.get("headers")
+        if not isinstance(headers, dict):
+            return raw
+        shown = {
+            k: (REDACTED if isinstance(k, str) and credential_header(k) else v)
+            for k, v in headers.items()
+        }
+        return {**raw, "headers": shown}
+
+    def summary(self, args: CurlArgs) -> str:
+        url, _ = redact_url_credentials(args.url)
+        return f"curl {args.method} {url}"
+
+    def summary_tags(self, args: CurlArgs, ctx: ToolContext) -> list[str]:
+        return ["network"]
+
+    def review_notes(self, args: CurlArgs, ctx: ToolContext) -> list[str]:
+        target = _policy(ctx).check_url(args.url)  # off, or a domain not listed: refused now
+        if network_rule_covers(ctx.config.permissions.network, self.name, self.rule_words(args)):
+            return []
+        return [
+            f"This call reaches the network: {args.method} {target.scheme}://{target.host}:"
+            f"{target.port} (allowed by {target.entry.text!r})."
+        ]
+
+    def preview(self, args: CurlArgs, ctx: ToolContext) -> str | None:
+        url, _ = redact_url_credentials(args.url)
+        limits = _limits(args, ctx)
+        lines = [f"{args.method} {url}"]
+        if args.headers:
+            lines.append("headers:")
+            lines += [f"  {k}: {v}" for k, v in shown_headers(args.headers).items()]
+        else:
+            lines.append("headers: (none besides User-Agent)")
+        if args.body is None:
+            lines.append("body: none")
+        else:
+            size = len(args.body.encode("utf-8", "surrogatepass"))
+            lines.append(f"body: {size} bytes")
+            lines += ["  " + line for line in redact(args.body).splitlines()[:20]]
+        lines.append(
+            f"limits: {limits[0]:g} s, {limits[1]} bytes, at most {MAX_REDIRECTS} redirects "
+            "(each checked against [network] allowed_domains)"
+        )
+        return "\n".join(lines) + "\n"
+
+    def execute(self, args: CurlArgs, ctx: ToolContext) -> Any:
+        policy = _policy(ctx)
+        marked = [k for k, v in args.headers.items() if REDACTED in v]
+        if marked:
+            raise errors.bad_args(
+                f"header {marked[0]!r} holds the redaction marker {REDACTED!r}, not a credential "
+                "(the journal keeps credentials redacted); nothing was sent",
+                recovery=["Send the call again with the real header value"],
+            )
+        timeout, max_bytes = _limits(args, ctx)
+        deadline = time.monotonic() + timeout
+        method, body = args.method, args.body
+        headers = dict(args.headers)
+        target = policy.check_url(args.url)
+        origin = (target.scheme, target.host, target.port)
+        chain: list[str] = []
+        while True:
+            ctx.check_cancelled()
+            response = _fetch(
+                policy, target, method, headers, body, max_bytes, deadline, timeout, ctx
+            )
+            status = response["status"]
+            location = response["location"]
+            if status not in REDIRECTS or not location:
+                break
+            chain.append(target.url)
+            if len(chain) > MAX_REDIRECTS:
+                raise ToolFailure(
+                    ErrorType.PROCESS,
+                    f"more than {MAX_REDIRECTS} redirects (the last to "
+                    f"{_shown_url(urljoin(target.url, location))}); the request was given up",
+                    kind=ErrorKind.EXECUTION_FAILED,
+                    recovery=["Call the final URL directly, if it is on an allowed domain"],
+                    code="E_HTTP",
+                    failure="too-many-redirects",
+                    redirects=[_shown_url(u) for u in chain],
+                )
+            following = urljoin(target.url, location)
+            target = policy.check_url(following, redirect_from=_shown_url(chain[-1]))
+            if status == 303 or (status in (301, 302) and method == "POST"):
+                method = "GET" if method != "HEAD" else "HEAD"
+                body = None
+            if (target.scheme, target.host, target.port) != origin:
+                # Credentials were given for the first origin only.
+                headers = {k: v for k, v in headers.items() if not credential_header(k)}
+        return _result(target, response, chain, max_bytes, method, _sent_secrets(args.headers))
+
+
+def _policy(ctx: ToolContext) -> DomainPolicy:
+    policy = DomainPolicy(ctx.config.network.allowed_domains)
+    if not policy.enabled:
+        raise errors.denied_by_policy(
+            "curl is off: the user's own config lists no [network] allowed_domains; nothing "
+            "was sent",
+            DenialReason.NOT_ALLOWLISTED,
+            rule="sec.network.allowlist",
+        )
+    return policy
+
+
+def _limits(args: CurlArgs, ctx: ToolContext) -> tuple[float, int]:
+    cfg = ctx.config.tools.curl
+    timeout = cfg.timeout_seconds
+    if args.timeout_ms is not None:
+        timeout = min(timeout, args.timeout_ms / 1000)
+    if ctx.time_limit is not None:
+        timeout = min(timeout, ctx.time_limit)
+    max_bytes = min(args.max_bytes or cfg.max_bytes, cfg.max_bytes)
+    return timeout, max_bytes
+
+
+def _shown_url(url: str) -> str:
+    return redact(redact_url_credentials(url)[0])
+
+
+class _Pinned(http.client.HTTPConnection):
+    """Plain HTTP to the checked address; the name stays in the Host header."""
+
+    def __init__(self, target: Target, address: str, timeout: float) -> None:
+        super().__init__(target.host, target.port, timeout=timeout)
+        self._address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self._address, self.port), self.timeout)
+
+
+class _PinnedTLS(http.client.HTTPSConnection):
+    """TLS to the checked address, the certificate verified against the name."""
+
+    def __init__(self, target: Target, address: str, timeout: float) -> None:
+        self._tls = ssl.create_default_context()
+        super().__init__(target.host, target.port, timeout=timeout, context=self._tls)
+        self._address = address
+
+    def connect(self) -> None:
+        raw = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._tls.wrap_socket(raw, server_hostname=self.host)
+
+
+def _fetch(
+    policy: DomainPolicy,
+    target: Target,
+    method: str,
+    headers: dict[str, str],
+    body: str | None,
+    max_bytes: int,
+    deadline: float,
+    timeout: float,
+    ctx: ToolContext,
+) -> dict[str, Any]:
+    addresses = policy.addresses(target)
+    payload = body.encode("utf-8") if body is not None else None
+    sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
+    last: OSError | None = None
+    for address in addresses:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        kind = _PinnedTLS if target.scheme == "https" else _Pinned
+        conn = kind(target, address, remaining)
+        try:
+            conn.request(method, target.path, body=payload, headers=sent)
+            response = conn.getresponse()
+            return _read(conn, response, method, max_bytes, deadline, ctx)
+        except TimeoutError:
+            raise _timeout(target, timeout) from None
+        except ssl.SSLError as exc:
+            raise errors.process_error(
+                f"TLS with {target.host} failed: {exc.reason or exc}; nothing was read",
+                recovery=["The server's certificate does not verify; do not retry blindly"],
+                code="E_HTTP",
+                failure="tls",
+                host=target.host,
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            last = exc if isinstance(exc, OSError) else OSError(str(exc))
+            if isinstance(exc, http.client.HTTPException) or _sent(conn):
+                raise _broken(target, exc) from None
+        finally:
+            conn.close()
+    if time.monotonic() >= deadline:
+        raise _timeout(target, timeout)
+    raise _broken(target, last or OSError("no address to connect to"))
+
+
+def _sent(conn: http.client.HTTPConnection) -> bool:
+    return conn.sock is not None
+
+
+def _read(
+    conn: http.client.HTTPConnection,
+    response: http.client.HTTPResponse,
+    method: str,
+    max_bytes: int,
+    deadline: float,
+    ctx: ToolContext,
+) -> dict[str, Any]:
+    chunks: list[bytes] = []
+    size = 0
+    more = False
+    if method != "HEAD" and response.status not in REDIRECTS:
+        while True:
+            ctx.check_cancelled()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            if conn.sock is not None:
+                conn.sock.settimeout(remaining)
+            chunk = response.read(min(_CHUNK, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:
+                more = True
+                break
+    data = b"".join(chunks)[:max_bytes]
+    return {
+        "status": response.status,
+        "reason": response.reason,
+        "headers": [(k, v) for k, v in response.getheaders()],
+        "location": response.getheader("Location"),
+        "body": data,
+        "more": more,
+        "length": response.getheader("Content-Length"),
+    }
+
+
+def _sent_secrets(headers: dict[str, str]) -> list[str]:
+    """The credential values the request carried: a response echoing one shows it redacted."""
+    found: list[str] = []
+    for name, value in headers.items():
+        if credential_header(name):
+            found.append(value)
+            found += [part for part in value.split() if len(part) >= 8]
+    return sorted(set(found), key=len, reverse=True)
+
+
+def _result(
+    target: Target,
+    response: dict[str, Any],
+    chain: list[str],
+    max_bytes: int,
+    method: str,
+    secrets: list[str],
+) -> dict[str, Any]:
+    headers: dict[str, str] = {}
+    for name, value in response["headers"]:
+        key = name.lower()
+        shown = (
+            REDACTED if key in ("set-cookie", "set-cookie2") else sanitize(redact(value, secrets))
+        )
+        headers[key] = headers[key] + ", " + shown if key in headers else shown
+    data: bytes = response["body"]
+    result: dict[str, Any] = {
+        "status": response["status"],
+        "url": _shown_url(target.url),
+        "headers": headers,
+        "bytes": len(data),
+        "truncated": bool(response["more"]),
+    }
+    if chain:
+        result["redirects"] = [_shown_url(u) for u in chain]
+    if method != "HEAD":
+        text = _as_text(data, headers.get("content-type", ""))
+        if text is not None:
+            result["body"] = sanitize(redact(text, secrets))
+        else:
+            result["body_b64"] = base64.b64encode(data).decode("ascii")
+    if response["more"]:
+        length = response["length"]
+        total = (
+            f"of {length} (Content-Length)"
+            if length and length.isdigit()
+            else f"of more than {max_bytes}"
+        )
+        result["note"] = (
+            f"The body was cut at max_bytes = {max_bytes} bytes {total}; the rest was not read"
+        )
+    return result
+
+
+def _as_text(data: bytes, content_type: str) -> str | None:
+    textual = bool(_TEXT_TYPE.match(content_type.lower().strip()))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        if not textual:
+            return None
+        # A cut can split a character: the tail decodes as replacement characters.
+        text = data.decode("utf-8", "replace")
+    if not textual and "\0" in text:
+        return None
+    return text
+
+
+def _timeout(target: Target, limit: float) -> ToolFailure:
+    return ToolFailure(
+        ErrorType.TIMEOUT,
+        f"curl: {target.host} did not answer within {limit:g} s; the request was given up",
+        kind=ErrorKind.TIMEOUT,
+        recovery=[
+            "Try again later, or pass a larger timeout_ms within [tools.curl] timeout_seconds",
+        ],
+        code="E_TIMEOUT",
+        host=target.host,
+        timeout_s=limit,
+    )
+
+
+def _broken(target: Target, exc: BaseException) -> ToolFailure:
+    return errors.process_error(
+        f"curl: the request to {target.host}:{target.port} failed: {exc}",
+        recovery=["Check that the server is up and the URL is right"],
+        code="E_HTTP",
+        host=target.host,
+    )

@@ -1,0 +1,390 @@
+"""curl (seed 004 section 5.3, sec.network.allowlist) against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from conftest import MakeWorker, call, project_config, user_config
+
+from forj_py.safety.network import DomainPolicy
+from forj_py.service import Worker
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, ctype: str = "text/plain", **headers: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_POST(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        query = parse_qs(parts.query)
+        if parts.path == "/ok":
+            self._send(200, b"hello \x1b[31mred\x1b[0m world\n", Set_Cookie="sid=abcdef123456")
+        elif parts.path == "/echo":
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length).decode() if length else None
+            key = self.headers.get("X-Api-Key") or ""
+            seen = {
+                "method": self.command,
+                "headers": dict(self.headers.items()),
+                "body": body,
+                "key_sha256": hashlib.sha256(key.encode()).hexdigest(),
+            }
+            self._send(200, json.dumps(seen).encode(), "application/json")
+        elif parts.path == "/big":
+            self._send(200, b"x" * 10_000)
+        elif parts.path == "/bin":
+            self._send(200, bytes(range(256)), "application/octet-stream")
+        elif parts.path == "/slow":
+            time.sleep(3)
+            self._send(200, b"late")
+        elif parts.path == "/to":
+            self._send(int(query.get("status", ["302"])[0]), b"", Location=query["url"][0])
+        elif parts.path.startswith("/loop/"):
+            n = int(parts.path.rsplit("/", 1)[1])
+            self._send(302, b"", Location=f"/loop/{n + 1}")
+        else:
+            self._send(404, b"not here")
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def other() -> Iterator[str]:
+    """A second server: a host:port the list does not name."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def allow(*domains: str, extra: str = "") -> None:
+    listed = ", ".join(json.dumps(d) for d in domains)
+    user_config(f"[network]\nallowed_domains = [{listed}]\n{extra}")
+
+
+def plan1(worker: Worker, **args: Any) -> dict[str, Any]:
+    plan = worker.plan({"calls": [call("c", "curl", **args)]})
+    return dict(plan)
+
+
+def run1(worker: Worker, **args: Any) -> dict[str, Any]:
+    plan = worker.plan({"calls": [call("c", "curl", **args)]})
+    reply = worker.execute({"batch_id": plan["batch_id"], "approved": ["c"]}, lambda e: None)
+    (entry,) = reply["results"]
+    return dict(entry)
+
+
+def test_sec_network_allowlist_curl_is_off_without_allowed_domains(
+    make_worker: MakeWorker, server: str
+) -> None:
+    plan = plan1(make_worker(), url=f"http://{server}/ok")
+    (item,) = plan["items"]
+    assert item["disposition"] == "resolved"  # an error result, never a prompt
+    error = item["result"]["error"]
+    assert error["type"] == "permission-error"
+    assert "allowed_domains" in error["message"] and "nothing was sent" in error["message"]
+
+
+def test_sec_network_allowlist_an_allowed_request_is_reviewed_and_runs(
+    make_worker: MakeWorker, server: str
+) -> None:
+    allow(server)
+    w = make_worker()
+    (item,) = plan1(w, url=f"http://{server}/ok")["items"]
+    assert item["disposition"] == "confirm"
+    assert item["summary"].startswith("[network] curl GET")
+    assert any("reaches the network" in n for n in item["warnings"])
+    entry = run1(w, url=f"http://{server}/ok")
+    assert entry["ok"], entry
+    result = entry["result"]
+    assert result["status"] == 200 and result["truncated"] is False
+    # Sanitized like every other output: the terminal escapes are gone.
+    assert "\x1b" not in result["body"] and "hello" in result["body"]
+    assert result["headers"]["set-cookie"] == "[REDACTED]"
+    assert result["bytes"] == len(b"hello \x1b[31mred\x1b[0m world\n")
+
+
+def test_sec_network_allowlist_a_denied_domain_is_refused_before_review(
+    make_worker: MakeWorker, server: str, other: str
+) -> None:
+    allow(server)
+    (item,) = plan1(make_worker(), url=f"http://{other}/ok")["items"]
+    assert item["disposition"] == "resolved"
+    error = item["result"]["error"]
+    assert error["type"] == "permission-error"
+    assert error["details"]["rule"] == "sec.network.allowlist"
+    assert other in error["message"]
+
+
+def test_sec_network_allowlist_other_schemes_are_refused(
+    make_worker: MakeWorker, server: str
+) -> None:
+    allow(server)
+    for url in ("file:///etc/passwd", f"ftp://{server}/x", "gopher://127.0.0.1/"):
+        (item,) = plan1(make_worker(), url=url)["items"]
+        assert item["disposition"] == "resolved", url
+        assert "http and https only" in item["result"]["error"]["message"]
+
+
+def test_sec_network_allowlist_every_redirect_is_checked_again(
+    make_worker: MakeWorker, server: str, other: str
+) -> None:
+    allow(server)
+    w = make_worker()
+    good = run1(w, url=f"http://{server}/to?url=/ok")
+    assert good["ok"] and good["result"]["status"] == 200
+    assert good["result"]["redirects"] == [f"http://{server}/to?url=/ok"]
+    bad = run1(w, url=f"http://{server}/to?url=http://{other}/ok")
+    assert not bad["ok"]
+    assert bad["error"]["type"] == "permission-error"
+    assert "a redirect from" in bad["error"]["message"] and other in bad["error"]["message"]
+
+
+def test_sec_network_allowlist_more_than_three_redirects_are_refused(
+    make_worker: MakeWorker, server: str
+) -> None:
+    allow(server)
+    w = make_worker()
+    # Three redirects are fine: /to -> /loop/1 would go on for ever, so count.
+    entry = run1(w, url=f"http://{server}/loop/0")
+    assert not entry["ok"]
+    assert entry["error"]["details"]["code"] == "E_HTTP"
+    assert entry["error"]["details"]["failure"] == "too-many-redirects"
+    assert len(entry["error"]["details"]["redirects"]) == 4
+    assert "more than 3 redirects" in entry["error"]["message"]
+
+
+def test_curl_max_bytes_cuts_the_body_with_a_truthful_note(
+    make_worker: MakeWorker, server: str
+) -> None:
+    allow(server)
+    entry = run1(make_worker(), url=f"http://{server}/big", max_bytes=1000)
+    result = entry["result"]
+    assert result["truncated"] is True and result["bytes"] == 1000
+    assert result["body"] == "x" * 1000
+    assert "max_bytes = 1000" in result["note"] and "10000 (Content-Length)" in result["note"]
+    whole = run1(make_worker(), url=f"http://{server}/big")["result"]
+    assert whole["truncated"] is False and whole["bytes"] == 10_000 and "note" not in whole
+
+
+def test_curl_a_binary_body_comes_back_as_base64(make_worker: MakeWorker, server: str) -> None:
+    import base64
+
+    allow(server)
+    result = run1(make_worker(), url=f"http://{server}/bin")["result"]
+    assert "body" not in result
+    assert base64.b64decode(result["body_b64"]) == bytes(range(256))
+
+
+def test_curl_timeout_is_enforced(make_worker: MakeWorker, server: str) -> None:
+    allow(server)
+    entry = run1(make_worker(), url=f"http://{server}/slow", timeout_ms=500)
+    assert not entry["ok"]
+    assert entry["error"]["type"] == "timeout-error"
+    assert entry["error"]["details"]["timeout_s"] == 0.5
+
+
+def test_curl_credential_headers_are_redacted_in_the_journal_and_the_review(
+    make_worker: MakeWorker, server: str
+) -> None:
+    allow(server)
+    w = make_worker()
+    headers = {
+        "Authorization": "Bearer s3cr3t-v4lue-0001",
+        "X-Api-Key": "k3y-v4lue-0002",
+        "Cookie": "sid=c00kie-0003",
+        "Accept": "application/json",
+    }
+    journaled = w.journal_calls(
+        {
+            "calls": [
+                call(
+                    "c",
+                    "curl",
+                    url=f"http://{server}/echo",
+                    method="POST",
+                    headers=headers,
+                    body="hi",
+                )
+            ]
+        }
+    )
+    plan = w.plan({"batch_id": journaled["batch_id"]})
+    (item,) = plan["items"]
+    shown = json.dumps(item)
+    for secret in ("s3cr3t-v4lue-0001", "k3y-v4lue-0002", "c00kie-0003"):
+        assert secret not in shown
+    assert "Authorization: [REDACTED]" in item["preview"]
+    assert "Accept: application/json" in item["preview"]
+    recorded = json.dumps(w.journal.batch(journaled["batch_id"]))
+    for secret in ("s3cr3t-v4lue-0001", "k3y-v4lue-0002", "c00kie-0003"):
+        assert secret not in recorded
+    assert "application/json" in recorded
+    # The request itself carried the real values (held in memory, not the journal).
+    reply = w.execute({"batch_id": plan["batch_id"], "approved": ["c"]}, lambda e: None)
+    (entry,) = reply["results"]
+    seen = json.loads(entry["result"]["body"])
+    assert seen["method"] == "POST" and seen["body"] == "hi"
+    # Sent for real (the server saw it), and its echo comes back redacted.
+    assert seen["key_sha256"] == hashlib.sha256(b"k3y-v4lue-0002").hexdigest()
+    assert seen["headers"]["X-Api-Key"] == "[REDACTED]"
+    assert "k3y-v4lue-0002" not in json.dumps(entry)
+    assert "s3cr3t-v4lue-0001" not in json.dumps(w.journal.batch(journaled["batch_id"]))
+
+
+def test_curl_refuses_to_send_the_redaction_marker(make_worker: MakeWorker, server: str) -> None:
+    allow(server)
+    entry = run1(
+        make_worker(), url=f"http://{server}/echo", headers={"Authorization": "[REDACTED]"}
+    )
+    assert not entry["ok"] and "redaction marker" in entry["error"]["message"]
+
+
+def test_curl_credentials_are_dropped_when_a_redirect_leaves_the_host(
+    make_worker: MakeWorker, server: str, other: str
+) -> None:
+    allow(server, other)
+    target = f"http://{other}/echo"
+    entry = run1(
+        make_worker(),
+        url=f"http://{server}/to?url={target}",
+        headers={"Authorization": "Bearer t0ken-0004", "Accept": "text/plain"},
+    )
+    seen = json.loads(entry["result"]["body"])
+    assert "Authorization" not in seen["headers"] and seen["headers"]["Accept"] == "text/plain"
+
+
+def test_sec_network_allowlist_a_project_file_cannot_set_or_widen_the_list(
+    make_worker: MakeWorker, project: Path, server: str, other: str
+) -> None:
+    project_config(project, f'[network]\nallowed_domains = ["{server}"]\n')
+    (item,) = plan1(make_worker(), url=f"http://{server}/ok")["items"]
+    assert item["disposition"] == "resolved"  # still off
+    allow(server, extra=f'[trust]\nprojects = ["{project}"]\n')
+    project_config(project, f'[network]\nallowed_domains = ["{server}", "{other}"]\n')
+    w = make_worker()
+    assert w.config.network.allowed_domains == [server]
+    (item,) = plan1(w, url=f"http://{other}/ok")["items"]
+    assert item["disposition"] == "resolved"
+
+
+def test_sec_network_allowlist_ip_literals_and_exact_names(
+    make_worker: MakeWorker, server: str
+) -> None:
+    port = server.rsplit(":", 1)[1]
+    # The name is listed: it resolves to 127.0.0.1, which is fine because the
+    # user named it exactly.
+    allow(f"localhost:{port}")
+    w = make_worker()
+    assert run1(w, url=f"http://localhost:{port}/ok")["ok"]
+    # The address itself is not listed: an IP literal matches only itself.
+    (item,) = plan1(w, url=f"http://127.0.0.1:{port}/ok")["items"]
+    assert item["disposition"] == "resolved"
+    # Without a port an entry allows only the scheme's default port.
+    allow("localhost")
+    (item,) = plan1(make_worker(), url=f"http://localhost:{port}/ok")["items"]
+    assert item["disposition"] == "resolved"
+
+
+def test_sec_network_allowlist_a_wildcard_never_reaches_loopback() -> None:
+    """DNS rebinding: a subdomain's owner points it at 127.0.0.1 (their DNS answer, given here)."""
+    answers = {"evil.example.com": ["127.0.0.1"], "docs.example.com": ["93.184.215.14"]}
+    policy = DomainPolicy(["*.example.com"], resolve=lambda host, port: answers[host])
+    target = policy.check_url("https://evil.example.com/")
+    with pytest.raises(Exception) as refused:
+        policy.addresses(target)
+    assert "never reaches loopback" in str(refused.value)
+    assert policy.addresses(policy.check_url("https://docs.example.com/")) == ["93.184.215.14"]
+    # Listed exactly, the same answer is the user's intent.
+    exact = DomainPolicy(["evil.example.com"], resolve=lambda host, port: answers[host])
+    assert exact.addresses(exact.check_url("https://evil.example.com/")) == ["127.0.0.1"]
+    # A wildcard never matches the bare name or an IP address.
+    assert policy.match("example.com", 443, "https") is None
+    assert DomainPolicy(["*.0.0.1"]).match("127.0.0.1", 80, "http") is None
+
+
+def test_curl_network_rule_lifts_the_forced_review_and_an_allow_rule_runs_it(
+    make_worker: MakeWorker, server: str
+) -> None:
+    allow(
+        server,
+        extra='[permissions]\nnetwork = ["curl(127.0.0.1 GET)"]\nallow = ["curl(127.0.0.1 GET)"]\n',
+    )
+    w = make_worker()
+    (item,) = plan1(w, url=f"http://{server}/ok")["items"]
+    assert item["disposition"] == "execute", item
+    assert not item.get("warnings")
+    # POST is not covered: the forced review stays.
+    (item,) = plan1(w, url=f"http://{server}/echo", method="POST")["items"]
+    assert item["disposition"] == "confirm"
+    assert any("reaches the network" in n for n in item["warnings"])
+
+
+def test_curl_a_network_rule_alone_leaves_the_mode_default(
+    make_worker: MakeWorker, server: str
+) -> None:
+    allow(server, extra='[permissions]\nnetwork = ["curl(127.0.0.1 *)"]\n')
+    (item,) = plan1(make_worker(), url=f"http://{server}/ok")["items"]
+    assert item["disposition"] == "confirm"
+    assert not item.get("warnings")
+    assert item["grant_pattern"] == "curl(127.0.0.1 *)"
+
+
+def test_curl_a_grant_records_network_and_covers_the_next_call(
+    make_worker: MakeWorker, server: str
+) -> None:
+    allow(server, extra='[permissions]\nnetwork = ["curl(127.0.0.1 GET)"]\n')
+    w = make_worker()
+    plan = w.plan({"calls": [call("c", "curl", url=f"http://{server}/ok")], "session": "s"})
+    assert plan["items"][0]["grant_pattern"] == "curl(127.0.0.1 *)"
+    done = w.execute(
+        {"batch_id": plan["batch_id"], "approved": ["c"], "grants": {"c": {"scope": "session"}}},
+        lambda e: None,
+    )
+    assert done["results"][0]["ok"]
+    assert done["grants"][0]["network"] is True
+    again = w.plan({"calls": [call("c", "curl", url=f"http://{server}/big")], "session": "s"})
+    assert again["items"][0]["disposition"] == "execute"
+    # The grant does not lift the forced review of a call no network rule covers.
+    post = w.plan(
+        {"calls": [call("c", "curl", url=f"http://{server}/echo", method="POST")], "session": "s"}
+    )
+    assert post["items"][0]["disposition"] == "confirm"
