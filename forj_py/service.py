@@ -872,6 +872,12 @@ class Worker:
             if batch.state == "executing":
                 batch.request_cancel()
 
+    def batch_session(self, batch_id: str) -> str | None:
+        """The chat a live batch was planned in; None for a batch this worker does not hold."""
+        with self._lock:
+            batch = self._batches.get(batch_id)
+        return None if batch is None else batch.session
+
     def _batch(self, batch_id: str) -> Batch:
         with self._lock:
             batch = self._batches.get(batch_id)

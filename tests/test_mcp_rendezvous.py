@@ -336,3 +336,30 @@ def test_fr_mcp_10_two_workers_adding_project_grants_lose_none(project: Path, ho
 
     rules = {g.rule for g in GrantStore(home / "state", root, time.time).active()}
     assert len(rules) == 80
+
+
+def test_t_sec_mcp_05_an_mcp_connection_runs_in_its_own_chat_and_never_looser_than_the_user(
+    project: Path, home: Path
+) -> None:
+    (home / "config.toml").write_text('[permissions]\nmode = "ask"\n')
+    with worker_for(project, home) as proc:
+        secret = json.loads(rendezvous_file(project, home).read_text())["secret"]
+        with Client(proc.port) as emacs, Client(proc.port) as mcp:
+            emacs.call("hello", {"token": proc.token})
+            mcp.call("hello", {"token": secret})
+            write = {"id": "w", "name": "write_file", "args": {"path": "new.txt", "content": "x\n"}}
+            # Asking for a looser mode than the user's gets the user's.
+            plan = mcp.call("plan", {"calls": [write], "permission_mode": "accept-edits"})
+            assert plan["permission_mode"] == "ask"
+            assert plan["items"][0]["disposition"] == "confirm"
+            # Emacs's batch is not the MCP server's to approve, even after it
+            # names Emacs's chat in a plan of its own.
+            theirs = emacs.call("plan", {"calls": [write], "session": "chat-1"})
+            named = mcp.call("plan", {"calls": [write], "session": "chat-1"})
+            with pytest.raises(RemoteError, match="not-allowed"):
+                mcp.call("execute", {"batch_id": theirs["batch_id"], "approved": ["w"]})
+            assert not (project / "new.txt").exists()
+            # Its own batch it may execute.
+            done = mcp.call("execute", {"batch_id": named["batch_id"], "approved": ["w"]})
+            assert done["results"][0]["ok"], done
+            assert (project / "new.txt").read_text() == "x\n"

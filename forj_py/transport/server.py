@@ -33,6 +33,7 @@ import hmac
 import itertools
 import json
 import logging
+import secrets
 import socket
 import socketserver
 import sys
@@ -43,6 +44,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import PERMISSION_MODES
 from ..errors import ProtocolError
 from ..output import sanitize_value
 from ..protocol import Event, HelloRequest
@@ -105,6 +107,7 @@ def _hello(handler: ForjHandler, body: Any) -> Any:
         # forj's MCP server, proving the rendezvous secret: it may plan and
         # execute, and ask the user's Emacs to review its calls.
         handler.role = "mcp"
+        handler.mcp_session = f"mcp-{secrets.token_hex(8)}"
     elif not hmac.compare_digest(offered, handler.server.token.encode("utf-8")):
         handler.reject_after_reply = True
         raise ProtocolError(
@@ -136,10 +139,14 @@ def _tool_definitions(handler: ForjHandler, body: Any) -> Any:
 
 
 def _plan(handler: ForjHandler, body: Any) -> Any:
+    if handler.role == "mcp" and isinstance(body, dict):
+        body = handler.as_mcp_plan(body)
     return handler.server.worker.plan(body)
 
 
 def _execute(handler: ForjHandler, body: Any) -> Any:
+    if handler.role == "mcp" and isinstance(body, dict):
+        handler.check_mcp_batch(body.get("batch_id"))
     return handler.server.worker.execute(body, handler.emit_event)
 
 
@@ -257,6 +264,9 @@ class ForjHandler(socketserver.StreamRequestHandler):
         self.stop_after_reply = False
         self.serial = next(_SERIALS)
         self.role = "emacs"  # or "mcp": authenticated with the rendezvous secret
+        # An MCP server's chat: its batches, session grants and deduplication,
+        # bound to its connection whatever session its requests name.
+        self.mcp_session = ""
         # Set by hello when the client accepts JSON frames: then replies and
         # events go out as those, every other message as standard EPC.
         self.json_frames = False
@@ -264,6 +274,34 @@ class ForjHandler(socketserver.StreamRequestHandler):
         # Our own calls to the peer that wait for its answer: uid -> future.
         self._asks: dict[int, Future[Any]] = {}
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def as_mcp_plan(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An MCP server's plan: in its own chat, never in a mode looser than the user's.
+
+        The MCP server speaks for another agent, not for the user: the
+        user's configured mode is the loosest it gets (as on the SDK).
+        """
+        out = dict(body)
+        out["session"] = self.mcp_session
+        requested = out.get("permission_mode")
+        configured = self.server.worker.consent.policy.mode
+        if requested in PERMISSION_MODES and PERMISSION_MODES.index(
+            requested
+        ) > PERMISSION_MODES.index(configured):
+            out["permission_mode"] = configured
+        return out
+
+    def check_mcp_batch(self, batch_id: Any) -> None:
+        """An MCP server executes only batches it planned itself."""
+        planned_in = (
+            self.server.worker.batch_session(batch_id) if isinstance(batch_id, str) else None
+        )
+        if planned_in is not None and planned_in != self.mcp_session:
+            raise ProtocolError(
+                "not-allowed",
+                "that batch was planned by another client; an MCP server executes its own",
+                ["Plan the calls first, then execute the batch_id that plan returned"],
+            )
 
     def handle(self) -> None:
         try:
