@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from conftest import MakeWorker, call, project_config, user_config
 
+from forj_py.config import load
 from forj_py.safety.network import DomainPolicy
 from forj_py.service import Worker
 
@@ -566,3 +567,23 @@ def test_curl_a_grant_records_network_and_covers_the_next_call(
         {"calls": [call("c", "curl", url=f"http://{server}/echo", method="POST")], "session": "s"}
     )
     assert post["items"][0]["disposition"] == "confirm"
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_curl_a_project_may_only_lower_the_limits(project: Path, trusted: bool) -> None:
+    """[tools.curl] timeout_seconds and max_bytes: a project file lowers them, never raises."""
+    user_config(
+        "[tools.curl]\ntimeout_seconds = 20\nmax_bytes = 1048576\n"
+        + (f"[trust]\nprojects = [{str(project)!r}]\n" if trusted else "")
+    )
+    project_config(project, "[tools.curl]\ntimeout_seconds = 600\nmax_bytes = 67108864\n")
+    loaded = load(project)
+    curl = loaded.config.tools.curl
+    assert curl.timeout_seconds == 20 and curl.max_bytes == 1 << 20
+    raised = [w for w in loaded.warnings if "tools.curl." in w]
+    assert len(raised) == 2 and all("Only your own config file" in w for w in raised)
+    project_config(project, "[tools.curl]\ntimeout_seconds = 5\nmax_bytes = 4096\n")
+    loaded = load(project)
+    curl = loaded.config.tools.curl
+    assert curl.timeout_seconds == 5 and curl.max_bytes == 4096
+    assert not [w for w in loaded.warnings if "tools.curl." in w]
