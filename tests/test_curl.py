@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -276,6 +278,42 @@ def test_curl_one_deadline_covers_a_server_that_sends_a_byte_at_a_time(
     # The tool's own timeout result, not the executor's backstop.
     assert error["details"]["timeout_s"] == 1 and "127.0.0.1" in error["message"]
     assert took < 7
+    for _ in range(50):
+        if not _tool_threads():
+            break
+        time.sleep(0.05)
+    assert _tool_threads() == []
+
+
+def test_curl_the_deadline_covers_a_tls_handshake_sent_a_byte_at_a_time(
+    make_worker: MakeWorker,
+) -> None:
+    """A server that starts a TLS record and then sends the rest a byte every 0.1 s."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                conn.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record, 16 KiB long
+                for _ in range(150):
+                    conn.sendall(b"\x02")
+                    time.sleep(0.1)
+
+    threading.Thread(target=serve, daemon=True).start()
+    allow(f"127.0.0.1:{port}", extra="[tools.curl]\ntimeout_seconds = 2\n")
+    w = make_worker()
+    url = f"https://127.0.0.1:{port}/"
+    plan = w.plan({"calls": [call("c", "curl", url=url, timeout_ms=1000)]})
+    started = time.monotonic()
+    reply = w.execute({"batch_id": plan["batch_id"], "approved": ["c"]}, lambda e: None)
+    took = time.monotonic() - started
+    listener.close()
+    (entry,) = reply["results"]
+    assert entry["error"]["type"] == "timeout-error", entry
+    assert entry["error"]["details"]["timeout_s"] == 1
+    assert took < 7  # the executor's backstop: timeout_seconds + 5
     for _ in range(50):
         if not _tool_threads():
             break
