@@ -129,9 +129,10 @@ def shown_url(url: str) -> str:
     # Each value on its own: a key=value pattern run over the whole URL
     # would swallow the parameters after it.
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    query = urlencode(
-        [(k, REDACTED if _credential_param(k) else redact(v)) for k, v in pairs], safe="[]/:"
-    )
+    shown = [(k, REDACTED if _credential_param(k) else redact(v)) for k, v in pairs]
+    # Re-encoded only when something was hidden: a journaled call replayed
+    # after a restart must request the very URL it was given.
+    query = urlencode(shown, safe="[]/:") if shown != pairs else parts.query
     base = redact(urlunsplit(parts._replace(query="", fragment="")))
     return base + "?" + query + ("#" + redact(parts.fragment) if parts.fragment else "")
 
