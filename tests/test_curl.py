@@ -21,6 +21,7 @@ from conftest import MakeWorker, call, project_config, user_config
 from forj_py.config import load
 from forj_py.safety.network import DomainPolicy
 from forj_py.service import Worker
+from forj_py.tools.curl import Curl
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -625,3 +626,11 @@ def test_curl_a_project_may_only_lower_the_limits(project: Path, trusted: bool) 
     curl = loaded.config.tools.curl
     assert curl.timeout_seconds == 5 and curl.max_bytes == 4096
     assert not [w for w in loaded.warnings if "tools.curl." in w]
+
+
+def test_curl_the_journal_keeps_a_url_with_nothing_to_hide_exactly() -> None:
+    """A journaled call replayed after a restart must request the URL it was given."""
+    plain = {"url": "https://docs.example.org/x?a&b=%20c+d&page=2#top", "headers": {"A": "b"}}
+    assert Curl.journal_args(plain) is plain
+    hidden = Curl.journal_args({"url": "https://docs.example.org/x?page=2&api_key=K3yValue"})
+    assert hidden["url"] == "https://docs.example.org/x?page=2&api_key=[REDACTED]"
