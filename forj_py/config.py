@@ -958,6 +958,13 @@ _USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     ("tools", "git", "run_hooks"): _bool_only_to(False),
     # Where curl may send what it is given.
     ("network", "allowed_domains"): _subset,
+    # How long a request may hold the worker and how much it may bring in.
+    ("tools", "curl", "timeout_seconds"): lambda user, project: (
+        (project, True) if project <= user else (user, False)
+    ),
+    ("tools", "curl", "max_bytes"): lambda user, project: (
+        (project, True) if project <= user else (user, False)
+    ),
 }
 
 

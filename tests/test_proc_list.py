@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import MakeWorker, call
 
+from forj_py.safety.cmdline import redact_argv
 from forj_py.service import Worker
 
 SLEEPER = "import sys, time; time.sleep(60)"
@@ -125,3 +126,85 @@ def test_seed_004_proc_list_limit_filter_and_bad_regex(
     # The default (and the seed's) limit is 50 rows.
     plan = w.plan({"calls": [call("c", "proc_list")]})
     assert plan["items"][0]["disposition"] == "execute"
+
+
+def test_seed_004_proc_list_redacts_secrets_by_their_position_in_argv(
+    make_worker: MakeWorker, project: Path, started: list[int]
+) -> None:
+    # Real processes whose argv carries secrets in the usual places: a
+    # pattern over the joined line sees none of these.
+    secrets = {
+        "glued -p": ("-pHunter2Mysql",),
+        "--password": ("--password", "SpacedPassw0rd"),
+        "-u user:pass": ("-u", "bob:BasicPassw0rd"),
+        "--token": ("--token", "SpacedTok3nValue"),
+        "--passwd": ("--passwd", "PasswdValue77"),
+        "--pass": ("--pass", "PassValue88"),
+        "--secret": ("--secret", "SecretValue99"),
+        "--api-key": ("--api-key", "ApiKeyValue11"),
+        "--auth": ("--auth", "AuthValue22"),
+        "--user=": ("--user=al:UserPassValue33",),
+        "header": ("-H", "X-Api-Key: HeaderValue44"),
+        "--header": ("--header", "Authorization: Basic YWxhZGRpbjpvcGVu"),
+        "env": ("PGPASSWORD=PgPassValue55",),
+        "url": ("https://deploy:UrlPassValue66@example.com/repo.git",),
+    }
+    words = [w for group in secrets.values() for w in group]
+    pid = detached(project, sys.executable, "-c", SLEEPER, *words, "--port", "8080")
+    sshpass = project / "sshpass"
+    sshpass.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    sshpass.chmod(0o755)
+    sshpass_pid = detached(project, str(sshpass), "-p", "1234567", "ssh", "-p", "2222", "host")
+    started += [pid, sshpass_pid]
+    w = make_worker()
+    rows = {r["pid"]: r for r in listing(w)["result"]["processes"]}
+    cmd = rows[pid]["cmd"]
+    for value in (
+        "Hunter2Mysql",
+        "SpacedPassw0rd",
+        "BasicPassw0rd",
+        "SpacedTok3nValue",
+        "PasswdValue77",
+        "PassValue88",
+        "SecretValue99",
+        "ApiKeyValue11",
+        "AuthValue22",
+        "UserPassValue33",
+        "HeaderValue44",
+        "YWxhZGRpbjpvcGVu",
+        "PgPassValue55",
+        "UrlPassValue66",
+    ):
+        assert value not in cmd, (value, cmd)
+    # What is not a secret stays readable: the user, the header name, a port.
+    for kept in ("-u bob:", "X-Api-Key:", "Authorization:", "PGPASSWORD=", "deploy:", "8080"):
+        assert kept in cmd, (kept, cmd)
+    # sshpass -p is a password even when it is a number; ssh's -p is a port.
+    ssh = rows[sshpass_pid]["cmd"]
+    assert "1234567" not in ssh and "ssh -p 2222 host" in ssh
+    # Not forj's own: the program shows by name, not by the path it ran from.
+    assert rows[pid]["cmd"].startswith(os.path.basename(sys.executable) + " -c ")
+    # A filter sees the redacted line only.
+    probe = listing(w, filter="Hunter2|SpacedTok3n|1234567")
+    assert [r["pid"] for r in probe["result"]["processes"]] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["ssh", "-p", "2222", "host"], "ssh -p 2222 host"),
+        (["docker", "run", "-p", "8080:80", "img"], "docker run -p 8080:80 img"),
+        (["mysql", "-p", "s3cret"], "mysql -p [REDACTED]"),
+        (["tool", "--password-file", "/run/pw"], "tool --password-file /run/pw"),
+        (["tool", "--db-password=x1"], "tool --db-password=[REDACTED]"),
+        (["git", "log", "--author", "bob"], "git log --author bob"),
+        (["java", "-Ddb.password=x2", "-jar", "a.jar"], "java -Ddb.password=[REDACTED] -jar a.jar"),
+        (["env", "AUTHOR=me", "GITHUB_TOKEN=x3"], "env AUTHOR=me GITHUB_TOKEN=[REDACTED]"),
+        (["curl", "-HCookie: sid=x4"], "curl -HCookie: [REDACTED]"),
+        (["curl", "-uuser:x5", "-u", "plainuser"], "curl -uuser:[REDACTED] -u plainuser"),
+    ],
+)
+def test_seed_004_proc_list_positional_rules_keep_what_is_not_a_secret(
+    argv: list[str], shown: str
+) -> None:
+    assert " ".join(redact_argv(argv)) == shown

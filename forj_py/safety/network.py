@@ -15,7 +15,10 @@ redirect the request.  The address rules:
   private networks included (``localhost:8000`` is meant);
 - a name matched only through a ``*.`` wildcard must resolve to public
   addresses only: a subdomain is often someone else's to point, at
-  ``127.0.0.1`` or the cloud metadata address as easily as anywhere;
+  ``127.0.0.1`` or the cloud metadata address as easily as anywhere.  An
+  IPv6 address that carries an IPv4 one (IPv4-mapped, 6to4, Teredo, the
+  NAT64 prefixes) is judged by the IPv4 address it carries, since a
+  gateway on the way may deliver it there;
 - an IP literal in a URL matches only an entry naming that very address,
   never a wildcard.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
@@ -166,13 +170,19 @@ class DomainPolicy:
                 return entry
         return None
 
-    def addresses(self, target: Target) -> list[str]:
-        """The addresses to connect to, every one of them checked; resolved once, here."""
+    def addresses(self, target: Target, timeout: float | None = None) -> list[str]:
+        """The addresses to connect to, every one of them checked; resolved once, here.
+
+        ``timeout`` bounds the lookup: past it the call gets ``TimeoutError``
+        (the resolver's own thread ends when the system resolver gives up).
+        """
         literal = _ip(target.host)
         if literal is not None:
             return [str(literal)]
         try:
-            found = self._resolve(target.host, target.port)
+            found = _within(timeout, self._resolve, target.host, target.port)
+        except TimeoutError:
+            raise
         except OSError as exc:
             raise errors.process_error(
                 f"{target.host} could not be resolved ({exc.strerror or exc}); nothing was sent",
@@ -182,7 +192,7 @@ class DomainPolicy:
                 host=target.host,
             ) from None
         if target.entry.wildcard:
-            inner = [a for a in found if not ipaddress.ip_address(a.split("%")[0]).is_global]
+            inner = [a for a in found if not public(ipaddress.ip_address(a.split("%")[0]))]
             if inner:
                 raise self._refusal(
                     f"{target.host} resolves to {', '.join(inner)}, a non-public address, and "
@@ -210,6 +220,64 @@ class DomainPolicy:
             url=url,
             **details,
         )
+
+
+# NAT64: the well-known prefix (RFC 6052) and the local-use one (RFC 8215).
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+
+def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo, NAT64), if any."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]  # (server, client): the client is where it lands
+    if any(address in net for net in _NAT64):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def public(address: IPAddress) -> bool:
+    """Whether ``address`` is a public one, judged by any IPv4 address it carries too."""
+    inner = embedded_ipv4(address)
+    if inner is not None and not inner.is_global:
+        return False
+    return address.is_global
+
+
+def _within(
+    timeout: float | None, resolve: Callable[[str, int], list[str]], host: str, port: int
+) -> list[str]:
+    """``resolve(host, port)``, given up (``TimeoutError``) after ``timeout`` seconds.
+
+    ``getaddrinfo`` takes no timeout, so it runs in a thread of its own that
+    is left to finish by itself; the call does not wait for it.
+    """
+    if timeout is None:
+        return resolve(host, port)
+    if timeout <= 0:
+        raise TimeoutError
+    box: list[list[str] | BaseException] = []
+
+    def run() -> None:
+        try:
+            box.append(resolve(host, port))
+        except BaseException as exc:  # handed to the caller, not lost in the thread
+            box.append(exc)
+
+    thread = threading.Thread(target=run, name="forj-dns", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not box:
+        raise TimeoutError
+    found = box[0]
+    if isinstance(found, BaseException):
+        raise found
+    return found
 
 
 def _resolve(host: str, port: int) -> list[str]:

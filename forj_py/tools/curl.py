@@ -19,22 +19,34 @@ decompressed (``Accept-Encoding: identity``).
 
 Request headers named like credentials (Authorization, Cookie, anything
 with token, key, secret, password, session, auth ...) are redacted in the
-journal, the summary and the review; they are dropped when a redirect
-leaves the first origin, and a response that echoes one shows it
-redacted.  A response's text is sanitized and credential-redacted like
-every other output; a body that is not text comes back as ``body_b64``.
+journal, the summary and the review; so are query parameters named like
+credentials, and credential-looking text in every other header value and
+in the body.  A call that carries the redaction marker back is refused.
+When a redirect leaves the first origin only plain content headers
+(Accept, Content-Type, User-Agent ...) go on, and a 307/308 that would
+send the body to another origin is refused.  A response that echoes a
+credential shows it redacted.  A response's text is sanitized and
+credential-redacted like every other output; a body that is not text
+comes back as ``body_b64``.
+
+One deadline covers the whole call (the name lookup, every connection,
+the TLS handshake, headers and body, every redirect): a timer shuts the
+open socket when it passes, so a server that sends one byte at a time
+cannot hold the call, or its thread, beyond it.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import re
 import socket
 import ssl
+import threading
 import time
 from typing import Any, Literal
-from urllib.parse import urljoin
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -61,8 +73,34 @@ _CREDENTIAL_NAME = re.compile(
 _RESERVED = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "trailer"}
 )
+# The only headers a redirect carries to another origin: they describe the
+# request's content, never who sends it.
+_CROSS_ORIGIN_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-language",
+        "cache-control",
+        "content-language",
+        "content-type",
+        "pragma",
+        "user-agent",
+    }
+)
 _TEXT_TYPE = re.compile(r"^(text/|application/([\w.+-]*\+)?(json|xml|javascript|x-www-form))")
 USER_AGENT = "forj-curl"
+
+
+# A JSON member named like a credential ("password": "...", "api_key": 12):
+# the shared redaction reads key=value and key: value, not a quoted key.
+_JSON_SECRET = re.compile(
+    r'(?i)("[^"\\]{0,80}?(?:passw|pwd|secret|token|api[_-]?key|auth|credential|private[_-]?key)'
+    r'[^"\\]{0,80}"\s*:\s*)("(?:[^"\\]|\\.)*"|[^\s,}\]]+)'
+)
+
+
+def redact_body(text: str) -> str:
+    """A request body as the journal and the review show it."""
+    return redact(_JSON_SECRET.sub(lambda m: m.group(1) + f'"{REDACTED}"', text))
 
 
 def credential_header(name: str) -> bool:
@@ -72,6 +110,35 @@ def credential_header(name: str) -> bool:
 def shown_headers(headers: dict[str, str]) -> dict[str, str]:
     """Headers as the journal and the review show them: credential values redacted."""
     return {k: (REDACTED if credential_header(k) else redact(v)) for k, v in headers.items()}
+
+
+def shown_url(url: str) -> str:
+    """``url`` as the journal, the review and the result show it.
+
+    The password of ``user:password@``, the value of every query parameter
+    named like a credential (``access_token``, ``api_key``, ``sig`` ...) and
+    any credential-looking text are replaced by the marker.
+    """
+    url = redact_url_credentials(url)[0]
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(url)
+    if not parts.query:
+        return redact(url)
+    # Each value on its own: a key=value pattern run over the whole URL
+    # would swallow the parameters after it.
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    shown = [(k, REDACTED if _credential_param(k) else redact(v)) for k, v in pairs]
+    # Re-encoded only when something was hidden: a journaled call replayed
+    # after a restart must request the very URL it was given.
+    query = urlencode(shown, safe="[]/:") if shown != pairs else parts.query
+    base = redact(urlunsplit(parts._replace(query="", fragment="")))
+    return base + "?" + query + ("#" + redact(parts.fragment) if parts.fragment else "")
+
+
+def _credential_param(name: str) -> bool:
+    return credential_header(name) or name.lower() in ("sig", "code", "pass", "pwd")
 
 
 class CurlArgs(BaseModel):
@@ -123,6 +190,14 @@ class CurlArgs(BaseModel):
             seen.add(name.lower())
             if any(c in value for c in "\r\n\0") or len(value) > 16384:
                 raise ValueError(f"header {name!r}: the value holds CR, LF or NUL, or is too long")
+            try:
+                value.encode("latin-1")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"header {name!r}: the value holds characters outside Latin-1, which HTTP "
+                    "headers cannot carry; percent-encode them (or use the RFC 8187 form "
+                    "name*=UTF-8''...)"
+                ) from None
         return headers
 
 
@@ -155,18 +230,25 @@ class Curl(Tool[CurlArgs]):
 
     @classmethod
     def journal_args(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        shown = dict(raw)
+        if isinstance(raw.get("url"), str):
+            shown["url"] = shown_url(raw["url"])
+        if isinstance(raw.get("body"), str):
+            shown["body"] = redact_body(raw["body"])
         headers = raw.get("headers")
-        if not isinstance(headers, dict):
-            return raw
-        shown = {
-            k: (REDACTED if isinstance(k, str) and credential_header(k) else v)
-            for k, v in headers.items()
-        }
-        return {**raw, "headers": shown}
+        if isinstance(headers, dict):
+            shown["headers"] = {
+                k: (
+                    REDACTED
+                    if isinstance(k, str) and credential_header(k)
+                    else (redact(v) if isinstance(v, str) else v)
+                )
+                for k, v in headers.items()
+            }
+        return shown if shown != raw else raw
 
     def summary(self, args: CurlArgs) -> str:
-        url, _ = redact_url_credentials(args.url)
-        return f"curl {args.method} {url}"
+        return f"curl {args.method} {shown_url(args.url)}"
 
     def summary_tags(self, args: CurlArgs, ctx: ToolContext) -> list[str]:
         return ["network"]
@@ -181,7 +263,7 @@ class Curl(Tool[CurlArgs]):
         ]
 
     def preview(self, args: CurlArgs, ctx: ToolContext) -> str | None:
-        url, _ = redact_url_credentials(args.url)
+        url = shown_url(args.url)
         limits = _limits(args, ctx)
         lines = [f"{args.method} {url}"]
         if args.headers:
@@ -194,7 +276,7 @@ class Curl(Tool[CurlArgs]):
         else:
             size = len(args.body.encode("utf-8", "surrogatepass"))
             lines.append(f"body: {size} bytes")
-            lines += ["  " + line for line in redact(args.body).splitlines()[:20]]
+            lines += ["  " + line for line in redact_body(args.body).splitlines()[:20]]
         lines.append(
             f"limits: {limits[0]:g} s, {limits[1]} bytes, at most {MAX_REDIRECTS} redirects "
             "(each checked against [network] allowed_domains)"
@@ -203,15 +285,29 @@ class Curl(Tool[CurlArgs]):
 
     def execute(self, args: CurlArgs, ctx: ToolContext) -> Any:
         policy = _policy(ctx)
-        marked = [k for k, v in args.headers.items() if REDACTED in v]
+        marked = [f"header {k!r}" for k, v in args.headers.items() if REDACTED in v]
+        marked += [
+            part for part, v in (("url", args.url), ("body", args.body)) if v and REDACTED in v
+        ]
         if marked:
             raise errors.bad_args(
-                f"header {marked[0]!r} holds the redaction marker {REDACTED!r}, not a credential "
+                f"the {marked[0]} holds the redaction marker {REDACTED!r}, not a credential "
                 "(the journal keeps credentials redacted); nothing was sent",
-                recovery=["Send the call again with the real header value"],
+                recovery=["Send the call again with the real value"],
             )
         timeout, max_bytes = _limits(args, ctx)
-        deadline = time.monotonic() + timeout
+        with _Deadline(timeout) as deadline:
+            return self._run(policy, args, deadline, timeout, max_bytes, ctx)
+
+    def _run(
+        self,
+        policy: DomainPolicy,
+        args: CurlArgs,
+        deadline: _Deadline,
+        timeout: float,
+        max_bytes: int,
+        ctx: ToolContext,
+    ) -> Any:
         method, body = args.method, args.body
         headers = dict(args.headers)
         target = policy.check_url(args.url)
@@ -244,8 +340,24 @@ class Curl(Tool[CurlArgs]):
                 method = "GET" if method != "HEAD" else "HEAD"
                 body = None
             if (target.scheme, target.host, target.port) != origin:
-                # Credentials were given for the first origin only.
-                headers = {k: v for k, v in headers.items() if not credential_header(k)}
+                if body is not None:
+                    # 307/308 send the body again: it was meant for the first origin.
+                    raise ToolFailure(
+                        ErrorType.PERMISSION,
+                        f"the server answered {status}, which would send the request body again "
+                        f"to another origin ({_shown_url(target.url)}); the redirect was not "
+                        "followed",
+                        kind=ErrorKind.SANDBOX_VIOLATION,
+                        recovery=[
+                            "If the body is meant for that origin, call its URL directly "
+                            "(it is reviewed as its own request)"
+                        ],
+                        code="E_HTTP",
+                        failure="cross-origin-body",
+                        redirects=[_shown_url(u) for u in chain],
+                    )
+                # Headers were written for the first origin: only content ones go on.
+                headers = {k: v for k, v in headers.items() if k.lower() in _CROSS_ORIGIN_HEADERS}
         return _result(target, response, chain, max_bytes, method, _sent_secrets(args.headers))
 
 
@@ -273,31 +385,108 @@ def _limits(args: CurlArgs, ctx: ToolContext) -> tuple[float, int]:
 
 
 def _shown_url(url: str) -> str:
-    return redact(redact_url_credentials(url)[0])
+    return shown_url(url)
+
+
+class _Deadline:
+    """One deadline for a whole call: when it passes, the open socket is shut.
+
+    A socket timeout bounds each ``recv`` alone, and ``http.client`` reads
+    headers line by line and bodies in pieces, so a server sending a byte
+    now and then would keep the call going.  The timer shuts the socket
+    instead: whatever read is blocked ends at once, and ``expired`` tells a
+    timeout from a server that closed.  The lock keeps the timer from
+    shutting a descriptor after the call has closed it (and the number been
+    reused).
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.expired = False
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._done = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.name = "forj-curl-deadline"
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._done = True
+            self._socket = None
+        self._timer.cancel()
+        self._timer.join()
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            if self._socket is not None:
+                _shut(self._socket)
+
+    def watch(self, sock: socket.socket) -> None:
+        """Shut ``sock`` when the deadline passes (at once if it has)."""
+        with self._lock:
+            self._socket = sock
+            if self.expired:
+                _shut(sock)
+
+    def release(self) -> None:
+        """Stop watching the socket: the call is about to close it."""
+        with self._lock:
+            self._socket = None
+
+
+def _shut(sock: socket.socket) -> None:
+    # socket.socket's own shutdown: an SSLSocket's would drop its TLS state
+    # under a read still running in the call's thread.  An OSError means the
+    # peer closed it already: nothing is blocked on it.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class _Pinned(http.client.HTTPConnection):
     """Plain HTTP to the checked address; the name stays in the Host header."""
 
-    def __init__(self, target: Target, address: str, timeout: float) -> None:
-        super().__init__(target.host, target.port, timeout=timeout)
+    def __init__(self, target: Target, address: str, deadline: _Deadline) -> None:
+        super().__init__(target.host, target.port, timeout=max(deadline.remaining(), 0.001))
         self._address = address
+        self._deadline = deadline
 
     def connect(self) -> None:
         self.sock = socket.create_connection((self._address, self.port), self.timeout)
+        self._deadline.watch(self.sock)
 
 
 class _PinnedTLS(http.client.HTTPSConnection):
     """TLS to the checked address, the certificate verified against the name."""
 
-    def __init__(self, target: Target, address: str, timeout: float) -> None:
+    def __init__(self, target: Target, address: str, deadline: _Deadline) -> None:
         self._tls = ssl.create_default_context()
-        super().__init__(target.host, target.port, timeout=timeout, context=self._tls)
+        super().__init__(
+            target.host,
+            target.port,
+            timeout=max(deadline.remaining(), 0.001),
+            context=self._tls,
+        )
         self._address = address
+        self._deadline = deadline
 
     def connect(self) -> None:
         raw = socket.create_connection((self._address, self.port), self.timeout)
-        self.sock = self._tls.wrap_socket(raw, server_hostname=self.host)
+        self._deadline.watch(raw)
+        tls = self._tls.wrap_socket(raw, server_hostname=self.host, do_handshake_on_connect=False)
+        self._deadline.watch(tls)  # the raw socket's descriptor now belongs to this one
+        self.sock = tls
+        tls.do_handshake()
 
 
 def _fetch(
@@ -307,24 +496,35 @@ def _fetch(
     headers: dict[str, str],
     body: str | None,
     max_bytes: int,
-    deadline: float,
+    deadline: _Deadline,
     timeout: float,
     ctx: ToolContext,
 ) -> dict[str, Any]:
-    addresses = policy.addresses(target)
+    try:
+        addresses = policy.addresses(target, timeout=deadline.remaining())
+    except TimeoutError:
+        raise _timeout(target, timeout) from None
     payload = body.encode("utf-8") if body is not None else None
     sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
     last: OSError | None = None
     for address in addresses:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if deadline.remaining() <= 0:
             break
         kind = _PinnedTLS if target.scheme == "https" else _Pinned
-        conn = kind(target, address, remaining)
+        conn = kind(target, address, deadline)
+        response: http.client.HTTPResponse | None = None
         try:
-            conn.request(method, target.path, body=payload, headers=sent)
-            response = conn.getresponse()
-            return _read(conn, response, method, max_bytes, deadline, ctx)
+            try:
+                conn.request(method, target.path, body=payload, headers=sent)
+                response = conn.getresponse()
+                result = _read(conn, response, method, max_bytes, deadline, ctx)
+            except (OSError, http.client.HTTPException):
+                if deadline.expired:  # the timer shut the socket: not the server's doing
+                    raise TimeoutError from None
+                raise
+            if deadline.expired:
+                raise TimeoutError  # the timer cut the body short: not the server's end
+            return result
         except TimeoutError:
             raise _timeout(target, timeout) from None
         except ssl.SSLError as exc:
@@ -340,8 +540,12 @@ def _fetch(
             if isinstance(exc, http.client.HTTPException) or _sent(conn):
                 raise _broken(target, exc) from None
         finally:
+            deadline.release()
+            if response is not None:
+                # A response that closes the connection owns the socket now.
+                response.close()
             conn.close()
-    if time.monotonic() >= deadline:
+    if deadline.remaining() <= 0:
         raise _timeout(target, timeout)
     raise _broken(target, last or OSError("no address to connect to"))
 
@@ -355,7 +559,7 @@ def _read(
     response: http.client.HTTPResponse,
     method: str,
     max_bytes: int,
-    deadline: float,
+    deadline: _Deadline,
     ctx: ToolContext,
 ) -> dict[str, Any]:
     chunks: list[bytes] = []
@@ -364,11 +568,8 @@ def _read(
     if method != "HEAD" and response.status not in REDIRECTS:
         while True:
             ctx.check_cancelled()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if deadline.remaining() <= 0:
                 raise TimeoutError
-            if conn.sock is not None:
-                conn.sock.settimeout(remaining)
             chunk = response.read(min(_CHUNK, max_bytes + 1 - size))
             if not chunk:
                 break

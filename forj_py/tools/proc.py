@@ -7,9 +7,14 @@ whether a server it started still runs, and nothing of the user's other
 work.  ``scope: "user"`` lists every process of the user and is always
 reviewed.  Processes of other users are never listed.
 
-Command lines are redacted (credential-looking words, ``KEY=value``
-assignments, URLs with passwords) and sanitized before the filter sees
-them, so a filter cannot probe a secret one character at a time.  ``cpu``
+Command lines are redacted and sanitized before the filter sees them, so
+a filter cannot probe a secret one character at a time: first by
+argument position (:mod:`forj_py.safety.cmdline`: the value after
+``--password``, ``--token``, ``-p``, ``sshpass -p``, the password of
+``-u user:pass``, credential headers, ``KEY=value`` named like a secret,
+URL passwords), then by shape (well-known token formats).  A process forj
+did not start shows its program by name only (``python3``, not the path
+it was run from), followed by its redacted arguments.  ``cpu``
 is the share of one core used since the process started, in percent;
 ``mem_mb`` its resident memory.  No dependency: ``/proc`` has it all
 (psutil would add a compiled package for a few files read here).
@@ -28,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .. import errors
 from ..output import redact, sanitize
 from ..protocol import DenialReason
+from ..safety.cmdline import redact_argv
 from .registry import Tool, ToolContext
 
 DEFAULT_LIMIT = 50  # seed 004 section 9
@@ -67,7 +73,8 @@ class Proc:
     pid: int
     ppid: int
     uid: int
-    cmd: str
+    cmd: str  # the name in brackets when there is no argv (kernel threads, zombies)
+    argv: list[str] | None
     cwd: str | None
     cpu: float
     mem_mb: float
@@ -106,9 +113,10 @@ def read_process(pid: int, uptime: float, tick: int, page: int) -> Proc | None:
     age = max(uptime - int(rest[19]) / tick, 1e-3)
     statm = _read(f"{base}/statm")
     rss = int(statm.split()[1]) * page if statm else 0
+    argv: list[str] | None = None
     if raw_cmd:
-        words = raw_cmd.rstrip(b"\0").split(b"\0")
-        cmd = " ".join(w.decode("utf-8", "replace") for w in words)
+        argv = [w.decode("utf-8", "replace") for w in raw_cmd.rstrip(b"\0").split(b"\0")]
+        cmd = " ".join(argv)
     else:  # a kernel thread, or a zombie: its name only
         name = stat[stat.find(b"(") + 1 : stat.rfind(b")")].decode("utf-8", "replace")
         cmd = f"[{name}]"
@@ -116,7 +124,7 @@ def read_process(pid: int, uptime: float, tick: int, page: int) -> Proc | None:
         cwd: str | None = os.readlink(f"{base}/cwd")
     except OSError:
         cwd = None
-    return Proc(pid, ppid, uid, cmd, cwd, round(100 * cpu_seconds / age, 1), rss / (1 << 20))
+    return Proc(pid, ppid, uid, cmd, argv, cwd, round(100 * cpu_seconds / age, 1), rss / (1 << 20))
 
 
 def all_processes() -> list[Proc]:
@@ -144,6 +152,21 @@ def descendants(procs: list[Proc], root_pid: int) -> set[int]:
                 seen.add(child)
                 todo.append(child)
     return seen
+
+
+def shown_command(proc: Proc, own: bool) -> str:
+    """``proc``'s command line as listed: redacted by position, then by shape.
+
+    A process forj did not start shows its program by name only.
+    """
+    if proc.argv is None:
+        text = proc.cmd
+    else:
+        words = redact_argv(proc.argv)
+        if not own:
+            words[0] = os.path.basename(words[0]) or words[0]
+        text = " ".join(words)
+    return sanitize(redact(text))[:MAX_CMD_CHARS]
 
 
 def _inside(path: str | None, root: str) -> bool:
@@ -204,7 +227,7 @@ class ProcList(Tool[ProcListArgs]):
             inside = _inside(p.cwd, root)
             if args.scope == "project" and p.pid not in ours and not inside:
                 continue
-            cmd = sanitize(redact(p.cmd))[:MAX_CMD_CHARS]
+            cmd = shown_command(p, p.pid in ours)
             if pattern is not None:
                 try:
                     if pattern.search(cmd, timeout=REGEX_TIMEOUT) is None:
