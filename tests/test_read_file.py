@@ -390,3 +390,15 @@ def test_fr_tool_read_01_property_a_legacy_answer_means_the_bytes_are_not_utf8(
         assert first_invalid_utf8(data, complete=True) is not None
         with pytest.raises(UnicodeDecodeError):
             data.decode("utf-8")
+
+
+def test_fr_tool_read_small_max_bytes_returns_the_files_own_bytes(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    (r,) = run(worker, [call("r", "read_file", path="src/main.py", max_bytes=20)])[1]["results"]
+    assert r["result"]["content"] == "line 1\nline 2\nline 3"[:20]
+    assert r["result"]["truncated"] is True
+    (big,) = run(worker, [call("b", "read_file", path="src/main.py", max_bytes=200)])[1]["results"]
+    assert big["result"]["content"].endswith("[output truncated]")
+    assert len(big["result"]["content"].encode()) <= 200

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import errors
-from ..output import redact_url_credentials, say_redacted, truncate_text
+from ..output import TRUNCATION_MARKER, redact_url_credentials, say_redacted, truncate_text
 from ._encoding import DETECT_BYTES, Detected, detect
 from .registry import Tool, ToolContext
 
@@ -138,7 +138,7 @@ class ReadFile(Tool[ReadFileArgs]):
                 shown, redacted = redact_url_credentials(text)
                 # Redacted before the cut: a cut through a URL could leave a
                 # secret without the "@" that marks it.
-                content = truncate_text(shown, args.max_bytes)
+                content = _cut(shown, args.max_bytes)
                 return say_redacted(
                     _say_guessed(
                         {
@@ -293,7 +293,7 @@ def _range_result(
         if lineno % 4096 == 0:
             ctx.check_cancelled()
     text, redacted = redact_url_credentials(b"".join(lines).decode(encoding, "replace"))
-    content = truncate_text(text, args.max_bytes)
+    content = _cut(text, args.max_bytes)
     last = start + len(lines) - 1
     result: dict[str, Any] = {
         "path": display,
@@ -313,3 +313,14 @@ def _say_guessed(result: dict[str, Any], detected: Detected) -> dict[str, Any]:
     if detected.guessed:
         result["encoding_guessed"] = True
     return result
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    """``text`` cut to ``max_bytes``, with the truncation marker when there is room for it.
+
+    A small budget is the file's own bytes only (``truncated`` says it was
+    cut): a marker in it would leave little or nothing of the file.
+    """
+    if max_bytes < 4 * len(TRUNCATION_MARKER):
+        return truncate_text(text, max_bytes, marker="")
+    return truncate_text(text, max_bytes)
