@@ -403,3 +403,29 @@ def test_sec_git_09_a_push_url_on_the_network_forces_the_network_review(
     assert item["disposition"] == "confirm", item
     assert "reaches the network" in item["warnings"][0]
     assert VICTIM_URL in item["warnings"][0]
+
+
+def test_sec_git_06_a_partial_clone_fetches_nothing_through_a_repository_set_proxy(
+    make_worker: MakeWorker, project: Path, tmp_path: Path, proxy: _Proxy
+) -> None:
+    _store_credentials(tmp_path)
+    source = tmp_path / "source"
+    source.mkdir()
+    git(source, "init", "-q", "-b", "main")
+    for body in ("one\n", "two\n"):
+        (source / "f.txt").write_text(body)
+        git(source, "add", "-A")
+        git(source, "commit", "-qm", body.strip())
+    git(source, "config", "uploadpack.allowFilter", "true")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--filter=blob:none", f"file://{source}", str(clone))
+    # The promisor remote now names the victim's host, through a proxy the
+    # repository sets: a diff of the old commit would fetch its blobs there.
+    git(clone, "remote", "set-url", "origin", VICTIM_URL)
+    git(clone, "config", "http.proxy", f"http://127.0.0.1:{proxy.port}")
+    _, result = run_one(make_worker(clone), "git_diff", rev="HEAD~1")
+    assert not proxy.saw(_basic("victim", TOKEN))
+    assert not proxy.seen
+    assert not result["ok"]
+    assert result["error"]["details"]["code"] == "E_GIT"
+    assert "http.proxy" in result["error"]["message"]

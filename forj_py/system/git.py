@@ -453,8 +453,9 @@ def _check_git_dir(real_root: str, toplevel: str, git_dir: str) -> None:
         raise GitError(
             f"the git directory {git_dir} is not the project's own: {dotgit} is {what} "
             "pointing there, and it is neither the real .git directory nor a linked worktree "
-            "of it; the git tools refuse to read or change another repository through it. "
-            f"If this .git was planted, remove it; the user can check with 'cat {dotgit}'"
+            "of it (git worktree add); the git tools refuse to read or change another "
+            "repository through it, and nothing was read. If this .git was planted, remove "
+            f"it; the user can check with 'cat {dotgit}'"
         )
     with _PINS_LOCK:
         if real_root not in _PINS:
@@ -497,7 +498,25 @@ def open_repo(root: str, *, timeout: float = TIMEOUT_SECONDS) -> Repo:
     pairs, extra_env = overrides_for(entries)  # first: it names a core.worktree elsewhere
     _check_git_dir(real_root, toplevel, git_dir)
     env.update(extra_env)
-    return Repo(real_root, toplevel, git_dir, tuple(pairs), env, tuple(network_keys_of(entries)))
+    repo = Repo(real_root, toplevel, git_dir, tuple(pairs), env, tuple(network_keys_of(entries)))
+    if _fetches_lazily(entries):
+        # A partial clone fetches missing objects from its promisor remote
+        # during any run (a diff, a log, a checkout): every run is a network run.
+        repo.network_guard()
+    return repo
+
+
+def _fetches_lazily(entries: Iterable[tuple[str, str, str]]) -> bool:
+    """Whether the repository is a partial clone (git may fetch during any command)."""
+    for scope, key, value in entries:
+        if scope not in ("local", "worktree"):
+            continue
+        if key == "extensions.partialclone":
+            return True
+        if key.startswith("remote.") and key.endswith(".promisor"):
+            if value.strip().lower() in ("", "true", "yes", "on", "1"):
+                return True
+    return False
 
 
 def _may_be_in_work_tree(root: str) -> bool:
