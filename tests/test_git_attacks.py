@@ -221,6 +221,8 @@ def test_sec_git_06_a_repository_set_proxy_never_gets_the_users_credentials(
     error = result["error"]
     assert error["details"]["code"] == "E_GIT", error
     assert "http.proxy" in error["message"] and "http.sslverify" in error["message"]
+    assert error["details"]["rule"] == "git.network_config"
+    assert "global git configuration" in error["recovery"][0]
 
 
 @pytest.mark.parametrize(
@@ -351,6 +353,7 @@ def test_sec_git_08_a_planted_gitfile_does_not_open_another_repository(
         assert "history-subject" not in str(result)
     message = result["error"]["message"]
     assert "not the project's own" in message or "when forj started" in message
+    assert result["error"]["details"]["rule"] == "git.own_git_dir"
     assert "A " not in git(private, "status", "--porcelain")
 
 

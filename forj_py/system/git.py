@@ -189,7 +189,17 @@ _ENV_PINNED = re.compile(r"core\.(editor|askpass|sshcommand|gitproxy|pager)|sequ
 
 
 class GitError(Exception):
-    """git could not be run at all, or the repository cannot be worked with safely."""
+    """git could not be run at all, or the repository cannot be worked with safely.
+
+    A refusal of the safety rules names its ``rule`` and what to do next.
+    """
+
+    def __init__(
+        self, message: str, *, rule: str | None = None, recovery: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.recovery = recovery
 
 
 @dataclass(frozen=True)
@@ -302,7 +312,13 @@ class Repo:
             "headers, rewritten URLs, another credential helper), and the git tools do not "
             "fetch, pull or push while the repository sets them; nothing was sent. The user "
             "may remove them (git config --local --unset KEY) or, if wanted, set them in "
-            "their own global configuration instead"
+            "their own global configuration instead",
+            rule="git.network_config",
+            recovery=(
+                "Do not retry: tell the user which keys the repository sets, and that forj "
+                "fetches, pulls and pushes only once they are gone or moved to the user's "
+                "own global git configuration",
+            ),
         )
 
     def run(
@@ -455,7 +471,12 @@ def _check_git_dir(real_root: str, toplevel: str, git_dir: str) -> None:
             "pointing there, and it is neither the real .git directory nor a linked worktree "
             "of it (git worktree add); the git tools refuse to read or change another "
             "repository through it, and nothing was read. If this .git was planted, remove "
-            f"it; the user can check with 'cat {dotgit}'"
+            f"it; the user can check with 'cat {dotgit}'",
+            rule="git.own_git_dir",
+            recovery=(
+                f"Do not retry: tell the user {dotgit} points at another repository; if it "
+                "was not meant, they remove it",
+            ),
         )
     with _PINS_LOCK:
         if real_root not in _PINS:
@@ -467,7 +488,12 @@ def _check_git_dir(real_root: str, toplevel: str, git_dir: str) -> None:
             f"the project's git directory is now {git_dir}, but when forj started it had "
             f"{then}; a .git made or replaced since then (by a command, for instance) is "
             "not trusted with the user's git configuration and credentials. If the user "
-            "made it, restart the worker (M-x forj-worker-restart) to use it"
+            "made it, restart the worker (M-x forj-worker-restart) to use it",
+            rule="git.own_git_dir",
+            recovery=(
+                "Do not create or replace .git with commands; ask the user whether they made "
+                "this repository, and if so to restart the worker (M-x forj-worker-restart)",
+            ),
         )
 
 
@@ -513,9 +539,9 @@ def _fetches_lazily(entries: Iterable[tuple[str, str, str]]) -> bool:
             continue
         if key == "extensions.partialclone":
             return True
-        if key.startswith("remote.") and key.endswith(".promisor"):
-            if value.strip().lower() in ("", "true", "yes", "on", "1"):
-                return True
+        promisor = key.startswith("remote.") and key.endswith(".promisor")
+        if promisor and value.strip().lower() in ("", "true", "yes", "on", "1"):
+            return True
     return False
 
 

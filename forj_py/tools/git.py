@@ -209,11 +209,24 @@ class GitPullArgs(_Strict):
 # --- shared ----------------------------------------------------------------------------
 
 
+def refusal(what: str, exc: GitError) -> errors.ToolFailure:
+    """``E_GIT`` for a git failure; a safety rule's refusal names the rule and what to do."""
+    if exc.rule is None:
+        return V.git_failure(what, str(exc))
+    return errors.process_error(
+        f"{what}: {exc}",
+        recovery=list(exc.recovery),
+        code="E_GIT",
+        rule=exc.rule,
+        stderr=str(exc),
+    )
+
+
 def repo_of(ctx: ToolContext) -> Repo:
     try:
         return open_repo(ctx.sandbox.project_root, timeout=ctx.config.tools.git.timeout_seconds)
     except GitError as exc:
-        raise V.git_failure("git", str(exc)) from None
+        raise refusal("git", exc) from None
 
 
 def _prefix(repo: Repo) -> str:
@@ -370,7 +383,7 @@ def _remote_url(repo: Repo, ctx: ToolContext, remote: str) -> str:
     try:
         repo.network_guard()
     except GitError as exc:
-        raise V.git_failure(f"{remote!r}", str(exc), rule="sec.git.network_config") from None
+        raise refusal(f"git remote {remote}", exc) from None
     return V.run_git(repo, ctx, ["remote", "get-url", "--", remote], "git remote get-url").strip()
 
 
