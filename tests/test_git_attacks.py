@@ -432,3 +432,28 @@ def test_sec_git_06_a_partial_clone_fetches_nothing_through_a_repository_set_pro
     assert not result["ok"]
     assert result["error"]["details"]["code"] == "E_GIT"
     assert "http.proxy" in result["error"]["message"]
+
+
+def test_sec_git_06_a_partial_clones_lazy_fetch_runs_no_program_of_the_repository(
+    make_worker: MakeWorker, tmp_path: Path
+) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    git(source, "init", "-q", "-b", "main")
+    for body in ("one\n", "two\n"):
+        (source / "f.txt").write_text(body)
+        git(source, "add", "-A")
+        git(source, "commit", "-qm", body.strip())
+    git(source, "config", "uploadpack.allowFilter", "true")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--filter=blob:none", f"file://{source}", str(clone))
+    marker = tmp_path / "RAN"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f'#!/bin/sh\ntouch {marker}\nexec git-upload-pack "$@"\n')
+    evil.chmod(0o755)
+    git(clone, "config", "remote.origin.uploadpack", str(evil))
+    _, result = run_one(make_worker(clone), "git_diff", rev="HEAD~1")
+    assert not marker.exists()
+    assert not result["ok"]
+    assert result["error"]["details"]["rule"] == "git.network_config"
+    assert "remote.origin.uploadpack" in result["error"]["message"]

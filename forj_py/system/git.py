@@ -47,6 +47,7 @@ rewrites, credentials, ...); any other key there refuses the run
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -184,6 +185,10 @@ _LOCAL_NETWORK_KEYS = re.compile(
     r"|http\.(postbuffer|lowspeedlimit|lowspeedtime|maxrequests)"
 )
 
+# Allowed above because push and pull name the program on the command line;
+# a partial clone's own fetches do not.
+_LAZY_FETCH_PROGRAMS = re.compile(r"remote\..+\.uploadpack")
+
 # Keys whose program the environment pins instead (the environment wins).
 _ENV_PINNED = re.compile(r"core\.(editor|askpass|sshcommand|gitproxy|pager)|sequence\.editor")
 
@@ -310,7 +315,8 @@ class Repo:
             f"the repository's own configuration sets {shown}; such keys can send the "
             "user's credentials or data elsewhere (a proxy, another TLS trust, extra "
             "headers, rewritten URLs, another credential helper), and the git tools do not "
-            "fetch, pull or push while the repository sets them; nothing was sent. The user "
+            "fetch, pull or push (nor, in a partial clone, which fetches during any run, run "
+            "at all) while the repository sets them; nothing was sent. The user "
             "may remove them (git config --local --unset KEY) or, if wanted, set them in "
             "their own global configuration instead",
             rule="git.network_config",
@@ -527,8 +533,16 @@ def open_repo(root: str, *, timeout: float = TIMEOUT_SECONDS) -> Repo:
     repo = Repo(real_root, toplevel, git_dir, tuple(pairs), env, tuple(network_keys_of(entries)))
     if _fetches_lazily(entries):
         # A partial clone fetches missing objects from its promisor remote
-        # during any run (a diff, a log, a checkout): every run is a network run.
-        repo.network_guard()
+        # during any run (a diff, a log, a checkout): every run is a network
+        # run, and one without the command-line transport program that push
+        # and pull pass, so a repository-set upload-pack would run too.
+        programs = [
+            key
+            for scope, key, _ in entries
+            if scope in ("local", "worktree") and _LAZY_FETCH_PROGRAMS.fullmatch(key)
+        ]
+        keys = tuple(dict.fromkeys([*repo.network_keys, *programs]))
+        dataclasses.replace(repo, network_keys=keys).network_guard()
     return repo
 
 
