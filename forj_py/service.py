@@ -65,6 +65,7 @@ from .safety.permissions import parse_rule
 from .store.backups import Backups
 from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
+from .system import git
 from .tools.manual import manual_registry
 from .tools.registry import Registry, Session
 from .undo import Undo
@@ -136,6 +137,9 @@ class Worker:
             include_default_denies=sb.include_default_denies,
         )
         self.root = self.sandbox.project_root
+        # Before any command can run: the git tools accept this git directory
+        # only (a command could plant another).
+        git.pin(self.root, timeout=self.config.tools.git.timeout_seconds)
         self.registry = registry
         # [[tools.definitions]]: what the model is told in parse_only mode (and
         # in enabled mode when the user's file asks for it).
@@ -470,9 +474,6 @@ class Worker:
                     targets.setdefault(index, []).append((sp.canonical, sp.display))
         if not targets:
             return
-        # Imported on the first plan that writes an existing file, not at start-up.
-        from .system import git
-
         status = git.uncommitted(self.root, [c for pairs in targets.values() for c, _ in pairs])
         if not status:
             return

@@ -27,15 +27,32 @@ unsandboxed.  Every run therefore gets:
 
 A repository-local ``core.worktree`` (a work tree somewhere else) is
 refused outright.
+
+Which repository: the git directory must be the project's own, the real
+``.git`` directory at the top of the work tree, or a linked worktree whose
+git directory names this very ``.git`` file back.  A ``.git`` file or link
+pointing anywhere else is refused, and so is a git directory other than the
+one found when the worker started (:func:`pin`): a command could otherwise
+create a ``.git`` (``git init``, a ``gitdir:`` file) that the git tools,
+running outside the sandbox with the user's credentials, would then trust.
+
+Network runs (fetch, pull, push) honour, of the repository's own
+configuration, only the keys :data:`_LOCAL_NETWORK_KEYS` lists in the
+sections that decide where git connects, what it trusts and what it sends
+(:data:`_NETWORK_SECTIONS`: proxies, TLS settings, extra headers, URL
+rewrites, credentials, ...); any other key there refuses the run
+(:meth:`Repo.network_guard`).  The user's own configuration is trusted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -139,12 +156,55 @@ _PROGRAM_KEYS: list[tuple[re.Pattern[str], object]] = [
     (re.compile(r"protocol\..+\.allow"), "user"),
     (re.compile(r"uploadpack\.packobjectshook"), ""),
 ]
+# Sections whose keys decide where fetch, pull and push connect, whom they
+# trust and what they send: a repository-local key in them must be listed in
+# _LOCAL_NETWORK_KEYS, else network runs are refused.  (``core.sshCommand``
+# and ``core.gitProxy`` are pinned by the environment instead.)
+_NETWORK_SECTIONS = frozenset(
+    {"http", "https", "url", "credential", "remote", "ssh", "transfer", "fetch", "push", "protocol"}
+)
+# Repository-local keys of those sections a network run may see: where a
+# remote is and which refs it trades (shown in the review), tuning that
+# changes neither the destination nor what is sent, and keys every run
+# overrides anyway (_PROGRAM_KEYS: credential helpers, transport programs,
+# protocol policies).  Everything else there (http.proxy, http.sslVerify,
+# http.extraHeader, http.<url>.*, url.*.insteadOf, credential.username,
+# remote.*.proxy, remote.*.vcs, transfer.bundleURI, ...) refuses the run.
+_LOCAL_NETWORK_KEYS = re.compile(
+    r"credential(\..+)?\.helper|"
+    r"remote\..+\.(url|pushurl|fetch|push|tagopt|prune|prunetags|mirror|skipdefaultupdate"
+    r"|skipfetchall|promisor|partialclonefilter|uploadpack|receivepack"
+    # Data the GitHub CLI keeps beside a remote; git itself never reads it.
+    r"|gh-resolved)"
+    r"|remote\.pushdefault"
+    r"|fetch\.(prune|prunetags|output|showforcedupdates|writecommitgraph|parallel"
+    r"|recursesubmodules|fsckobjects|unpacklimit)"
+    r"|push\.(default|followtags|autosetupremote|recursesubmodules)"
+    r"|transfer\.(fsckobjects|unpacklimit)"
+    r"|protocol\.version|protocol\.(.+\.)?allow"
+    r"|http\.(postbuffer|lowspeedlimit|lowspeedtime|maxrequests)"
+)
+
+# Allowed above because push and pull name the program on the command line;
+# a partial clone's own fetches do not.
+_LAZY_FETCH_PROGRAMS = re.compile(r"remote\..+\.uploadpack")
+
 # Keys whose program the environment pins instead (the environment wins).
 _ENV_PINNED = re.compile(r"core\.(editor|askpass|sshcommand|gitproxy|pager)|sequence\.editor")
 
 
 class GitError(Exception):
-    """git could not be run at all, or the repository cannot be worked with safely."""
+    """git could not be run at all, or the repository cannot be worked with safely.
+
+    A refusal of the safety rules names its ``rule`` and what to do next.
+    """
+
+    def __init__(
+        self, message: str, *, rule: str | None = None, recovery: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.recovery = recovery
 
 
 @dataclass(frozen=True)
@@ -242,6 +302,30 @@ class Repo:
     git_dir: str
     overrides: tuple[str, ...]
     env: dict[str, str]
+    # Repository-local keys a network run may not honour (see network_guard).
+    network_keys: tuple[str, ...] = ()
+
+    def network_guard(self) -> None:
+        """Refuse a fetch, pull or push the repository's own configuration could redirect."""
+        if not self.network_keys:
+            return
+        keys = list(self.network_keys)
+        shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
+        raise GitError(
+            f"the repository's own configuration sets {shown}; such keys can send the "
+            "user's credentials or data elsewhere (a proxy, another TLS trust, extra "
+            "headers, rewritten URLs, another credential helper), and the git tools do not "
+            "fetch, pull or push (nor, in a partial clone, which fetches during any run, run "
+            "at all) while the repository sets them; nothing was sent. The user "
+            "may remove them (git config --local --unset KEY) or, if wanted, set them in "
+            "their own global configuration instead",
+            rule="git.network_config",
+            recovery=(
+                "Do not retry: tell the user which keys the repository sets, and that forj "
+                "fetches, pulls and pushes only once they are gone or moved to the user's "
+                "own global git configuration",
+            ),
+        )
 
     def run(
         self,
@@ -284,6 +368,18 @@ def _lower_key(key: str) -> str:
     return f"{first.lower()}.{sub}.{var.lower()}"
 
 
+def network_keys_of(entries: Iterable[tuple[str, str, str]]) -> list[str]:
+    """Repository-local keys of the network sections that are not on the allowlist."""
+    found: list[str] = []
+    for scope, key, _ in entries:
+        if scope not in ("local", "worktree"):
+            continue
+        section = key.partition(".")[0]
+        if section in _NETWORK_SECTIONS and not _LOCAL_NETWORK_KEYS.fullmatch(key):
+            found.append(key)
+    return list(dict.fromkeys(found))
+
+
 def overrides_for(entries: Iterable[tuple[str, str, str]]) -> tuple[list[str], dict[str, str]]:
     """The ``-c`` pairs and environment that undo the repository's program-naming keys."""
     entries = list(entries)
@@ -319,13 +415,15 @@ def overrides_for(entries: Iterable[tuple[str, str, str]]) -> tuple[list[str], d
     return pairs, env
 
 
-def open_repo(root: str, *, timeout: float = TIMEOUT_SECONDS) -> Repo:
-    """The repository whose work tree holds ``root``, ready for safe runs.
+# Project root -> the git directory found there when the worker started
+# (None: none).  Roots never pinned (a caller outside a worker) are checked
+# only for a git directory of their own.
+_PINS: dict[str, str | None] = {}
+_PINS_LOCK = threading.Lock()
 
-    Raises :class:`GitError` when git is missing, ``root`` is in no
-    repository, or the repository cannot be used safely.
-    """
-    env = environment()
+
+def _locate(root: str, env: dict[str, str], timeout: float) -> tuple[str, str]:
+    """git's (work tree top, git directory) for ``root``, both canonical."""
     top = _run(
         root, ["git", *_SAFE, "rev-parse", "--show-toplevel", "--git-dir"], env, timeout=timeout
     )
@@ -335,14 +433,130 @@ def open_repo(root: str, *, timeout: float = TIMEOUT_SECONDS) -> Repo:
     lines = top.out().splitlines()
     if len(lines) < 2:
         raise GitError("not inside a git work tree")
-    toplevel = os.path.realpath(lines[0])
-    git_dir = os.path.realpath(os.path.join(root, lines[1]))
+    return os.path.realpath(lines[0]), os.path.realpath(os.path.join(root, lines[1]))
+
+
+def pin(root: str, *, timeout: float = TIMEOUT_SECONDS) -> str | None:
+    """Record the git directory ``root`` has now; later runs accept no other.
+
+    Called once as the worker starts, before any command could run.
+    """
+    real_root = os.path.realpath(root)
+    git_dir: str | None = None
+    if _may_be_in_work_tree(real_root):
+        try:
+            git_dir = _locate(real_root, environment(), timeout)[1]
+        except GitError as exc:
+            log.debug("git: no repository pinned for %s: %s", real_root, exc)
+    with _PINS_LOCK:
+        _PINS[real_root] = git_dir
+    return git_dir
+
+
+def _check_git_dir(real_root: str, toplevel: str, git_dir: str) -> None:
+    """Refuse a git directory that is not the project's own (see the module's docstring)."""
+    dotgit = os.path.join(toplevel, ".git")
+    try:
+        mode = os.lstat(dotgit).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISDIR(mode) and os.path.realpath(dotgit) == git_dir:
+        pass  # the work tree's own .git directory
+    elif stat.S_ISREG(mode) and _links_back(git_dir, dotgit):
+        pass  # a linked worktree: its git directory names this .git file
+    else:
+        what = (
+            "a symbolic link"
+            if stat.S_ISLNK(mode)
+            else "a file"
+            if stat.S_ISREG(mode)
+            else "missing"
+        )
+        raise GitError(
+            f"the git directory {git_dir} is not the project's own: {dotgit} is {what} "
+            "pointing there, and it is neither the real .git directory nor a linked worktree "
+            "of it (git worktree add); the git tools refuse to read or change another "
+            "repository through it, and nothing was read. If this .git was planted, remove "
+            f"it; the user can check with 'cat {dotgit}'",
+            rule="git.own_git_dir",
+            recovery=(
+                f"Do not retry: tell the user {dotgit} points at another repository; if it "
+                "was not meant, they remove it",
+            ),
+        )
+    with _PINS_LOCK:
+        if real_root not in _PINS:
+            return
+        pinned = _PINS[real_root]
+    if pinned != git_dir:
+        then = f"the repository at {pinned}" if pinned else "no repository"
+        raise GitError(
+            f"the project's git directory is now {git_dir}, but when forj started it had "
+            f"{then}; a .git made or replaced since then (by a command, for instance) is "
+            "not trusted with the user's git configuration and credentials. If the user "
+            "made it, restart the worker (M-x forj-worker-restart) to use it",
+            rule="git.own_git_dir",
+            recovery=(
+                "Do not create or replace .git with commands; ask the user whether they made "
+                "this repository, and if so to restart the worker (M-x forj-worker-restart)",
+            ),
+        )
+
+
+def _links_back(git_dir: str, dotgit: str) -> bool:
+    """Whether ``git_dir`` is a linked worktree's, recorded for the ``.git`` file ``dotgit``."""
+    if not os.path.isfile(os.path.join(git_dir, "commondir")):
+        return False
+    try:
+        with open(os.path.join(git_dir, "gitdir"), encoding="utf-8") as fh:
+            back = fh.read(4096).strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(back) and os.path.realpath(os.path.join(git_dir, back)) == os.path.realpath(dotgit)
+
+
+def open_repo(root: str, *, timeout: float = TIMEOUT_SECONDS) -> Repo:
+    """The repository whose work tree holds ``root``, ready for safe runs.
+
+    Raises :class:`GitError` when git is missing, ``root`` is in no
+    repository, or the repository cannot be used safely.
+    """
+    env = environment()
+    toplevel, git_dir = _locate(root, env, timeout)
     real_root = os.path.realpath(root)
     if not (real_root == toplevel or real_root.startswith(toplevel.rstrip(os.sep) + os.sep)):
         raise GitError(f"the work tree {toplevel} does not hold the project {real_root}")
-    pairs, extra_env = overrides_for(_config_entries(root, env, timeout))
+    entries = _config_entries(root, env, timeout)
+    pairs, extra_env = overrides_for(entries)  # first: it names a core.worktree elsewhere
+    _check_git_dir(real_root, toplevel, git_dir)
     env.update(extra_env)
-    return Repo(real_root, toplevel, git_dir, tuple(pairs), env)
+    repo = Repo(real_root, toplevel, git_dir, tuple(pairs), env, tuple(network_keys_of(entries)))
+    if _fetches_lazily(entries):
+        # A partial clone fetches missing objects from its promisor remote
+        # during any run (a diff, a log, a checkout): every run is a network
+        # run, and one without the command-line transport program that push
+        # and pull pass, so a repository-set upload-pack would run too.
+        programs = [
+            key
+            for scope, key, _ in entries
+            if scope in ("local", "worktree") and _LAZY_FETCH_PROGRAMS.fullmatch(key)
+        ]
+        keys = tuple(dict.fromkeys([*repo.network_keys, *programs]))
+        dataclasses.replace(repo, network_keys=keys).network_guard()
+    return repo
+
+
+def _fetches_lazily(entries: Iterable[tuple[str, str, str]]) -> bool:
+    """Whether the repository is a partial clone (git may fetch during any command)."""
+    for scope, key, value in entries:
+        if scope not in ("local", "worktree"):
+            continue
+        if key == "extensions.partialclone":
+            return True
+        promisor = key.startswith("remote.") and key.endswith(".promisor")
+        if promisor and value.strip().lower() in ("", "true", "yes", "on", "1"):
+            return True
+    return False
 
 
 def _may_be_in_work_tree(root: str) -> bool:

@@ -209,11 +209,24 @@ class GitPullArgs(_Strict):
 # --- shared ----------------------------------------------------------------------------
 
 
+def refusal(what: str, exc: GitError) -> errors.ToolFailure:
+    """``E_GIT`` for a git failure; a safety rule's refusal names the rule and what to do."""
+    if exc.rule is None:
+        return V.git_failure(what, str(exc))
+    return errors.process_error(
+        f"{what}: {exc}",
+        recovery=list(exc.recovery),
+        code="E_GIT",
+        rule=exc.rule,
+        stderr=str(exc),
+    )
+
+
 def repo_of(ctx: ToolContext) -> Repo:
     try:
         return open_repo(ctx.sandbox.project_root, timeout=ctx.config.tools.git.timeout_seconds)
     except GitError as exc:
-        raise V.git_failure("git", str(exc)) from None
+        raise refusal("git", exc) from None
 
 
 def _prefix(repo: Repo) -> str:
@@ -367,7 +380,28 @@ def _remote_url(repo: Repo, ctx: ToolContext, remote: str) -> str:
                 "user's to configure)"
             ],
         )
+    try:
+        repo.network_guard()
+    except GitError as exc:
+        raise refusal(f"git remote {remote}", exc) from None
     return V.run_git(repo, ctx, ["remote", "get-url", "--", remote], "git remote get-url").strip()
+
+
+def _push_urls(repo: Repo, ctx: ToolContext, remote: str) -> list[str]:
+    """Every URL a push to ``remote`` goes to: its push URLs, after the user's rewrites.
+
+    git pushes to each ``remote.<name>.pushurl`` (else each ``url``), after
+    ``pushInsteadOf`` / ``insteadOf`` rewriting; the review must name those,
+    not the fetch URL.  (The repository's own rewrites refuse the push.)
+    """
+    _remote_url(repo, ctx, remote)
+    out = V.run_git(
+        repo, ctx, ["remote", "get-url", "--push", "--all", "--", remote], "git remote get-url"
+    )
+    urls = [line.strip() for line in out.splitlines() if line.strip()]
+    if not urls:
+        raise V.git_failure("git remote get-url", f"the remote {remote!r} has no push URL")
+    return urls
 
 
 def is_local_url(url: str) -> bool:
@@ -955,14 +989,20 @@ class _RemoteTool(_GitTool[A]):
     def risk(self, args: A) -> RiskLevel:
         return RiskLevel.HIGH
 
+    def _urls(self, repo: Repo, ctx: ToolContext, remote: str) -> list[str]:
+        """Where the call goes: the remote's fetch URL (push overrides this)."""
+        return [_remote_url(repo, ctx, remote)]
+
     def _network_url(self, args: A, ctx: ToolContext) -> str | None:
-        """The remote's URL when reaching it takes the network, else None."""
+        """The remote's URLs when reaching any of them takes the network, else None."""
         remote = str(getattr(args, "remote", "origin"))
         try:
-            url = _remote_url(repo_of(ctx), ctx, remote)
+            urls = self._urls(repo_of(ctx), ctx, remote)
         except errors.ToolFailure:
             return None  # the call will fail with git's reason; nothing reaches out
-        return None if is_local_url(url) else url
+        if all(is_local_url(url) for url in urls):
+            return None
+        return ", ".join(urls)
 
     def network_access(self, args: A, ctx: ToolContext) -> bool:
         return self._network_url(args, ctx) is not None
@@ -998,14 +1038,19 @@ class GitPush(_RemoteTool[GitPushArgs]):
     def rule_words(self, args: GitPushArgs) -> list[str]:
         return [args.remote, args.refspec or "HEAD", *(["--force"] if args.forces() else [])]
 
+    def _urls(self, repo: Repo, ctx: ToolContext, remote: str) -> list[str]:
+        return _push_urls(repo, ctx, remote)
+
     def preview(self, args: GitPushArgs, ctx: ToolContext) -> str | None:
         repo = repo_of(ctx)
-        url = _remote_url(repo, ctx, args.remote)
-        lines = [
-            f"remote:  {args.remote} ({redact(url)})",
+        urls = _push_urls(repo, ctx, args.remote)
+        local = all(is_local_url(url) for url in urls)
+        lines = [f"remote:  {args.remote}"]
+        lines += [f"push to: {redact(url)}" for url in urls]
+        lines += [
             f"refspec: {args.refspec or '(git default: the current branch)'}",
             f"force:   {'yes, --force-with-lease' if args.forces() else 'no'}",
-            "network: " + ("no (a path on this machine)" if is_local_url(url) else "yes"),
+            "network: " + ("no (a path on this machine)" if local else "yes"),
         ]
         return "\n".join(lines) + "\n"
 
@@ -1027,8 +1072,12 @@ class GitPush(_RemoteTool[GitPushArgs]):
                 rule="git.force_push",
             )
         repo = repo_of(ctx)
-        url = _remote_url(repo, ctx, args.remote)
-        programs = LOCAL_TRANSPORT_PROGRAMS if is_local_url(url) else TRANSPORT_PROGRAMS
+        urls = _push_urls(repo, ctx, args.remote)
+        # A path among the push URLs runs its receive-pack here: name the
+        # program that skips that repository's hooks (a server would only
+        # refuse it, and the push fails rather than running them).
+        local = any(is_local_url(url) for url in urls)
+        programs = LOCAL_TRANSPORT_PROGRAMS if local else TRANSPORT_PROGRAMS
         # The repository's config must not turn a plain push into a forced or
         # mirror push: no configured push refspecs, no mirror, an explicit ref.
         hooks = hooks_for(repo, ctx, self.hooks)
