@@ -37,14 +37,11 @@ from mcp.server.stdio import stdio_server
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
-from ..config import ConfigError, load
 from ..errors import ProtocolError
 from ..protocol import Event
 from ..service import Worker
-from ..store.journal import Journal, JournalError, default_state_dir
-from ..system import process
 from ..tools import builtin_registry
-from . import rendezvous
+from . import rendezvous, standalone
 from .client import Client, ConnectionLost, RemoteError
 
 log = logging.getLogger(__name__)
@@ -372,35 +369,19 @@ def build_server(backend: Backend) -> Server[Any]:
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m forj_py mcp", description="Serve forj's tools over MCP on stdio."
-    )
-    p.add_argument("--root", required=True, help="the project root every path is confined to")
-    p.add_argument("--config", help="the user's config file (default: $FORJ_CONFIG or XDG)")
-    p.add_argument("--state-dir", help="where the journal lives (default: $FORJ_STATE_DIR or XDG)")
-    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    return p.parse_args(argv)
+    return standalone.parser(
+        "python -m forj_py mcp", "Serve forj's tools over MCP on stdio."
+    ).parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
     args = _args(argv)
-    # stdout carries the protocol: every log line goes to stderr.
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
-    root = Path(args.root).expanduser()
-    if not root.is_dir():
-        return _fail(f"--root {args.root}: not a directory")
+    standalone.log_to_stderr(args.log_level)
     try:
-        loaded = load(root, args.config)
-    except ConfigError as exc:
-        return _fail(f"configuration error:\n{exc}")
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
-    for warning in loaded.warnings:
-        log.warning("%s", warning)
-    client = _join_running_worker(state_dir, os.path.realpath(root))
+        found = standalone.setup(args)
+    except standalone.StartError as exc:
+        return _fail(str(exc))
+    client = _join_running_worker(found.state_dir, os.path.realpath(found.root))
     if client is not None:
         try:
             anyio.run(_serve, RemoteBackend(client))
@@ -408,24 +389,10 @@ def main(argv: list[str]) -> int:
             client.close()
         return 0
     try:
-        journal = Journal(state_dir / "journal.sqlite3")
-    except JournalError as exc:
+        with standalone.own_worker(found) as worker:
+            anyio.run(_serve, LocalBackend(worker))
+    except standalone.StartError as exc:
         return _fail(str(exc))
-    if process.become_subreaper():
-        process.start_reaper()
-    try:
-        worker = Worker(root, loaded, builtin_registry(), journal, state_dir)
-    except ConfigError as exc:
-        return _fail(f"configuration error:\n{exc}")
-    worker.commands.start()
-    worker.watcher.start()
-    try:
-        anyio.run(_serve, LocalBackend(worker))
-    finally:
-        worker.watcher.stop()
-        worker.cancel_all()
-        worker.commands.close()
-        journal.close()
     return 0
 
 

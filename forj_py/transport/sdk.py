@@ -28,19 +28,16 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import __version__
-from ..config import PERMISSION_MODES, ConfigError, load
+from ..config import PERMISSION_MODES
 from ..errors import ProtocolError
 from ..protocol import ErrorCode, Event, PermissionMode
 from ..service import Worker
-from ..store.journal import Journal, JournalError, default_state_dir
-from ..system import process
-from ..tools import builtin_registry
+from . import standalone
 
 log = logging.getLogger(__name__)
 
@@ -615,46 +612,27 @@ def _cannot_ask(item: dict[str, Any]) -> str:
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m forj_py sdk",
-        description="Serve forj's tools as JSON lines (seed 004 envelopes) on stdio.",
+    p = standalone.parser(
+        "python -m forj_py sdk", "Serve forj's tools as JSON lines (seed 004 envelopes) on stdio."
     )
-    p.add_argument("--root", required=True, help="the project root every path is confined to")
-    p.add_argument("--config", help="the user's config file (default: $FORJ_CONFIG or XDG)")
-    p.add_argument("--state-dir", help="where the journal lives (default: $FORJ_STATE_DIR or XDG)")
     p.add_argument(
         "--heartbeat-seconds",
         type=float,
         default=DEFAULT_HEARTBEAT_SECONDS,
         help="how often each open session gets a Heartbeat (default: 30)",
     )
-    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
     args = _args(argv)
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    standalone.log_to_stderr(args.log_level)
     if not 0.05 <= args.heartbeat_seconds <= 3600:
         return _fail("--heartbeat-seconds: give a number from 0.05 to 3600")
-    root = Path(args.root).expanduser()
-    if not root.is_dir():
-        return _fail(f"--root {args.root}: not a directory")
     try:
-        loaded = load(root, args.config)
-    except ConfigError as exc:
-        return _fail(f"configuration error:\n{exc}")
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
-    try:
-        journal = Journal(state_dir / "journal.sqlite3")
-    except JournalError as exc:
+        found = standalone.setup(args)
+    except standalone.StartError as exc:
         return _fail(str(exc))
-    for warning in loaded.warnings:
-        log.warning("%s", warning)
     # The protocol owns stdin and stdout: keep private copies and point the
     # descriptors elsewhere, so nothing else can read a request or write a line.
     inp = os.fdopen(os.dup(0), "rb", buffering=1024 * 1024)
@@ -663,21 +641,11 @@ def main(argv: list[str]) -> int:
     os.dup2(null, 0)
     os.close(null)
     os.dup2(2, 1)
-    if process.become_subreaper():
-        process.start_reaper()
     try:
-        worker = Worker(root, loaded, builtin_registry(), journal, state_dir)
-    except ConfigError as exc:
-        return _fail(f"configuration error:\n{exc}")
-    worker.commands.start()
-    worker.watcher.start()
-    try:
-        SdkHost(worker, out, args.heartbeat_seconds).serve(inp)
-    finally:
-        worker.watcher.stop()
-        worker.cancel_all()
-        worker.commands.close()
-        journal.close()
+        with standalone.own_worker(found) as worker:
+            SdkHost(worker, out, args.heartbeat_seconds).serve(inp)
+    except standalone.StartError as exc:
+        return _fail(str(exc))
     return 0
 
 
