@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -271,6 +272,25 @@ def _existing_hooks(repo: Repo, ctx: ToolContext, names: tuple[str, ...]) -> tup
         return [], ""
     hooks = os.path.realpath(os.path.join(repo.cwd, done.out().strip(), "hooks"))
     return [n for n in names if os.access(os.path.join(hooks, n), os.X_OK)], hooks
+
+
+def _run_hooked(
+    repo: Repo, ctx: ToolContext, names: tuple[str, ...], argv: Callable[[Hooks], list[str]]
+) -> tuple[Any, Hooks]:
+    """Run git with the hooks ``names`` as the config says (skipped or sandboxed); cancellable.
+
+    The hooks come back too: the result says which ran or were skipped.
+    """
+    hooks = hooks_for(repo, ctx, names)
+    try:
+        done = repo.run(
+            argv(hooks), timeout=ctx.config.tools.git.timeout_seconds, cancel=ctx.cancel
+        )
+    finally:
+        hooks.close()
+    if done.cancelled:
+        raise errors.cancelled()
+    return done, hooks
 
 
 def hooks_for(repo: Repo, ctx: ToolContext, names: tuple[str, ...]) -> Hooks:
@@ -901,17 +921,12 @@ class GitMerge(_GitTool[GitMergeArgs]):
             return {"aborted": True, "merged": False, "conflicts": []}
         _dirty_guard(repo, ctx, "git_merge")
         argv = ["merge", "--no-edit", "--no-stat", *(["--no-ff"] if args.no_ff else [])]
-        hooks = hooks_for(repo, ctx, self.hooks)
-        try:
-            done = repo.run(
-                [*hooks.args, *argv, *hooks.verify(), str(args.branch)],
-                timeout=ctx.config.tools.git.timeout_seconds,
-                cancel=ctx.cancel,
-            )
-        finally:
-            hooks.close()
-        if done.cancelled:
-            raise errors.cancelled()
+        done, hooks = _run_hooked(
+            repo,
+            ctx,
+            self.hooks,
+            lambda hooks: [*hooks.args, *argv, *hooks.verify(), str(args.branch)],
+        )
         if not done.ok:
             return _stopped(
                 repo, ctx, "git merge", done.err() or done.out(), "merged", "git_commit"
@@ -950,17 +965,7 @@ class GitRebase(_GitTool[GitRebaseArgs]):
             # Autosquash needs the interactive machinery in git before 2.44;
             # the sequence editor is ':' (the environment pins it), so nothing waits.
             argv = ["rebase", *(["-i", "--autosquash"] if args.autosquash else []), str(args.onto)]
-        hooks = hooks_for(repo, ctx, self.hooks)
-        try:
-            done = repo.run(
-                [*hooks.args, *argv],
-                timeout=ctx.config.tools.git.timeout_seconds,
-                cancel=ctx.cancel,
-            )
-        finally:
-            hooks.close()
-        if done.cancelled:
-            raise errors.cancelled()
+        done, hooks = _run_hooked(repo, ctx, self.hooks, lambda hooks: [*hooks.args, *argv])
         if not done.ok:
             return _stopped(
                 repo,
@@ -1137,17 +1142,7 @@ class GitPull(_RemoteTool[GitPullArgs]):
             args.remote,
             *([args.branch] if args.branch else []),
         ]
-        hooks = hooks_for(repo, ctx, self.hooks)
-        try:
-            done = repo.run(
-                [*hooks.args, *argv],
-                timeout=ctx.config.tools.git.timeout_seconds,
-                cancel=ctx.cancel,
-            )
-        finally:
-            hooks.close()
-        if done.cancelled:
-            raise errors.cancelled()
+        done, hooks = _run_hooked(repo, ctx, self.hooks, lambda hooks: [*hooks.args, *argv])
         if done.timed_out:
             t = ctx.config.tools.git.timeout_seconds
             raise errors.timed_out("git pull", t, t)
