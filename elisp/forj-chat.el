@@ -89,6 +89,7 @@
 (autoload 'forj-setup "forj-setup" "Set up a language model provider: a hosted one's API key, or a local server." t)
 (autoload 'forj-set-mode "forj-permissions" "Set the permission mode of this chat." t)
 (autoload 'forj-permissions "forj-permissions" "List the permissions in force, and revoke grants." t)
+(autoload 'forj-audit "forj-audit" "List the tool calls journaled for a project." t)
 
 ;;; Options
 
