@@ -23,6 +23,7 @@ from ..protocol import ErrorKind, ErrorType
 from ..safety.files import atomic_write, ensure_parents, read_bytes, sha256
 from ..safety.paths import SafePath
 from ..store.journal import FileChange
+from . import _syntax_gate
 from ._elcheck import check as check_elisp
 from .registry import Staged, ToolContext
 
@@ -215,12 +216,14 @@ def split_file_diffs(preview: str) -> list[str]:
     return ["".join(piece) for piece in pieces]
 
 
-def validate(sp: SafePath, new_text: str, old_text: str | None = None) -> None:
-    """Refuse ``.el`` text that Emacs could not read: it would break at its next load.
+def validate(ctx: ToolContext, sp: SafePath, new_text: str, old_text: str | None = None) -> None:
+    """Refuse text that would break the file: unreadable Emacs Lisp, or (with the
+    rule ``code.ast.parsed``) source code with more syntax errors than it had.
 
     A file that was already unreadable may still be edited as long as the
     edit does not make it worse (the same problem, or none).
     """
+    _syntax_gate.check_write(ctx.config, sp, new_text, old_text)
     if not sp.display.endswith(".el"):
         return
     problem = check_elisp(new_text)
@@ -366,7 +369,7 @@ def apply_user_text(ctx: ToolContext, staged: list[Staged], texts: dict[str, str
                 "File changed between review and execution",
             )
         new_text = texts.get(item.display, item.new)
-        validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
+        validate(ctx, loaded.sp, new_text, loaded.text if loaded.exists else None)
         changes.append((loaded, new_text))
     ctx.check_cancelled()
     backups = commit_all(ctx, changes)

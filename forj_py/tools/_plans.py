@@ -250,7 +250,7 @@ def _export_plan(ctx: ToolContext, path: str, text: str) -> tuple[_edit.Loaded, 
     # A directory or a special file is refused by the read (a file-error).
     loaded = _edit.load(ctx, path, must_exist=False, enforce_read=False)
     new_text = _edit.with_newlines(redact(text), loaded.newline)
-    _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
+    _edit.validate(ctx, loaded.sp, new_text, loaded.text if loaded.exists else None)
     notes = []
     if loaded.exists:
         assert loaded.data is not None

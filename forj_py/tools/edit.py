@@ -126,7 +126,7 @@ class Edit(Tool[EditArgs]):
             grown = span.replacement.count("\n") - replaced.count("\n")
             hunks.append((span.first_line, count, count + grown))
         new_text = "".join([*pieces, text[at:]])
-        _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
+        _edit.validate(ctx, loaded.sp, new_text, loaded.text if loaded.exists else None)
         plan = _Plan(loaded, new_text, _match.Found(found.way, spans))
         plan.hunks = hunks
         plan.credentials = kept * len(spans)

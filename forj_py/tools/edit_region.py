@@ -119,7 +119,7 @@ class EditRegion(Tool[EditRegionArgs]):
         region = _regions.Region(args.start_line, args.end_line, args.new_content, args.expected)
         placed = _regions.place(ctx, loaded, [region])
         new_text, hunks = _regions.apply(loaded, placed)
-        _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
+        _edit.validate(ctx, loaded.sp, new_text, loaded.text if loaded.exists else None)
         return loaded, new_text, placed, hunks
 
     def preview(self, args: EditRegionArgs, ctx: ToolContext) -> str | None:

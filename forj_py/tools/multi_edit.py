@@ -102,7 +102,7 @@ class MultiEdit(Tool[MultiEditArgs]):
                 ]
                 entry.placed = _regions.place(ctx, entry.loaded, regions)
                 entry.new_text, entry.hunks = _regions.apply(entry.loaded, entry.placed)
-                _edit.validate(entry.loaded.sp, entry.new_text, entry.loaded.text)
+                _edit.validate(ctx, entry.loaded.sp, entry.new_text, entry.loaded.text)
             except ToolFailure as failure:
                 if args.stop_on_error:
                     raise _in_batch(failure, path) from None

@@ -152,7 +152,7 @@ def _plan_op(ctx: ToolContext, op: FileOp, preview: bool) -> _FilePlan:
                 ],
             )
         new_text = op.content or ""
-        _edit.validate(loaded.sp, new_text)
+        _edit.validate(ctx, loaded.sp, new_text)
         return _FilePlan(op, loaded.sp, loaded=loaded, new_text=new_text)
     if given_is_link(ctx, op.path):
         raise refuse_link(op.path, "patch")
@@ -170,7 +170,7 @@ def _plan_op(ctx: ToolContext, op: FileOp, preview: bool) -> _FilePlan:
     loaded = _edit.load(ctx, op.path, must_exist=True, enforce_read=not preview)
     display = loaded.sp.display
     new_text, applied = _patchapply.apply(display, loaded.text, loaded.newline, op.hunks)
-    _edit.validate(loaded.sp, new_text, loaded.text)
+    _edit.validate(ctx, loaded.sp, new_text, loaded.text)
     item = _FilePlan(op, loaded.sp, loaded=loaded, new_text=new_text, applied=applied)
     if op.move_to is not None:
         if given_is_link(ctx, op.move_to):
@@ -184,7 +184,7 @@ def _plan_op(ctx: ToolContext, op: FileOp, preview: bool) -> _FilePlan:
                     dst.display,
                     recovery=["Choose another destination, or delete that file first"],
                 )
-            _edit.validate(dst, new_text, loaded.text)
+            _edit.validate(ctx, dst, new_text, loaded.text)
             item.dst = dst
             item.mode = read_tree(ctx, loaded.sp, recursive=False).files[0][2]
     return item

@@ -66,7 +66,7 @@ class WriteFile(Tool[WriteFileArgs]):
             _guards.check_double_escape(content, loaded.text, "content", display)
             _guards.check_placeholders(content, loaded.text, 1, "content", display)
         new_text = loaded.text + content if args.append else content
-        _edit.validate(loaded.sp, new_text, loaded.text if loaded.exists else None)
+        _edit.validate(ctx, loaded.sp, new_text, loaded.text if loaded.exists else None)
         return loaded, new_text, kept
 
     def preview(self, args: WriteFileArgs, ctx: ToolContext) -> str | None:
