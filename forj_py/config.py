@@ -281,7 +281,8 @@ class AstConfig(_Section):
     max_file_bytes: int = Field(default=2 << 20, ge=1024, le=64 << 20)
 
 
-VALIDATOR_RULES = (
+# The rules of the validator catalog: the config's and the validate tool's one list.
+ValidatorRule = Literal[
     "secrets.scan",
     "code.todo.blockers",
     "build.must.pass",
@@ -293,26 +294,14 @@ VALIDATOR_RULES = (
     "sec.git.clean_tree",
     "sec.paths.sandbox",
     "code.ast.parsed",
-)
+]
 COMMAND_RULES = frozenset({"build.must.pass", "lint.must.pass", "fmt.must.pass"})
 
 
 class ValidatorConfig(_Section):
     """One ``[[validators]]`` entry: a rule of the catalog and how much it matters."""
 
-    rule: Literal[
-        "secrets.scan",
-        "code.todo.blockers",
-        "build.must.pass",
-        "lint.must.pass",
-        "fmt.must.pass",
-        "test.required.changed",
-        "commit.message.conventional",
-        "branch.naming.convention",
-        "sec.git.clean_tree",
-        "sec.paths.sandbox",
-        "code.ast.parsed",
-    ]
+    rule: ValidatorRule
     # Absent: the rule's level in the catalog.
     enforcement: Literal["blocking", "warning", "suggestion"] | None = None
     # The argv a *.must.pass rule runs (and test.required.changed, if given),

@@ -26,6 +26,9 @@ DEADLINE_SECONDS = 2.0
 
 
 def _blocking(config: Config) -> bool:
+    # No enforcement given: the catalog's level for this rule, blocking
+    # (``_validators.CATALOG_LEVEL``; not imported here, a write must not
+    # load the git and validator machinery).
     return any(
         v.rule == "code.ast.parsed" and (v.enforcement or "blocking") == "blocking"
         for v in config.validators

@@ -16,25 +16,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import errors
-from ..config import COMMAND_RULES, VALIDATOR_RULES, Config, ValidatorConfig
+from ..config import COMMAND_RULES, Config, ValidatorConfig, ValidatorRule
 from . import _validators as V
 from .git import repo_of
 from .registry import Tool, ToolContext
 
-RuleId = Literal[
-    "secrets.scan",
-    "code.todo.blockers",
-    "build.must.pass",
-    "lint.must.pass",
-    "fmt.must.pass",
-    "test.required.changed",
-    "commit.message.conventional",
-    "branch.naming.convention",
-    "sec.git.clean_tree",
-    "sec.paths.sandbox",
-    "code.ast.parsed",
-]
-assert set(RuleId.__args__) == set(VALIDATOR_RULES)  # type: ignore[attr-defined]
+RuleId = ValidatorRule
 
 
 class ValidateArgs(BaseModel):
