@@ -198,4 +198,45 @@ def test_glob_matcher_agrees_with_wcmatch(patterns: list[str], parts: list[str])
 
     flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
     rel = "/".join(parts)
-    assert _matcher(patterns, flags)(rel) == wcglob.compile(patterns, flags=flags).match(rel)
+    wanted, tails = _matcher(patterns, flags)
+    matches = wcglob.compile(patterns, flags=flags).match(rel)
+    assert wanted(rel) == matches
+    # The tails the walk passes files over by are true of every match.
+    if tails is not None and matches:
+        assert rel.endswith(tails)
+
+
+@needs_re2
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("pattern", ["**/*.py", "**/n.py", "src/**/*.{py,log}", "*.log"])
+def test_glob_walk_passing_files_over_by_their_tail_equals_the_whole_walk(
+    tmp_path: Path, seed: int, pattern: str
+) -> None:
+    # A glob's walk drops files whose names cannot match before judging
+    # them; directories named like matches ("n.py/"), hidden names, ignore
+    # files and symlinks are still judged in full, so the entries are the
+    # ones the walk without the shortcut gives.
+    from wcmatch import glob as wcglob
+
+    from forj_py.tools.listing import _matcher
+
+    rng = random.Random(seed)
+    root = tmp_path / "p"
+    tree = _random_tree(rng, 4)
+    tree["n.py"] = {"inner.py": "x", ".gitignore": "inner.py\n"}
+    tree["src"] = {"build": {"x.log": "x"}, "keep.log": "x", "a.py": "x"}
+    write_tree(root, tree)
+    (root / "link.py").symlink_to(root / "src")
+    sandbox = Sandbox(root, denied_patterns=["**/*.pub", "src/n.py"])
+    excludes = Excludes(["*.png", "node_modules/"])
+    flags = wcglob.GLOBSTAR | wcglob.BRACE | wcglob.DOTGLOB
+    wanted, tails = _matcher([pattern], flags)
+    assert tails is not None
+
+    def entries(**kw: Any) -> list[Entry]:
+        walker = Walker(sandbox, include_hidden=True, excludes=excludes)
+        return list(walker.walk("", **kw))
+
+    shortcut = entries(wanted=wanted, suffixes=tails)
+    assert shortcut == entries(wanted=wanted)
+    assert shortcut == [e for e in entries() if wanted(e.rel)]

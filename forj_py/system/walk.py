@@ -129,12 +129,16 @@ class Walker:
         follow_symlinks: bool = False,
         files_only: bool = False,
         wanted: Callable[[str], bool] | None = None,
+        suffixes: tuple[str, ...] | None = None,
         check: Callable[[], None] | None = None,
     ) -> Iterator[Entry]:
         """Entries under ``start_rel`` (breadth-first, names sorted), filtered as above.
 
         ``wanted``: only paths it accepts are yielded (and ``stat``-ed); the
-        walk still goes through every directory.  ``check`` runs before each
+        walk still goes through every directory.  ``suffixes``: what every
+        path ``wanted`` accepts ends with, if that is known (``.py`` for
+        ``**/*.py``); a file whose name ends otherwise is passed over before
+        any other question is asked of it.  ``check`` runs before each
         directory is read (a cancel check that raises).
         """
         for batch in self.walk_batches(
@@ -143,6 +147,7 @@ class Walker:
             follow_symlinks=follow_symlinks,
             files_only=files_only,
             wanted=wanted,
+            suffixes=suffixes,
             check=check,
         ):
             yield from batch
@@ -155,6 +160,7 @@ class Walker:
         follow_symlinks: bool = False,
         files_only: bool = False,
         wanted: Callable[[str], bool] | None = None,
+        suffixes: tuple[str, ...] | None = None,
         check: Callable[[], None] | None = None,
     ) -> Iterator[list[Entry]]:
         """:meth:`walk`'s entries, one list per directory read (none empty)."""
@@ -174,6 +180,7 @@ class Walker:
             files_only,
             seen,
             wanted,
+            suffixes,
             check,
         )
 
@@ -187,11 +194,13 @@ class Walker:
         files_only: bool,
         seen: set[tuple[int, int]],
         wanted: Callable[[str], bool] | None = None,
+        suffixes: tuple[str, ...] | None = None,
         check: Callable[[], None] | None = None,
     ) -> Iterator[list[Entry]]:
         # Breadth first, names sorted within each directory: a walk stopped
         # early (a cap) has shown the top of the tree, not one deep corner.
         limit = MAX_DEPTH if max_depth is None else min(max_depth, MAX_DEPTH)
+        keep = None if wanted is None or suffixes is None else _may_hold(suffixes)
         queue: collections.deque[tuple[str, str, int]] = collections.deque(
             [(abs_dir, rel_dir, depth)]
         )
@@ -206,9 +215,9 @@ class Walker:
                 # Through the directory's descriptor, each child's stat is an
                 # fstatat of its bare name: no walk of the whole path again.
                 with os.scandir(fd) if _SCANDIR_FD else os.scandir(abs_dir) as it:
-                    children = sorted(it, key=_by_name)
+                    children = sorted(it if keep is None else filter(keep, it), key=_by_name)
                 entries, descend = self._judge(
-                    abs_dir, rel_dir, children, depth, follow, files_only, seen, wanted
+                    abs_dir, rel_dir, children, depth, follow, files_only, seen, wanted, suffixes
                 )
             finally:
                 os.close(fd)
@@ -227,6 +236,7 @@ class Walker:
         files_only: bool,
         seen: set[tuple[int, int]],
         wanted: Callable[[str], bool] | None,
+        suffixes: tuple[str, ...] | None = None,
     ) -> tuple[list[Entry], list[tuple[str, str]]]:
         """One directory's children that pass every filter, in order.
 
@@ -239,9 +249,16 @@ class Walker:
         them may match are then judged one by one, by the same code a
         single path goes through.  Runs while the directory's descriptor is
         open: the children's ``stat`` goes through it.
+
+        With ``wanted``, a file it does not accept is dropped first: no
+        rule can make it shown, and a glob's walk meets mostly such files.
+        Directories (and, when followed, symlinks) are judged in full: what
+        lies below them may be wanted.
         """
         prefix = f"{rel_dir}/" if rel_dir else ""
         kept: list[tuple[os.DirEntry[str], str, str, bool, bool]] = []
+        # Files ``wanted`` already accepted, by their index in ``kept``.
+        accepted: set[int] = set()
         ignore_files: list[str] = []
         include_hidden = self.include_hidden
         for child in children:
@@ -264,6 +281,12 @@ class Walker:
                 is_dir = not is_link and child.is_dir()
             except OSError:
                 continue
+            if wanted is not None and not is_dir and not (is_link and follow):
+                if suffixes is not None and not name.endswith(suffixes):
+                    continue
+                if not wanted(prefix + name):
+                    continue
+                accepted.add(len(kept))
             kept.append((child, name, prefix + name, is_link, is_dir))
         if not kept:
             return [], []
@@ -305,7 +328,9 @@ class Walker:
             # A symlink to a directory it does not follow is a file to a
             # files-only walk (search reads through it, inside the project).
             if (wanted is not None or files_only or not visible) and (
-                not visible or (files_only and walked) or (wanted is not None and not wanted(rel))
+                not visible
+                or (files_only and walked)
+                or (wanted is not None and n not in accepted and not wanted(rel))
             ):
                 continue
             try:
@@ -380,6 +405,27 @@ class Walker:
             return False
         seen.add((st.st_dev, st.st_ino))
         return True
+
+
+def _may_hold(suffixes: tuple[str, ...]) -> Callable[[os.DirEntry[str]], bool]:
+    """Whether a directory's child may be, or lead to, a path ending with ``suffixes``.
+
+    A glob's walk asks this of every entry before sorting or judging any:
+    in a source tree most files end otherwise.  Hidden names stay (the
+    ignore files are among them), and so does anything that is or may be
+    a directory (a symlink to one included): they are judged in full.
+    """
+
+    def keep(child: os.DirEntry[str]) -> bool:
+        name = child.name
+        if name.endswith(suffixes) or name[0] == ".":
+            return True
+        try:
+            return child.is_dir()
+        except OSError:
+            return True
+
+    return keep
 
 
 def _open_dir(path: str) -> int | None:

@@ -271,7 +271,8 @@ class Glob(Tool[GlobArgs]):
             walkers.append(walker)
             # Only matches are stat-ed; cancelling is checked per directory,
             # so a pattern that matches nothing still stops.
-            walk = walker.walk_batches("", wanted=_matcher(group, flags), check=ctx.check_cancelled)
+            wanted, tails = _matcher(group, flags)
+            walk = walker.walk_batches("", wanted=wanted, suffixes=tails, check=ctx.check_cancelled)
             for batch in walk:
                 if len(groups) == 1:  # one walk never meets a path twice
                     stopped = not fit.add_all(batch)
@@ -295,19 +296,23 @@ class Glob(Tool[GlobArgs]):
         return result
 
 
-def _matcher(patterns: list[str], flags: int) -> Callable[[str], bool]:
-    """Whether a path matches any of ``patterns``: what wcmatch's matcher says, sooner.
+def _matcher(
+    patterns: list[str], flags: int
+) -> tuple[Callable[[str], bool], tuple[str, ...] | None]:
+    """Whether a path matches any of ``patterns`` (what wcmatch's matcher says,
+    sooner), and what every matching path ends with, when that is known.
 
     The walk asks about every entry of the project.  wcmatch's expressions
     are matched directly (its matcher adds microseconds of Python per call),
     and only for a path ending with a pattern's literal tail (".py" of
-    "**/*.py"): a path that matches must end with it.
+    "**/*.py"): a path that matches must end with it.  The walk is given
+    the tails too, to pass over most files before asking.
     """
     from wcmatch import glob as wcglob
 
     include, exclude = wcglob.translate(patterns, flags=flags)
     if exclude:  # negated patterns: not asked for by these flags; be exact anyway
-        return cast("Callable[[str], bool]", wcglob.compile(patterns, flags=flags).match)
+        return cast("Callable[[str], bool]", wcglob.compile(patterns, flags=flags).match), None
     expressions = [re.compile(p) for p in include]
     compiled = [e.fullmatch for e in expressions]
     tails = _literal_tails(patterns)
@@ -319,7 +324,7 @@ def _matcher(patterns: list[str], flags: int) -> Callable[[str], bool]:
             return False
         return any(match(rel) is not None for match in compiled)
 
-    return wanted
+    return wanted, tails
 
 
 def _literal_tails(patterns: list[str]) -> tuple[str, ...] | None:
