@@ -15,6 +15,7 @@ from forj_py.output import (
     json_size,
     redact,
     sanitize,
+    sanitize_value,
     short_summary,
     truncate_text,
 )
@@ -178,6 +179,61 @@ def test_json_control_check_on_ascii_never_misses_what_sanitize_would_change(tex
 
     if sanitize(text) != text:
         assert json_has_controls(dumps({"k": [text]}))
+
+
+_BACKSLASHY = st.text(
+    alphabet=st.sampled_from(
+        [
+            "\\",
+            "r",
+            "b",
+            "f",
+            "n",
+            "t",
+            "u",
+            "0",
+            "1",
+            "b",
+            "e",
+            "\r",
+            "\x1b",
+            "\x7f",
+            "\x85",
+            "\u202e",
+            "\u2067",
+            "\u2028",
+            "é",
+            "°",
+            "\ud800",
+            '"',
+            "a",
+        ]
+    )
+)
+
+
+@settings(max_examples=1000)
+@given(st.one_of(st.text(), _BACKSLASHY), st.one_of(st.text(), _BACKSLASHY))
+def test_json_control_check_says_yes_exactly_when_sanitize_would_change_something(
+    key: str, text: str
+) -> None:
+    # No false negatives (a control would reach the model), and no false
+    # positives either: a megabyte of source that spells "\\r" or holds a
+    # Windows path must not take the slow path of sanitizing every string.
+    from forj_py.output import dumps, json_has_controls
+
+    value = {key: [text, "x"]}
+    assert json_has_controls(dumps(value)) == (sanitize_value(value) != value)
+
+
+def test_json_control_check_tells_escaped_backslashes_from_escapes() -> None:
+    from forj_py.output import dumps, json_has_controls
+
+    assert not json_has_controls(dumps("C:\\files\\bin\\run 'a\\r\\n' \\\\u001b"))
+    assert json_has_controls(dumps("a\\\rb"))  # a backslash, then a real carriage return
+    assert json_has_controls(dumps("\\\\\x1b[31m"))
+    assert json_has_controls(dumps("é\x85"))
+    assert not json_has_controls(dumps("é° — ok"))
 
 
 # --- credentials in URLs -------------------------------------------------------------------
