@@ -6,9 +6,11 @@ user (or a build) changed asks the model to read it again instead of
 failing late.  Our own writes also produce events: a file whose content
 still hashes to what the worker recorded is left alone.
 
-Uses ``watchfiles`` (inotify on Linux, FSEvents on macOS).  If watching
-cannot start (an inotify limit, say), the worker logs it and carries on:
-the hash check at write time still holds.
+On Linux the tree is watched with inotify for changes only
+(:mod:`forj_py.system.inotify`: a watcher that also asks for reads wakes
+for every file a search or a build opens); elsewhere with ``watchfiles``
+(FSEvents on macOS).  If watching cannot start, the worker logs it and
+carries on: the hash check at write time still holds.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from .tools.registry import Session
 
@@ -49,33 +52,44 @@ class Watcher:
 
     def _run(self) -> None:
         try:
-            # Imported here, on the watcher's own thread, after the port is out.
-            import watchfiles
-
-            for changes in watchfiles.watch(
-                self.root,
-                watch_filter=_interesting,
-                stop_event=self.stop_event,
-                debounce=50,
-                step=20,
-                yield_on_timeout=True,
-                rust_timeout=200,
-                raise_interrupt=False,
-            ):
-                self.ready.set()
-                for _, path in changes:
+            for changes in _changes(self.root, self.stop_event, self.ready):
+                if changes is None:  # events were lost: look again at everything
+                    self._rescan()
+                    continue
+                for path in changes:
+                    if not _interesting(path):
+                        continue
                     self._changed(path)
-                    if self.on_change is not None:
-                        try:
-                            self.on_change(path)
-                        except Exception:
-                            log.exception("change listener failed for %s", path)
+                    self._tell(path)
         except Exception:  # watching is best effort, never fatal
             log.warning(
                 "file watching stopped; stale files are still caught when edited", exc_info=True
             )
         finally:
             self.ready.set()
+
+    def _tell(self, path: str) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change(path)
+            except Exception:
+                log.exception("change listener failed for %s", path)
+
+    def _rescan(self) -> None:
+        """After lost events: every file read is checked, every top-level entry told."""
+        with self.session.lock:
+            read = list(self.session.file_reads)
+        for path in read:
+            self._changed(path)
+        try:
+            with os.scandir(self.root) as it:
+                names = [e.name for e in it]
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(self.root, name)
+            if _interesting(path):
+                self._tell(path)
 
     def _changed(self, path: str) -> None:
         canonical = os.path.realpath(path)
@@ -91,7 +105,41 @@ class Watcher:
             log.info("%s changed outside forj; it must be read again before editing", path)
 
 
-def _interesting(change: object, path: str) -> bool:
+def _changes(root: str, stop: threading.Event, ready: threading.Event) -> Iterator[set[str] | None]:
+    """Sets of changed paths (None: events were lost), from inotify on Linux,
+    from watchfiles elsewhere; ``ready`` is set once watching has begun."""
+    try:
+        from .system.inotify import TreeWatcher
+
+        tree = TreeWatcher(root, skip=lambda name: name == ".git")
+    except (ImportError, OSError) as exc:
+        if sys.platform.startswith("linux"):
+            log.info("inotify unavailable (%s); watching with watchfiles", exc)
+    else:
+        ready.set()
+        try:
+            yield from tree.changes(stop)
+        finally:
+            tree.close()
+        return
+    # Imported here, on the watcher's own thread, after the port is out.
+    import watchfiles
+
+    for changes in watchfiles.watch(
+        root,
+        stop_event=stop,
+        debounce=50,
+        step=20,
+        yield_on_timeout=True,
+        rust_timeout=200,
+        raise_interrupt=False,
+    ):
+        ready.set()
+        if changes:
+            yield {path for _, path in changes}
+
+
+def _interesting(path: str) -> bool:
     # Git's own files, and our own temporary files mid-write, are noise.
     return f"{os.sep}.git{os.sep}" not in path and ".forj-" not in os.path.basename(path)
 

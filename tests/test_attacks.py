@@ -137,6 +137,41 @@ def test_attack_denied_files_are_masked_whatever_the_flags(make_worker: MakeWork
     assert (project / ".env").read_text() == "API_TOKEN=leak-me-env\n"  # the file itself is intact
 
 
+def test_attack_secrets_written_after_the_worker_started_are_masked_too(
+    make_worker: MakeWorker,
+) -> None:
+    """A secret that appears while the worker runs (a new directory holding a
+    .env, a key copied in, one moved in from outside) is masked for the next
+    command: the file watcher keeps the masks current."""
+    worker = make_worker()
+    project = Path(worker.root)
+    worker.watcher.start()
+    try:
+        assert worker.watcher.ready.wait(5)
+        (first,) = run(worker, sh("0", "true"))  # the mask index is built by now
+        assert first["ok"], first
+        (project / "svc" / "conf").mkdir(parents=True)
+        (project / "svc" / "conf" / ".env").write_text("TOKEN=leak-me-new-dir\n")
+        (project / "id_ed25519").write_text("leak-me-copied-key\n")
+        staged = project.parent / "staged-secret"
+        staged.mkdir()
+        (staged / "deploy.pem").write_text("leak-me-moved-in\n")
+        os.rename(staged, project / "certs")
+        deadline = time.monotonic() + 10
+        while True:
+            (r,) = run(
+                worker,
+                sh("1", "cat svc/conf/.env id_ed25519 certs/deploy.pem; grep -r leak-me ."),
+            )
+            if "leak-me" not in out(r) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # the watcher's events arrive within its debounce
+        assert "leak-me" not in out(r), r
+    finally:
+        worker.watcher.stop()
+        worker.watcher.thread.join(5)
+
+
 def test_attack_git_config_credentials_are_redacted_for_commands(
     make_worker: MakeWorker,
 ) -> None:
