@@ -161,7 +161,12 @@ class Worker:
         self.runner = Runner(
             self.sandbox, self.config, self.session, journal, self.backups, self.commands
         )
-        self.watcher = Watcher(self.root, self.session, on_change=self.commands.masks.changed)
+        self.watcher = Watcher(
+            self.root,
+            self.session,
+            on_change=self.commands.masks.changed,
+            on_incomplete=self.commands.masks.unwatched,
+        )
         self._batches: OrderedDict[str, Batch] = OrderedDict()
         self._lock = threading.Lock()
         # Journaled batches a plan has taken up: each is planned once.

@@ -35,11 +35,15 @@ class Watcher:
         root: str,
         session: Session,
         on_change: Callable[[str], None] | None = None,
+        on_incomplete: Callable[[], None] | None = None,
     ) -> None:
         self.root = root
         self.session = session
         # Told of every change (the command sandbox keeps its masks current).
         self.on_change = on_change
+        # Told when changes may go unseen from now on: watching stopped, or
+        # some directories are not watched.
+        self.on_incomplete = on_incomplete
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="forj-watch", daemon=True)
         self.ready = threading.Event()
@@ -52,7 +56,7 @@ class Watcher:
 
     def _run(self) -> None:
         try:
-            for changes in _changes(self.root, self.stop_event, self.ready):
+            for changes in _changes(self.root, self.stop_event, self.ready, self._incomplete):
                 if changes is None:  # events were lost: look again at everything
                     self._rescan()
                     continue
@@ -65,8 +69,16 @@ class Watcher:
             log.warning(
                 "file watching stopped; stale files are still caught when edited", exc_info=True
             )
+            self._incomplete()
         finally:
             self.ready.set()
+
+    def _incomplete(self) -> None:
+        if self.on_incomplete is not None:
+            try:
+                self.on_incomplete()
+            except Exception:
+                log.exception("the listener for incomplete watching failed")
 
     def _tell(self, path: str) -> None:
         if self.on_change is not None:
@@ -105,9 +117,15 @@ class Watcher:
             log.info("%s changed outside forj; it must be read again before editing", path)
 
 
-def _changes(root: str, stop: threading.Event, ready: threading.Event) -> Iterator[set[str] | None]:
+def _changes(
+    root: str,
+    stop: threading.Event,
+    ready: threading.Event,
+    incomplete: Callable[[], None],
+) -> Iterator[set[str] | None]:
     """Sets of changed paths (None: events were lost), from inotify on Linux,
-    from watchfiles elsewhere; ``ready`` is set once watching has begun."""
+    from watchfiles elsewhere; ``ready`` is set once watching has begun,
+    ``incomplete`` called when some directories are left unwatched."""
     try:
         from .system.inotify import TreeWatcher
 
@@ -116,16 +134,24 @@ def _changes(root: str, stop: threading.Event, ready: threading.Event) -> Iterat
         if sys.platform.startswith("linux"):
             log.info("inotify unavailable (%s); watching with watchfiles", exc)
     else:
+        told = False
         ready.set()
         try:
-            yield from tree.changes(stop)
+            if not tree.complete:
+                told = True
+                incomplete()
+            for changes in tree.changes(stop):
+                if not told and not tree.complete:
+                    told = True
+                    incomplete()
+                yield changes
         finally:
             tree.close()
         return
     # Imported here, on the watcher's own thread, after the port is out.
     import watchfiles
 
-    for changes in watchfiles.watch(
+    for events in watchfiles.watch(
         root,
         stop_event=stop,
         debounce=50,
@@ -135,8 +161,8 @@ def _changes(root: str, stop: threading.Event, ready: threading.Event) -> Iterat
         raise_interrupt=False,
     ):
         ready.set()
-        if changes:
-            yield {path for _, path in changes}
+        if events:
+            yield {path for _, path in events}
 
 
 def _interesting(path: str) -> bool:

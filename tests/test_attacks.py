@@ -172,6 +172,40 @@ def test_attack_secrets_written_after_the_worker_started_are_masked_too(
         worker.watcher.thread.join(5)
 
 
+def test_attack_secrets_are_masked_when_the_watcher_cannot_follow_the_project(
+    make_worker: MakeWorker,
+) -> None:
+    """Watching stopped, or the inotify watch limit left directories out: no
+    event will tell the masks about a new secret, so every command indexes
+    the project again before it starts."""
+    worker = make_worker()
+    project = Path(worker.root)
+    (first,) = run(worker, sh("0", "true"))  # the index is built, and nothing watches
+    assert first["ok"], first
+    worker.commands.masks.unwatched()
+    (project / "late").mkdir()
+    (project / "late" / ".env").write_text("TOKEN=leak-me-unwatched\n")
+    (r,) = run(worker, sh("1", "cat late/.env; grep -r leak-me ."))
+    assert "leak-me" not in out(r), r
+
+
+def test_watcher_that_leaves_directories_unwatched_says_so(
+    make_worker: MakeWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forj_py.system.inotify import TreeWatcher
+
+    monkeypatch.setattr(TreeWatcher, "complete", property(lambda self: False))
+    worker = make_worker()
+    told = threading.Event()
+    worker.watcher.on_incomplete = told.set
+    worker.watcher.start()
+    try:
+        assert told.wait(5)
+    finally:
+        worker.watcher.stop()
+        worker.watcher.thread.join(5)
+
+
 def test_attack_git_config_credentials_are_redacted_for_commands(
     make_worker: MakeWorker,
 ) -> None:

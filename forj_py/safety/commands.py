@@ -166,12 +166,25 @@ class MaskIndex:
         self._readonly: set[str] = set()
         self._ready = threading.Event()
         self.entries = 0
+        # Set when the watcher cannot keep the index current: then every
+        # command indexes the project again before it starts.
+        self._unwatched = False
 
     def start(self) -> None:
         threading.Thread(target=self._build, name="forj-masks", daemon=True).start()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
+
+    def unwatched(self) -> None:
+        """The watcher stopped, or left directories unwatched: a secret written
+        there would not reach the index, so each command walks the project first."""
+        if not self._unwatched:
+            log.warning(
+                "the file watcher cannot follow the whole project; every command "
+                "indexes denied files again before it starts"
+            )
+        self._unwatched = True
 
     def _build(self) -> None:
         try:
@@ -273,6 +286,14 @@ class MaskIndex:
         bwrap creates a missing mount point, which on the writable project
         would leave an empty file behind, so every entry is checked.
         """
+        if self._unwatched:
+            files_now: set[str] = set()
+            dirs_now: set[str] = set()
+            readonly_now: set[str] = set()
+            self.entries = 0
+            self._scan("", files_now, dirs_now, readonly_now)
+            with self._lock:
+                self._files, self._dirs, self._readonly = files_now, dirs_now, readonly_now
         with self._lock:
             files, dirs, readonly = sorted(self._files), sorted(self._dirs), sorted(self._readonly)
         out = Masks()

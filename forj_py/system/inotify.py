@@ -84,6 +84,11 @@ class TreeWatcher:
             raise OSError(errno.ENOENT, "cannot watch the project root", self.root)
         self._add_below(self.root)
 
+    @property
+    def complete(self) -> bool:
+        """Whether every directory is watched (none was left out at the watch limit)."""
+        return not self._full
+
     def close(self) -> None:
         self._ino.close()
 
