@@ -12,7 +12,10 @@
 ;;   NAME_bytes N    the file's size
 ;;   NAME_json MS    `read_file' round trip (plan + execute) over JSON
 ;;                   frames, median: the worker's reply handed to
-;;                   `json-parse-buffer' where it lies
+;;                   `json-parse-buffer' where it lies, its long string
+;;                   (the file's content) sent raw after the JSON
+;;   NAME_inline MS  the same with the reply's long strings inside its
+;;                   JSON (a connection that did not offer raw strings)
 ;;   NAME_epc MS     the same over standard EPC frames (a second
 ;;                   connection that did not ask for JSON frames): the
 ;;                   reply read as a Lisp string, then parsed
@@ -52,12 +55,14 @@
       (error "The read failed: %S" reply))
     reply))
 
-(defun forj-bench--standard-connection (worker)
-  "A second connection to WORKER that keeps to standard EPC frames."
+(defun forj-bench--standard-connection (worker &optional json-inline)
+  "A second connection to WORKER that keeps to standard EPC frames.
+With JSON-INLINE, one that takes JSON frames but no raw strings."
   (let* ((port (process-contact (forj-epc-connection-process (forj-worker-connection worker))
                                 :service))
          (conn (forj-epc-connect port :name "bench-standard"))
-         (forj-epc-json-frames nil))
+         (forj-epc-json-frames json-inline)
+         (forj-epc-raw-strings nil))
     (forj-epc-call-sync conn "hello" (list :token (forj-worker-token worker)) :timeout 30)
     conn))
 
@@ -70,7 +75,8 @@
   (let ((conn (forj-worker-connection worker)))
     (princ (format "ping %.4f\n"
                    (forj-bench--time 2000 200 (lambda () (forj-epc-call-sync conn "ping" nil)))))
-    (let ((standard (forj-bench--standard-connection worker)))
+    (let ((standard (forj-bench--standard-connection worker))
+          (inline (forj-bench--standard-connection worker t)))
       (dolist (name '("code.py" "big.txt"))
         (let ((file (expand-file-name name root))
               (key (file-name-sans-extension name)))
@@ -78,6 +84,8 @@
             (princ (format "%s_bytes %d\n" key (file-attribute-size (file-attributes file))))
             (princ (format "%s_json %.1f\n" key
                            (forj-bench--time 30 3 (lambda () (forj-bench--read-file conn name)))))
+            (princ (format "%s_inline %.1f\n" key
+                           (forj-bench--time 30 3 (lambda () (forj-bench--read-file inline name)))))
             (princ (format "%s_epc %.1f\n" key
                            (forj-bench--time 30 3 (lambda () (forj-bench--read-file standard name)))))
             (let ((text (make-temp-file "forj-bench-reply" nil ".json")))
@@ -98,7 +106,8 @@
                                                            :null-object :null
                                                            :false-object :false)))))))
                 (delete-file text))))))
-      (forj-epc-close standard)))
+      (forj-epc-close standard)
+      (forj-epc-close inline)))
   (forj-worker-stop root))
 
 ;;; epc-bench.el ends here

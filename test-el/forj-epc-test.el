@@ -224,6 +224,15 @@ and every worker started for the project is stopped afterwards."
      (forj-test--json-frame "(event-json 4 ascii)" "{\"kind\":\"stderr\"}" "a\nb\n")
      ;; An event all in JSON.
      (forj-test--json-frame "(event-json)" "{\"kind\":\"finished\",\"ok\":true}")
+     ;; A reply whose long strings follow its JSON, raw, in order.
+     (let ((one (encode-coding-string forj-test--tricky 'utf-8)))
+       (forj-test--json-frame
+        (format "(return-json 5 (raw ((\"results\" 0 \"content\") %d) ((\"note\") 3 ascii)))"
+                (length one))
+        "{\"results\":[{\"content\":null,\"n\":1}],\"note\":null}"
+        (concat forj-test--tricky "abc")))
+     ;; A raw string whose path names no null: an error for its call.
+     (forj-test--json-frame "(return-json 6 (raw ((\"x\") 2)))" "{\"x\":1}" "ab")
      ;; A reply that is not valid JSON: an error for its call, not a stuck filter.
      (forj-test--json-frame "(return-json 3)" "{\"broken\": ")
      ;; A standard error.
@@ -247,7 +256,7 @@ and every worker started for the project is stopped afterwards."
         (progn
           (with-current-buffer buffer (set-buffer-multibyte nil))
           (process-put process 'forj-epc-connection conn)
-          (dolist (uid '(1 2 3 4))
+          (dolist (uid '(1 2 3 4 5 6))
             (puthash uid (list (lambda (v) (push (list 'ok uid v) seen))
                                (lambda (e) (push (list 'error uid (plist-get e :type)) seen))
                                (run-at-time 600 nil #'ignore))
@@ -271,6 +280,8 @@ Chunks of one byte cut inside headers, lengths and UTF-8 sequences."
                      (event (:kind "stdout" :call_id "c" :seq 0 :data ,forj-test--tricky))
                      (event (:kind "stderr" :data "a\nb\n"))
                      (event (:kind "finished" :ok t))
+                     (ok 5 (:results [(:content ,forj-test--tricky :n 1)] :note "abc"))
+                     (error 6 "bad-reply")
                      (error 3 "bad-reply")
                      (error 4 "x"))))
     (should (equal (forj-test--feed (mapcar #'char-to-string (string-to-list stream))) whole))
@@ -282,29 +293,55 @@ Chunks of one byte cut inside headers, lengths and UTF-8 sequences."
             (setq pos next)))
         (should (equal (forj-test--feed (nreverse chunks)) whole))))))
 
+(defun forj-test--long-text (edge)
+  "EDGE, 70,000 plain characters, EDGE again: long enough to go raw.
+Short enough in bytes for the default output limit however JSON
+escapes EDGE."
+  (concat edge (make-string 70000 ?x) "\n" edge))
+
 (ert-deftest forj-test-epc-json-frames-negotiated-and-standard-frames-still-work ()
-  "The worker answers in JSON frames only to a client that asked in hello."
-  (forj-test-with-project `(("t.txt" . ,forj-test--tricky))
+  "The worker answers in JSON frames only to a client that asked in hello.
+Long strings come raw only to a client that offered that too, and
+read the same either way."
+  (forj-test-with-project `(("t.txt" . ,forj-test--tricky)
+                            ("big.txt" . ,(forj-test--long-text forj-test--tricky))
+                            ("ascii.txt" . ,(forj-test--long-text "say \"hi\" \\ there\n")))
     (let* ((worker (forj-test--worker root))
            (port (process-contact (forj-epc-connection-process (forj-worker-connection worker))
                                   :service))
-           (read-file (lambda (conn)
+           (big (forj-test--long-text forj-test--tricky))
+           (ascii (forj-test--long-text "say \"hi\" \\ there\n"))
+           (read-file (lambda (conn &optional path)
                         (let* ((plan (forj-epc-call-sync
                                       conn "plan"
-                                      '(:calls [(:id "1" :name "read_file" :args (:path "t.txt"))])))
+                                      `(:calls [(:id "1" :name "read_file"
+                                                     :args (:path ,(or path "t.txt")
+                                                                  :max_bytes 1000000))])))
                                (done (forj-epc-call-sync
-                                      conn "execute" (list :batch_id (plist-get plan :batch_id)))))
+                                      conn "execute" (list :batch_id (plist-get plan :batch_id)
+                                                           :capacity_bytes 1000000))))
                           (plist-get (plist-get (aref (plist-get done :results) 0) :result)
                                      :content)))))
-      (should (equal (plist-get (forj-worker-hello worker) :frames) ["json"]))
+      (should (equal (plist-get (forj-worker-hello worker) :frames) ["json" "raw"]))
       (should (equal (funcall read-file (forj-worker-connection worker)) forj-test--tricky))
+      (should (equal (funcall read-file (forj-worker-connection worker) "big.txt") big))
+      (should (equal (funcall read-file (forj-worker-connection worker) "ascii.txt") ascii))
+      (let ((inline (forj-epc-connect port :name "inline"))
+            (forj-epc-raw-strings nil))
+        (unwind-protect
+            (let ((hello (forj-epc-call-sync inline "hello"
+                                             (list :token (forj-worker-token worker)))))
+              (should (equal (plist-get hello :frames) ["json"]))
+              (should (equal (funcall read-file inline "big.txt") big)))
+          (forj-epc-close inline)))
       (let ((plain (forj-epc-connect port :name "plain"))
             (forj-epc-json-frames nil))
         (unwind-protect
             (let ((hello (forj-epc-call-sync plain "hello"
                                              (list :token (forj-worker-token worker)))))
               (should-not (plist-member hello :frames))
-              (should (equal (funcall read-file plain) forj-test--tricky)))
+              (should (equal (funcall read-file plain) forj-test--tricky))
+              (should (equal (funcall read-file plain "big.txt") big)))
           (forj-epc-close plain))))))
 
 (provide 'forj-epc-test)

@@ -186,3 +186,100 @@ def test_json_frames_keep_the_six_digit_limit_and_standard_frames_are_not_mistak
     assert sexp.split_json_frame(standard) is None
     with pytest.raises(sexp.SexpError):
         sexp.split_json_frame(b"(return-json \xff)\n{}\n")
+
+
+# --- raw long strings ----------------------------------------------------------------------
+
+
+def _put_raw(value: Any, specs: list[Any], tail: bytes) -> Any:
+    """What a reader does with a reply's raw strings: each into its null, in order."""
+    at = 0
+    for path, size, _ascii in specs:
+        text = tail[at : at + size].decode("utf-8")
+        at += size
+        container = value
+        for step in path[:-1]:
+            container = container[step]
+        assert container[path[-1]] is None
+        container[path[-1]] = text
+    assert at == len(tail)
+    return value
+
+
+def _split_raw_frame(data: bytes) -> tuple[Any, Any]:
+    """A raw-string reply frame's header and the reply it stands for."""
+    end = data.index(b"\n")
+    header = sexp.loads(data[:end].decode())
+    specs = header[2][1:]
+    total = sum(size for _, size, _ in specs)
+    payload = data[end + 1 : -1]
+    body, tail = payload[: len(payload) - total], payload[len(payload) - total :]
+    return header, _put_raw(json.loads(body), specs, tail)
+
+
+def test_long_strings_go_raw_to_a_client_that_offers_it_and_read_the_same(
+    project: Path,
+) -> None:
+    big = TRICKY + "x" * 70_000 + "\n" + TRICKY
+    (project / "big.txt").write_text(big)
+    with WorkerProcess(project) as proc:
+        conns = {name: RawConnection(proc.port) for name in ("raw", "json")}
+        try:
+            replies = {}
+            for name, frames in (("raw", ["json", "raw"]), ("json", ["json"])):
+                conn = conns[name]
+                conn.call("hello", {"token": proc.token, "client": {"frames": frames}})
+                _, body = sexp.split_json_frame(conn.frame()) or (None, b"")
+                assert json.loads(body)["frames"] == frames
+                read = {"id": "r", "name": "read_file", "args": {"path": "big.txt"}}
+                conn.call("plan", {"calls": [read]})
+                _, body = sexp.split_json_frame(conn.frame()) or (None, b"")
+                conn.call(
+                    "execute", {"batch_id": json.loads(body)["batch_id"], "capacity_bytes": 1 << 20}
+                )
+                data = conn.frame()
+                while data.startswith(b"(event-json"):
+                    data = conn.frame()
+                replies[name] = data
+            header, reply = _split_raw_frame(replies["raw"])
+            assert header[:2] == [Symbol("return-json"), 3]
+            ((path, size, ascii_),) = header[2][1:]
+            assert path == ["results", 0, "result", "content"]
+            assert size == len(big.encode()) and ascii_ == []  # not all ASCII: nil
+            assert reply["results"][0]["result"]["content"] == big
+            # The same reply as the client that takes every string inside the JSON.
+            _, inline_body = sexp.split_json_frame(replies["json"]) or (None, b"")
+            inline = json.loads(inline_body)
+            for one in (reply, inline):  # two batches: their ids differ
+                del one["batch_id"], one["turn"]["id"]
+            assert reply == inline
+        finally:
+            for conn in conns.values():
+                conn.close()
+
+
+def test_lifting_long_strings_keeps_everything_else_and_changes_nothing() -> None:
+    long = "é" + "y" * sexp.RAW_MIN_CHARS
+    value = {
+        "a": [1, {"b": long, "c": "short"}, long],
+        "odd key": long,  # not a plain key: stays in the JSON
+        "deep": {"x": {"x": {"x": {"x": {"x": {"x": {"x": {"x": long}}}}}}}},
+        "many": ["z"] * 100 + [long],  # a long list is not searched
+    }
+    before = json.dumps(value)
+    lifted, found = sexp.lift_long_strings(value)
+    assert json.dumps(value) == before  # the original is untouched
+    assert [path for path, _ in found] == [["a", 1, "b"], ["a", 2]]
+    assert lifted["a"][1] == {"b": None, "c": "short"} and lifted["a"][2] is None
+    assert lifted["odd key"] == long and lifted["many"][-1] == long
+    frame = sexp.raw_reply_frame(9, value)
+    assert frame is not None
+    header, rebuilt = _split_raw_frame(frame[6:])
+    assert rebuilt == value
+    assert header[2][1:] == [
+        [["a", 1, "b"], len(long.encode()), []],
+        [["a", 2], len(long.encode()), []],
+    ]
+    # Nothing long, or a string UTF-8 cannot carry: the usual frame is used.
+    assert sexp.raw_reply_frame(1, {"a": "short"}) is None
+    assert sexp.raw_reply_frame(1, {"a": "\ud800" * sexp.RAW_MIN_CHARS}) is None

@@ -117,17 +117,22 @@ def _hello(handler: ForjHandler, body: Any) -> Any:
         )
     handler.authenticated = True
     payload = handler.server.worker.hello_payload(req.client.model_dump())
-    if _offers_json_frames(body):
+    frames = _offered_frames(body)
+    if sexp.JSON_FRAMES in frames:
         handler.json_frames = True
         payload["frames"] = [sexp.JSON_FRAMES]
+        if sexp.RAW_STRINGS in frames:
+            handler.raw_strings = True
+            payload["frames"].append(sexp.RAW_STRINGS)
     return payload
 
 
-def _offers_json_frames(body: Any) -> bool:
-    """Whether a hello's ``client.frames`` asks for JSON frames (see :mod:`.sexp`)."""
+def _offered_frames(body: Any) -> list[Any]:
+    """What a hello's ``client.frames`` offers: ``json`` frames, and in them
+    ``raw`` long strings (see :mod:`.sexp`)."""
     client = body.get("client") if isinstance(body, dict) else None
     frames = client.get("frames") if isinstance(client, dict) else None
-    return isinstance(frames, list) and sexp.JSON_FRAMES in frames
+    return frames if isinstance(frames, list) else []
 
 
 def _ping(handler: ForjHandler, body: Any) -> Any:
@@ -270,6 +275,7 @@ class ForjHandler(socketserver.StreamRequestHandler):
         # Set by hello when the client accepts JSON frames: then replies and
         # events go out as those, every other message as standard EPC.
         self.json_frames = False
+        self.raw_strings = False
         self._uids = itertools.count(1)
         # Our own calls to the peer that wait for its answer: uid -> future.
         self._asks: dict[int, Future[Any]] = {}
@@ -438,7 +444,13 @@ class ForjHandler(socketserver.StreamRequestHandler):
         else:
             try:
                 if self.json_frames:
-                    sent = self.send_json([Symbol("return-json"), uid], reply)
+                    frame = None
+                    if self.raw_strings and len(reply) >= sexp.RAW_MIN_CHARS:
+                        frame = sexp.raw_reply_frame(uid, result)
+                    if frame is not None:
+                        sent = self._write(frame)
+                    else:
+                        sent = self.send_json([Symbol("return-json"), uid], reply)
                 else:
                     sent = self.send([Symbol("return"), uid, reply])
             except sexp.SexpError as exc:
