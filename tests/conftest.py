@@ -16,7 +16,7 @@ from forj_py.config import load
 from forj_py.protocol import RiskLevel
 from forj_py.service import Worker
 from forj_py.store.journal import Journal
-from forj_py.tools import builtin_tools
+from forj_py.tools import builtin_registry
 from forj_py.tools.registry import Registry, Tool, ToolContext
 from forj_py.transport.client import Client, WorkerProcess
 
@@ -174,6 +174,15 @@ class Danger(Tool[NoteArgs]):
 MakeWorker = Callable[..., Worker]
 
 
+def worker_registry(extra_tools: list[Tool[Any]] | None = None) -> Registry:
+    """The registry the worker serves (each tool imported on its first call,
+    its schema from the catalog), with ``extra_tools`` registered too."""
+    registry = builtin_registry()
+    for tool in extra_tools or []:
+        registry.register(tool)
+    return registry
+
+
 @pytest.fixture
 def make_worker(project: Path) -> Iterator[MakeWorker]:
     """Build an in-process worker over ``project`` with the built-in and test tools."""
@@ -184,8 +193,9 @@ def make_worker(project: Path) -> Iterator[MakeWorker]:
         loaded = load(root)
         journal = Journal(Path(os.environ["FORJ_STATE_DIR"]) / "journal.sqlite3")
         journals.append(journal)
-        tools = builtin_tools() + (extra_tools or [])
-        return Worker(root, loaded, Registry(tools), journal, Path(os.environ["FORJ_STATE_DIR"]))
+        return Worker(
+            root, loaded, worker_registry(extra_tools), journal, Path(os.environ["FORJ_STATE_DIR"])
+        )
 
     yield make
     for journal in journals:

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import worker_registry
 
 from forj_py.config import load
 from forj_py.service import Worker
 from forj_py.store.journal import Journal
-from forj_py.tools import builtin_tools
-from forj_py.tools.registry import Registry, Tool
+from forj_py.tools.registry import Tool
 
 
 class Clock:
@@ -47,7 +47,7 @@ class Workers:
         return Worker(
             root,
             load(root),
-            Registry(builtin_tools() + (extra_tools or [])),
+            worker_registry(extra_tools),
             journal,
             state,
             clock=clock or Clock(),

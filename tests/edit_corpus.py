@@ -818,8 +818,7 @@ class Runner:
         from forj_py.config import load
         from forj_py.service import Worker
         from forj_py.store.journal import Journal
-        from forj_py.tools import builtin_tools
-        from forj_py.tools.registry import Registry
+        from forj_py.tools import builtin_registry
 
         self._tmp = tempfile.TemporaryDirectory()
         base = Path(self._tmp.name)
@@ -832,7 +831,8 @@ class Runner:
         state.mkdir()
         self.journal = Journal(state / "journal.sqlite3")
         loaded = load(self.root, user_file=str(config))
-        self.worker = Worker(self.root, loaded, Registry(builtin_tools()), self.journal, state)
+        # The registry the worker serves: tools imported on their first call.
+        self.worker = Worker(self.root, loaded, builtin_registry(), self.journal, state)
 
     def close(self) -> None:
         self.journal.close()
