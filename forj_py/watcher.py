@@ -61,9 +61,11 @@ class Watcher:
                     self._rescan()
                     continue
                 for path in changes:
-                    if not _interesting(path):
-                        continue
-                    self._changed(path)
+                    # The listener hears of every change, our own temporary
+                    # files included: a directory renamed to look like one
+                    # must not slip past the command sandbox's masks.
+                    if _interesting(path):
+                        self._changed(path)
                     self._tell(path)
         except Exception:  # watching is best effort, never fatal
             log.warning(
@@ -99,9 +101,7 @@ class Watcher:
         except OSError:
             return
         for name in names:
-            path = os.path.join(self.root, name)
-            if _interesting(path):
-                self._tell(path)
+            self._tell(os.path.join(self.root, name))
 
     def _changed(self, path: str) -> None:
         canonical = os.path.realpath(path)
@@ -166,7 +166,8 @@ def _changes(
 
 
 def _interesting(path: str) -> bool:
-    # Git's own files, and our own temporary files mid-write, are noise.
+    # Git's own files, and our own temporary files mid-write, are noise to
+    # what the model read (never to the sandbox's masks).
     return f"{os.sep}.git{os.sep}" not in path and ".forj-" not in os.path.basename(path)
 
 

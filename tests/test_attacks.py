@@ -206,6 +206,102 @@ def test_watcher_that_leaves_directories_unwatched_says_so(
         worker.watcher.thread.join(5)
 
 
+def _watching(make_worker: MakeWorker) -> Worker:
+    """A worker whose file watcher runs, its masks index built."""
+    worker = make_worker()
+    worker.watcher.start()
+    assert worker.watcher.ready.wait(5)
+    (first,) = run(worker, sh("0", "true"))
+    assert first["ok"], first
+    return worker
+
+
+def _settled(worker: Worker, command: str) -> str:
+    """``command``'s output once the watcher has had far more than its debounce."""
+    time.sleep(1.0)
+    (r,) = run(worker, sh("x", command))
+    return out(r)
+
+
+def test_attack_renaming_a_secret_to_look_like_forjs_own_temporary_files_unmasks_nothing(
+    make_worker: MakeWorker,
+) -> None:
+    """The watcher leaves forj's temporary files out of what the model read, never
+    out of the masks: a directory renamed to 'x.forj-old', and a key named like
+    one, stay masked."""
+    project = Path(make_worker().root)
+    (project / "config").mkdir()
+    (project / "config" / ".env").write_text("TOKEN=leak-me-renamed\n")
+    (project / "config" / "app.toml").write_text("name = 'app'\n")
+    worker = _watching(make_worker)
+    try:
+        (r,) = run(worker, sh("1", "mv config config.forj-old"))
+        assert r["ok"], r
+        (project / "deploy.forj-prod.pem").write_text("leak-me-named-like-a-temp\n")
+        text = _settled(worker, "cat config.forj-old/.env deploy.forj-prod.pem")
+        assert "leak-me" not in text, text
+    finally:
+        worker.watcher.stop()
+        worker.watcher.thread.join(5)
+
+
+def test_attack_secrets_inside_a_nested_git_or_forj_directory_are_masked(
+    make_worker: MakeWorker,
+) -> None:
+    """Read-only trees (.git, .forj at any depth) are still searched for secrets:
+    one there at the start, and one a command moves there."""
+    project = Path(make_worker().root)
+    (project / "vendor" / "lib" / ".git").mkdir(parents=True)
+    (project / "vendor" / "lib" / ".git" / "id_ed25519").write_text("leak-me-in-git\n")
+    for name in ("one", "two"):
+        (project / name).mkdir()
+        (project / name / ".env").write_text(f"TOKEN=leak-me-{name}\n")
+        (project / name / "notes.txt").write_text("notes\n")
+    worker = _watching(make_worker)
+    try:
+        (r,) = run(worker, sh("1", "mkdir stash && mv one stash/.git && mv two stash/.forj"))
+        assert r["ok"], r
+        text = _settled(worker, "cat vendor/lib/.git/id_ed25519 stash/.git/.env stash/.forj/.env")
+        assert "leak-me" not in text, text
+    finally:
+        worker.watcher.stop()
+        worker.watcher.thread.join(5)
+
+
+def test_attack_a_file_name_that_is_not_utf8_leaves_every_other_mask_in_place(
+    make_worker: MakeWorker,
+) -> None:
+    """A name no pattern can be asked about as it is is judged with its odd bytes
+    replaced (so 'caf\\xe9.pem' is still a key), and never costs the rest of
+    the index."""
+    project = Path(make_worker().root)
+    (project / ".env").write_text("TOKEN=leak-me-env\n")
+    (project / "deploy").mkdir()
+    (project / "deploy" / "server.pem").write_text("leak-me-pem\n")
+    (project / "fixtures").mkdir()
+    fixtures = os.fsencode(project / "fixtures")
+    with open(os.path.join(fixtures, b"caf\xe9.txt"), "w") as fh:
+        fh.write("menu\n")
+    with open(os.path.join(fixtures, b"caf\xe9.pem"), "w") as fh:
+        fh.write("leak-me-odd-name\n")
+    worker = _watching(make_worker)
+    try:
+        text = _settled(worker, "cat .env deploy/server.pem fixtures/*.pem fixtures/*.txt")
+        assert "leak-me" not in text, text
+        assert "menu" in text  # a plain file with an odd name is not hidden
+        staged = project.parent / "staged-odd"
+        staged.mkdir()
+        (staged / "deploy.pem").write_text("leak-me-moved-odd\n")
+        with open(os.path.join(os.fsencode(staged), b"caf\xe9.txt"), "w") as fh:
+            fh.write("menu\n")
+        os.rename(staged, project / "certs")
+        text = _settled(worker, "cat certs/deploy.pem")
+        assert "leak-me" not in text, text
+    finally:
+        worker.watcher.stop()
+        worker.watcher.thread.join(5)
+
+
 def test_attack_git_config_credentials_are_redacted_for_commands(
     make_worker: MakeWorker,
 ) -> None:

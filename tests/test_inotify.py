@@ -158,6 +158,43 @@ def test_lost_events_are_said_so(tmp_path: Path) -> None:
         watcher.close()
 
 
+def test_directories_made_while_events_were_lost_are_watched_after(tmp_path: Path) -> None:
+    # The queue overflows, then a directory is made: its creation is lost,
+    # so it has no watch until the tree is walked again, which the RESCAN
+    # does before the caller hears of it.
+    root = tmp_path / "p"
+    root.mkdir()
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if limit > 200_000:
+        pytest.skip(f"the kernel queues {limit} events; too many to overflow here")
+    watcher = TreeWatcher(str(root))
+    try:
+        for n in range(limit // 2 + 100):
+            (root / f"f{n}").write_bytes(b"")
+        (root / "late" / "deeper").mkdir(parents=True)
+        stop = threading.Event()
+        give_up = threading.Timer(20, stop.set)
+        give_up.start()
+        rescanned = False
+        for batch in watcher.changes(stop, idle=0.05):
+            if batch is RESCAN:
+                rescanned = True
+                break
+        assert rescanned
+        assert str(root / "late" / "deeper") in watcher._wds
+        (root / "late" / "deeper" / ".env").write_text("x\n")
+        secret = str(root / "late" / "deeper" / ".env")
+        seen = False
+        for batch in watcher.changes(stop, idle=0.05):
+            if batch is not RESCAN and secret in batch:
+                seen = True
+                break
+        give_up.cancel()
+        assert seen
+    finally:
+        watcher.close()
+
+
 def test_a_root_that_cannot_be_watched_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         TreeWatcher(str(tmp_path / "missing"))

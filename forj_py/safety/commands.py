@@ -70,8 +70,9 @@ HIDDEN_SYSTEM_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gsha
 HIDDEN_SYSTEM_DIRS = ("/etc/ssh", "/etc/ssl/private", "/etc/sudoers.d")
 # Version managers keep every version beside their shims directory.
 SHIM_DIR_NAMES = ("shims",)
-# A watched tree this large is not walked for masks at all: commands then
-# fall back to masking what the patterns name at known places (see MaskIndex).
+# One walk of the index stops after this many entries (logged): a project
+# this large is masked as far as the walk reached.  Counted per walk, so
+# the walks of new directories over a long session never use it up.
 MAX_INDEXED_ENTRIES = 2_000_000
 
 # From this many masked files in one directory with nothing else in it, the
@@ -203,6 +204,7 @@ class MaskIndex:
 
     def _scan(self, rel_dir: str, files: set[str], dirs: set[str], readonly: set[str]) -> None:
         stack = [rel_dir]
+        seen = 0
         while stack:
             here = stack.pop()
             try:
@@ -211,14 +213,19 @@ class MaskIndex:
                 continue
             with it:
                 for entry in it:
+                    seen += 1
                     self.entries += 1
-                    if self.entries > MAX_INDEXED_ENTRIES:
+                    if seen > MAX_INDEXED_ENTRIES:
                         log.warning("more than %d entries; masks index stops", MAX_INDEXED_ENTRIES)
                         return
                     rel = f"{here}/{entry.name}" if here else entry.name
                     kind = self._classify(rel, entry)
                     if kind == "readonly":
+                        # Read-only, and what it holds is judged too: a key
+                        # kept in a nested repository's .git is still a key.
                         readonly.add(rel)
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(rel)
                     elif kind == "dir":
                         dirs.add(rel)
                     elif kind == "file":
@@ -245,7 +252,12 @@ class MaskIndex:
         name = rel.rsplit("/", 1)[-1]
         if name in (".git", ".forj"):
             return "readonly"
-        if self.sandbox.denied_inside(rel, is_dir) is not None:
+        try:
+            denied = self.sandbox.denied_inside(_judgeable(rel), is_dir) is not None
+        except Exception:  # a name no pattern can be asked about: masked, not shown
+            log.warning("cannot judge %r against the denied patterns; masking it", rel)
+            denied = True
+        if denied:
             return "dir" if is_dir else "file"
         return "descend" if is_dir else None
 
@@ -254,19 +266,19 @@ class MaskIndex:
         if not path.startswith(self.root.rstrip(os.sep) + os.sep):
             return
         rel = path[len(self.root.rstrip(os.sep)) + 1 :].replace(os.sep, "/")
-        if any(part in (".git", ".forj") for part in rel.split("/")[:-1]):
-            return  # inside a read-only tree: already covered by it
         kind = self._classify(rel, None)
         with self._lock:
             for bucket in (self._files, self._dirs, self._readonly):
                 bucket.discard(rel)
-        if kind == "descend":
+        if kind in ("descend", "readonly"):
             # A new directory: what it holds may have arrived before the
             # watch on it did.
             files: set[str] = set()
             dirs: set[str] = set()
             readonly: set[str] = set()
             self._scan(rel, files, dirs, readonly)
+            if kind == "readonly":
+                readonly.add(rel)
             with self._lock:
                 self._files |= files
                 self._dirs |= dirs
@@ -325,6 +337,19 @@ class MaskIndex:
                 return all(f"{parent}/{entry.name}" in masked for entry in it)
         except OSError:
             return False
+
+
+def _judgeable(rel: str) -> str:
+    """``rel`` as the denied patterns can be asked about it.
+
+    A name that is not UTF-8 (its bytes kept as surrogates) is judged with
+    each such byte as U+FFFD: ``*.pem`` still matches ``caf\\xe9.pem``.
+    """
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return rel
 
 
 def _is(path: str, test: object) -> bool:

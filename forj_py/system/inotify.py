@@ -12,8 +12,10 @@ tree is walked once at the start, and each directory created or moved
 in later is walked when its event arrives.  Symlinks are not followed.
 Directories ``skip`` names (``.git``) are not watched inside.
 
-When the kernel's queue overflows, events were lost: :meth:`changes`
-yields :data:`RESCAN` and the caller looks again at what it cares about.
+When the kernel's queue overflows, events were lost: the tree is walked
+again for directories created meanwhile (they have no watch yet), and
+:meth:`changes` yields :data:`RESCAN` so that the caller looks again at
+what it cares about.
 When the per-user limit of watches is reached, the directories past it
 are not watched (logged once); the rest still are.
 """
@@ -168,6 +170,10 @@ class TreeWatcher:
                     break
                 events = self._ino.read(timeout=max(int(left * 1000), 1))
             if lost:
+                # Lost events may have been creations of directories, which
+                # then have no watch: walk the tree again to add the missing
+                # ones (a watch already there is kept as it is).
+                self._add_below(self.root)
                 yield RESCAN
             if changed:
                 yield changed
