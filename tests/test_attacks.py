@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,19 +138,37 @@ def test_attack_denied_files_are_masked_whatever_the_flags(make_worker: MakeWork
     assert (project / ".env").read_text() == "API_TOKEN=leak-me-env\n"  # the file itself is intact
 
 
+@contextlib.contextmanager
+def _watching(make_worker: MakeWorker) -> Iterator[Worker]:
+    """A worker whose file watcher runs, its masks index built; the watcher
+    stopped after."""
+    worker = make_worker()
+    worker.watcher.start()
+    try:
+        assert worker.watcher.ready.wait(5)
+        (first,) = run(worker, sh("0", "true"))
+        assert first["ok"], first
+        yield worker
+    finally:
+        worker.watcher.stop()
+        worker.watcher.thread.join(5)
+
+
+def _settled(worker: Worker, command: str) -> str:
+    """``command``'s output once the watcher has had far more than its debounce."""
+    time.sleep(1.0)
+    (r,) = run(worker, sh("x", command))
+    return out(r)
+
+
 def test_attack_secrets_written_after_the_worker_started_are_masked_too(
     make_worker: MakeWorker,
 ) -> None:
     """A secret that appears while the worker runs (a new directory holding a
     .env, a key copied in, one moved in from outside) is masked for the next
     command: the file watcher keeps the masks current."""
-    worker = make_worker()
-    project = Path(worker.root)
-    worker.watcher.start()
-    try:
-        assert worker.watcher.ready.wait(5)
-        (first,) = run(worker, sh("0", "true"))  # the mask index is built by now
-        assert first["ok"], first
+    project = Path(make_worker().root)
+    with _watching(make_worker) as worker:
         (project / "svc" / "conf").mkdir(parents=True)
         (project / "svc" / "conf" / ".env").write_text("TOKEN=leak-me-new-dir\n")
         (project / "id_ed25519").write_text("leak-me-copied-key\n")
@@ -167,9 +186,6 @@ def test_attack_secrets_written_after_the_worker_started_are_masked_too(
                 break
             time.sleep(0.2)  # the watcher's events arrive within its debounce
         assert "leak-me" not in out(r), r
-    finally:
-        worker.watcher.stop()
-        worker.watcher.thread.join(5)
 
 
 def test_attack_secrets_are_masked_when_the_watcher_cannot_follow_the_project(
@@ -206,23 +222,6 @@ def test_watcher_that_leaves_directories_unwatched_says_so(
         worker.watcher.thread.join(5)
 
 
-def _watching(make_worker: MakeWorker) -> Worker:
-    """A worker whose file watcher runs, its masks index built."""
-    worker = make_worker()
-    worker.watcher.start()
-    assert worker.watcher.ready.wait(5)
-    (first,) = run(worker, sh("0", "true"))
-    assert first["ok"], first
-    return worker
-
-
-def _settled(worker: Worker, command: str) -> str:
-    """``command``'s output once the watcher has had far more than its debounce."""
-    time.sleep(1.0)
-    (r,) = run(worker, sh("x", command))
-    return out(r)
-
-
 def test_attack_renaming_a_secret_to_look_like_forjs_own_temporary_files_unmasks_nothing(
     make_worker: MakeWorker,
 ) -> None:
@@ -233,16 +232,12 @@ def test_attack_renaming_a_secret_to_look_like_forjs_own_temporary_files_unmasks
     (project / "config").mkdir()
     (project / "config" / ".env").write_text("TOKEN=leak-me-renamed\n")
     (project / "config" / "app.toml").write_text("name = 'app'\n")
-    worker = _watching(make_worker)
-    try:
+    with _watching(make_worker) as worker:
         (r,) = run(worker, sh("1", "mv config config.forj-old"))
         assert r["ok"], r
         (project / "deploy.forj-prod.pem").write_text("leak-me-named-like-a-temp\n")
         text = _settled(worker, "cat config.forj-old/.env deploy.forj-prod.pem")
         assert "leak-me" not in text, text
-    finally:
-        worker.watcher.stop()
-        worker.watcher.thread.join(5)
 
 
 def test_attack_secrets_inside_a_nested_git_or_forj_directory_are_masked(
@@ -257,15 +252,11 @@ def test_attack_secrets_inside_a_nested_git_or_forj_directory_are_masked(
         (project / name).mkdir()
         (project / name / ".env").write_text(f"TOKEN=leak-me-{name}\n")
         (project / name / "notes.txt").write_text("notes\n")
-    worker = _watching(make_worker)
-    try:
+    with _watching(make_worker) as worker:
         (r,) = run(worker, sh("1", "mkdir stash && mv one stash/.git && mv two stash/.forj"))
         assert r["ok"], r
         text = _settled(worker, "cat vendor/lib/.git/id_ed25519 stash/.git/.env stash/.forj/.env")
         assert "leak-me" not in text, text
-    finally:
-        worker.watcher.stop()
-        worker.watcher.thread.join(5)
 
 
 def test_attack_a_file_name_that_is_not_utf8_leaves_every_other_mask_in_place(
@@ -284,8 +275,7 @@ def test_attack_a_file_name_that_is_not_utf8_leaves_every_other_mask_in_place(
         fh.write("menu\n")
     with open(os.path.join(fixtures, b"caf\xe9.pem"), "w") as fh:
         fh.write("leak-me-odd-name\n")
-    worker = _watching(make_worker)
-    try:
+    with _watching(make_worker) as worker:
         text = _settled(worker, "cat .env deploy/server.pem fixtures/*.pem fixtures/*.txt")
         assert "leak-me" not in text, text
         assert "menu" in text  # a plain file with an odd name is not hidden
@@ -297,9 +287,6 @@ def test_attack_a_file_name_that_is_not_utf8_leaves_every_other_mask_in_place(
         os.rename(staged, project / "certs")
         text = _settled(worker, "cat certs/deploy.pem")
         assert "leak-me" not in text, text
-    finally:
-        worker.watcher.stop()
-        worker.watcher.thread.join(5)
 
 
 def test_attack_git_config_credentials_are_redacted_for_commands(

@@ -135,18 +135,24 @@ def test_inside_git_is_not_watched(watched: tuple[Path, Collector]) -> None:
     assert not any("/.git/" in p for p in seen.seen())
 
 
-def test_lost_events_are_said_so(tmp_path: Path) -> None:
-    # More events than the kernel queues while nobody reads: the watcher
-    # yields RESCAN, so its user looks again instead of trusting the gap.
+def _overflowing(tmp_path: Path) -> tuple[Path, TreeWatcher]:
+    """A watched tree given more events than the kernel queues, nobody reading."""
     root = tmp_path / "p"
     root.mkdir()
     limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
     if limit > 200_000:
         pytest.skip(f"the kernel queues {limit} events; too many to overflow here")
     watcher = TreeWatcher(str(root))
+    for n in range(limit // 2 + 100):  # each file: a creation and a close after writing
+        (root / f"f{n}").write_bytes(b"")
+    return root, watcher
+
+
+def test_lost_events_are_said_so(tmp_path: Path) -> None:
+    # The watcher yields RESCAN, so its user looks again instead of
+    # trusting the gap.
+    _, watcher = _overflowing(tmp_path)
     try:
-        for n in range(limit // 2 + 100):  # each file: a creation and a close after writing
-            (root / f"f{n}").write_bytes(b"")
         stop = threading.Event()
         batches = []
         for batch in watcher.changes(stop, idle=0.05):
@@ -162,15 +168,8 @@ def test_directories_made_while_events_were_lost_are_watched_after(tmp_path: Pat
     # The queue overflows, then a directory is made: its creation is lost,
     # so it has no watch until the tree is walked again, which the RESCAN
     # does before the caller hears of it.
-    root = tmp_path / "p"
-    root.mkdir()
-    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
-    if limit > 200_000:
-        pytest.skip(f"the kernel queues {limit} events; too many to overflow here")
-    watcher = TreeWatcher(str(root))
+    root, watcher = _overflowing(tmp_path)
     try:
-        for n in range(limit // 2 + 100):
-            (root / f"f{n}").write_bytes(b"")
         (root / "late" / "deeper").mkdir(parents=True)
         stop = threading.Event()
         give_up = threading.Timer(20, stop.set)
