@@ -283,3 +283,4 @@ def test_lifting_long_strings_keeps_everything_else_and_changes_nothing() -> Non
     # Nothing long, or a string UTF-8 cannot carry: the usual frame is used.
     assert sexp.raw_reply_frame(1, {"a": "short"}) is None
     assert sexp.raw_reply_frame(1, {"a": "\ud800" * sexp.RAW_MIN_CHARS}) is None
+    assert sexp.raw_reply_frame(1, {"a": long, "b": "\ud800"}) is None

@@ -364,20 +364,20 @@ def raw_reply_frame(uid: Any, value: Any) -> bytes | None:
     """A ``return-json`` frame for ``value`` with its long strings raw, or None
     when it has none (or one that UTF-8 cannot carry: the caller's usual
     path sanitizes it)."""
+    import json  # the worker's transport has it loaded already
+
     lifted, found = lift_long_strings(value)
     if not found:
         return None
     try:
         tails = [text.encode("utf-8") for _, text in found]
+        body = json.dumps(lifted, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         return None
     specs = [
         [path, len(data), Symbol("ascii") if text.isascii() else None]
         for (path, text), data in zip(found, tails, strict=True)
     ]
-    import json  # the worker's transport has it loaded already
-
-    body = json.dumps(lifted, ensure_ascii=False).encode("utf-8")
     header = [Symbol("return-json"), uid, [Symbol("raw"), *specs]]
     return json_frame(header, b"".join([body, b"\n", *tails]))
 
