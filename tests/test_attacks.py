@@ -289,6 +289,28 @@ def test_attack_a_file_name_that_is_not_utf8_leaves_every_other_mask_in_place(
         assert "leak-me" not in text, text
 
 
+def test_attack_a_secret_deeper_than_a_path_can_name_is_masked(make_worker: MakeWorker) -> None:
+    """Past PATH_MAX no mount can name a secret, but a command can still walk
+    there one relative step at a time: the deepest nameable directory above
+    it is masked whole."""
+    project = Path(make_worker().root)
+    step = "x" * 200
+    fd = os.open(project, os.O_RDONLY)
+    for _ in range(25):
+        os.mkdir(step, dir_fd=fd)
+        inner = os.open(step, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    secret = os.open(".env", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+    os.write(secret, b"TOKEN=leak-me-deep\n")
+    os.close(secret)
+    os.close(fd)
+    # Python, not the shell: dash's cd gives up on a path that long.
+    walk = f"import os\nfor _ in range(25): os.chdir({step!r})\nprint(open('.env').read())"
+    (r,) = run(make_worker(), sh("1", ["python3", "-c", walk]))
+    assert "leak-me" not in out(r), r
+
+
 def test_attack_git_config_credentials_are_redacted_for_commands(
     make_worker: MakeWorker,
 ) -> None:

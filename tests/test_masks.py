@@ -68,3 +68,44 @@ def test_read_only_trees_are_searched_for_secrets_too(tmp_path: Path) -> None:
     (root / ".git" / "deploy.pem").write_text("key\n")
     index.changed(str(root / ".git" / "deploy.pem"))
     assert ".git/deploy.pem" in index.current().files
+
+
+def _deep_chain(root: Path, levels: int, name: str = "x" * 200) -> int:
+    """``levels`` nested directories of ``name`` under ``root``; the deepest's descriptor."""
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(levels):
+        os.mkdir(name, dir_fd=fd)
+        inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    return fd
+
+
+def test_directories_too_deep_to_index_are_masked_whole(tmp_path: Path) -> None:
+    # Past PATH_MAX neither the walk nor a mount can name a secret, while a
+    # command can still walk there one step at a time: the deepest directory
+    # that can be named is masked whole.
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "shallow").mkdir()
+    (root / "shallow" / "notes.txt").write_text("x\n")
+    fd = _deep_chain(root, 25)
+    secret = os.open(".env", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+    os.write(secret, b"TOKEN=x\n")
+    os.close(secret)
+    os.close(fd)
+    index = _index(root)
+    masks = index.current()
+    assert len(masks.dirs) == 1
+    (deep,) = masks.dirs
+    assert deep.startswith("x" * 200 + "/")
+    assert len(os.fsencode(root)) + 1 + len(deep) + 255 >= 4096
+    assert "shallow" not in masks.dirs and not masks.files
+    # One made while the worker runs is masked whole when the watcher tells.
+    fd = _deep_chain(root / "shallow", 25, "y" * 200)
+    os.close(fd)
+    for depth in range(1, 26):
+        index.changed(str(root / "shallow" / "/".join(["y" * 200] * depth)))
+        if len(index.current().dirs) > 1:
+            break
+    assert any(d.startswith("shallow/" + "y" * 200) for d in index.current().dirs)

@@ -226,7 +226,7 @@ class MaskIndex:
                         readonly.add(rel)
                         if entry.is_dir(follow_symlinks=False):
                             stack.append(rel)
-                    elif kind == "dir":
+                    elif kind == "dir" or (kind == "descend" and self._too_deep(rel)):
                         dirs.add(rel)
                     elif kind == "file":
                         files.add(rel)
@@ -261,12 +261,25 @@ class MaskIndex:
             return "dir" if is_dir else "file"
         return "descend" if is_dir else None
 
+    def _too_deep(self, rel: str) -> bool:
+        """Whether what lies below directory ``rel`` may have paths too long to
+        name: neither this index's walk nor bubblewrap's mounts could reach
+        it, so the directory is masked whole (logged).  A command can still
+        get there, one relative step at a time."""
+        length = len(os.fsencode(self.root)) + 1 + len(os.fsencode(rel))
+        if length + _NAME_MAX < _PATH_MAX:
+            return False
+        log.warning("%s is too deep to index for masks; masking it whole", rel)
+        return True
+
     def changed(self, path: str) -> None:
         """A watcher event for ``path`` (absolute): added, modified or deleted."""
         if not path.startswith(self.root.rstrip(os.sep) + os.sep):
             return
         rel = path[len(self.root.rstrip(os.sep)) + 1 :].replace(os.sep, "/")
         kind = self._classify(rel, None)
+        if kind == "descend" and self._too_deep(rel):
+            kind = "dir"
         with self._lock:
             for bucket in (self._files, self._dirs, self._readonly):
                 bucket.discard(rel)
@@ -337,6 +350,11 @@ class MaskIndex:
                 return all(f"{parent}/{entry.name}" in masked for entry in it)
         except OSError:
             return False
+
+
+# The longest path the system calls take, and the longest name (Linux).
+_PATH_MAX = 4096
+_NAME_MAX = 255
 
 
 def _judgeable(rel: str) -> str:
