@@ -292,10 +292,11 @@ def _cut_longest(root: Any, excess: int) -> bool:
 # --- secrets in summaries -------------------------------------------------------
 
 _SECRET_PATTERNS = [
-    # key=value / key: value where the key names a secret
+    # key=value / key: value where the key names a secret; the key may be
+    # quoted, as in JSON, YAML or a Python dict ("api_key": "...")
     re.compile(
         r"(?i)((?:api[_-]?key|secret|token|passw(?:or)?d|pwd|auth(?!orization)|credential|private[_-]?key)"
-        r"[\w.-]*\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
+        r"[\w.-]*[\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
     ),
     re.compile(r"(?i)(authorization:\s*(?:bearer|basic|token)\s+)\S+"),
     re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
@@ -321,8 +322,23 @@ def redact(text: str, extra_values: list[str] | None = None) -> str:
         if len(value) >= 4:
             text = text.replace(value, REDACTED)
     for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
+        text = pattern.sub(_hidden, text)
     return text
+
+
+def _hidden(m: re.Match[str]) -> str:
+    """A credential match with its value replaced; a value quoted after a
+    quoted key (JSON, a Python dict) keeps its quotes, so the text still parses."""
+    value = m.group(2) if m.lastindex and m.lastindex >= 2 else ""
+    key = m.group(1).rstrip(" \t=:")
+    if key[-1:] in ("'", '"'):
+        if value[:1] == key[-1]:
+            return m.group(1) + value[0] + REDACTED + value[0]
+        # A bare value after a quoted key (a JSON number): up to the
+        # delimiter, which stays.
+        cut = re.match(r"[^,}\]]*", value)
+        return m.group(1) + REDACTED + value[cut.end() if cut else len(value) :]
+    return m.group(1) + REDACTED
 
 
 # Credential values that may stand in a command line or a path without

@@ -152,6 +152,14 @@ def test_redact_key_value_and_urls() -> None:
         redact("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----") == REDACTED
     )
     assert redact("nothing to see") == "nothing to see"
+    # Quoted keys, as JSON, YAML and Python write them; JSON stays JSON.
+    assert redact('{"api_key": "sk-live-abc123"}') == f'{{"api_key": "{REDACTED}"}}'
+    assert json.loads(redact('{"token":"a b","n":1}')) == {"token": REDACTED, "n": 1}
+    assert redact('{"pin": 1234, "n": 1}') == '{"pin": 1234, "n": 1}'  # not a secret key
+    assert redact('{"token": 1234}') == f'{{"token": {REDACTED}}}'
+    assert redact('{"token":1234,"n":1}') == f'{{"token":{REDACTED},"n":1}}'
+    assert redact("  'client_secret' : 'xyz',") == f"  'client_secret' : '{REDACTED}',"
+    assert redact('x = d["token"]') == 'x = d["token"]'  # a key, with no value to hide
 
 
 def test_short_summary_is_one_line_capped_in_the_middle_and_keeps_the_end() -> None:
