@@ -60,9 +60,9 @@ times faster.  Nil keeps to standard EPC frames."
   "Non-nil means let the worker send a reply's long strings raw.
 With JSON frames, a string of 64 KiB or more (a large file read)
 then follows the reply's JSON as plain UTF-8 bytes, and Emacs copies
-and decodes it instead of parsing it out of the JSON: a megabyte
-reaches the chat about four times faster.  Nil keeps every string
-inside the JSON."
+and decodes it instead of parsing it out of the JSON: Emacs's own
+share of receiving a megabyte falls to about a quarter.  Nil keeps
+every string inside the JSON."
   :type 'boolean
   :group 'forj)
 

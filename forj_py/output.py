@@ -336,8 +336,8 @@ def _hidden(m: re.Match[str]) -> str:
             return m.group(1) + value[0] + REDACTED + value[0]
         # A bare value after a quoted key (a JSON number): up to the
         # delimiter, which stays.
-        cut = re.match(r"[^,}\]]*", value)
-        return m.group(1) + REDACTED + value[cut.end() if cut else len(value) :]
+        end = next((i for i, c in enumerate(value) if c in ",}]"), len(value))
+        return m.group(1) + REDACTED + value[end:]
     return m.group(1) + REDACTED
 
 

@@ -80,7 +80,6 @@ class TreeWatcher:
         self._paths: dict[int, str] = {}  # watch descriptor -> directory
         self._wds: dict[str, int] = {}
         self._full = False
-        self.watched_dirs = 0
         if self._add(self.root) is None:
             self._ino.close()
             raise OSError(errno.ENOENT, "cannot watch the project root", self.root)
@@ -110,7 +109,6 @@ class TreeWatcher:
             return None  # gone already, not a directory, or over the limit
         self._paths[wd] = path
         self._wds[path] = wd
-        self.watched_dirs = len(self._wds)
         return wd
 
     def _add_below(self, top: str) -> None:
@@ -137,7 +135,6 @@ class TreeWatcher:
             self._paths.pop(wd, None)
             with contextlib.suppress(OSError):  # the kernel dropped it already
                 self._ino.rm_watch(wd)
-        self.watched_dirs = len(self._wds)
 
     # --- events --------------------------------------------------------------------
 
@@ -190,7 +187,6 @@ class TreeWatcher:
             path = self._paths.pop(wd, None)
             if path is not None and self._wds.get(path) == wd:
                 del self._wds[path]
-            self.watched_dirs = len(self._wds)
             return False
         here = self._paths.get(wd)
         if here is None:

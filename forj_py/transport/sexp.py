@@ -15,6 +15,7 @@ Only what EPC needs is read: lists, strings, integers, floats and symbols
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -364,8 +365,6 @@ def raw_reply_frame(uid: Any, value: Any) -> bytes | None:
     """A ``return-json`` frame for ``value`` with its long strings raw, or None
     when it has none (or one that UTF-8 cannot carry: the caller's usual
     path sanitizes it)."""
-    import json  # the worker's transport has it loaded already
-
     lifted, found = lift_long_strings(value)
     if not found:
         return None
