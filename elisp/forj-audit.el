@@ -42,6 +42,7 @@
 (require 'forj)
 (require 'forj-epc)
 (require 'forj-worker)
+(require 'forj-session)
 
 (defcustom forj-audit-page-size 200
   "How many rows the audit table asks the worker for at a time."
@@ -121,7 +122,7 @@ directory's.  In the table, \\<forj-audit-mode-map>\\[forj-audit-show] shows a c
   (let* ((root (file-name-as-directory
                 (expand-file-name
                  (or root
-                     (bound-and-true-p forj-chat--root)
+                     (forj-session-current-root)
                      (forj-worker-project-root)))))
          (buffer (get-buffer-create
                   (format "*forj-audit: %s*" (file-name-nondirectory (directory-file-name root))))))

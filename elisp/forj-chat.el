@@ -20,7 +20,7 @@
 ;; `M-x forj' opens (or returns to) `*forj: PROJECT*', a conversation
 ;; with a language model about the current project.
 ;;
-;; The record is the chat's list of entries (`forj-chat--record'): each
+;; The record is the chat's list of entries (`forj-session-record'): each
 ;; holds its part of the conversation as a Markdown transcript, divided
 ;; by role headings:
 ;;
@@ -69,6 +69,7 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'forj)
+(require 'forj-session)
 (require 'forj-worker)
 (require 'forj-tools)
 (require 'forj-render)
@@ -156,59 +157,17 @@ MODE is `enabled', `parse-only' or `disabled', as for
 
 ;;; Buffer state
 
-(defvar-local forj-chat--root nil "The project root of this chat.")
-(defvar-local forj-chat--provider nil "The provider plist of this chat.")
-(defvar-local forj-chat--stream nil "The reply being streamed, if any.")
-(defvar-local forj-chat--batch nil "The tool batch running, if any.")
-(defvar-local forj-chat--state 'idle
-  "What the chat is doing: `idle', `streaming' or `tools'.")
 (defvar-local forj-chat--out nil "Marker: where the turn's output goes.")
 (defvar-local forj-chat--reply-start nil "Marker: the start of the reply being streamed.")
-(defvar-local forj-chat--iterations 0 "Tool batches run for the current user message.")
-(defvar-local forj-chat--capped nil "Non-nil once the iteration cap answered a batch.")
-(defvar-local forj-chat--cancelled nil "Non-nil once the user stopped the turn.")
-(defvar-local forj-chat--tools nil "The worker's tool definitions.")
-(defvar-local forj-chat--permission-instructions nil
-  "Sentences the worker's rules add to the model's instructions, for this mode.")
-(defvar-local forj-chat--turn-state nil
-  "(TURN . STATE): what the worker last said of the turn numbered TURN.
-STATE is the `turn' of an execute reply (before_exit, exit_loop,
-continue_loop, instructions).")
-(defvar-local forj-chat--turn 0
-  "Counts sends and stops.
-A callback of an older turn finds it changed and does nothing.")
-(defvar-local forj-chat--root-confirmed nil
-  "Non-nil once the project root of this chat is known to be the user's choice.")
-(defvar-local forj-chat--greeted nil
-  "The worker whose hello warnings this chat has shown.")
-(defvar-local forj-chat--record nil
-  "The conversation: a list of entries, each a plist (:role ROLE :text TEXT).
-ROLE is \"meta\" (the first line), \"notice\", \"user\", \"assistant\"
-or \"tool\"; TEXT is the entry's part of the transcript, exactly.  What
-the model reads is parsed from the concatenated texts.")
 (defvar-local forj-chat--input nil
   "Marker: the start of the user's input.  Everything before it is history.")
-(defvar-local forj-chat--reply nil
-  "The text of the reply being streamed, as the model wrote it so far.")
 (defvar-local forj-chat--reply-view nil
   "Marker: where the view of the reply being streamed starts.")
-(defvar-local forj-chat--continuation nil
-  "What `forj-continue' does: nil, or a plist (:kind KIND :text TEXT).")
-(defvar-local forj-chat--stop-info nil
-  "Why the reply being streamed ended early, as its provider said.
-See :on-stop in `forj-provider-start'.")
 (defvar-local forj-chat--wait nil
   "A retry being waited for, or nil.
 A plist (:at TIME :attempt N :message M :overlay O :timer T).")
-(defvar-local forj-chat--held-notices nil
-  "Notices that arrived while a reply streamed, shown after it (newest first).")
 
-(defvar-local forj-chat--id nil
-  "This chat's id: names its saved copy and starts its turn ids.")
-(put 'forj-chat--id 'permanent-local t)
 
-(defvar-local forj-chat--turn-id nil
-  "The id of the user message being answered (the turn), or nil.")
 
 (defvar forj-chat-record-changed-hook nil
   "Run in a chat buffer after its record changed (an entry added, or cut back).")
@@ -223,8 +182,8 @@ not resumed, until the interrupted batch is resolved.")
 
 (defun forj-chat-id ()
   "This chat's id, made on first use: a timestamp and random hex."
-  (or forj-chat--id
-      (setq forj-chat--id (format "%s-%s" (format-time-string "%Y%m%dT%H%M%S")
+  (or (forj-session-id forj-session)
+      (setf (forj-session-id forj-session) (format "%s-%s" (format-time-string "%Y%m%dT%H%M%S")
                                   (substring (secure-hash 'sha256 (format "%s%s%s" (random) (float-time)
                                                                           (emacs-pid)))
                                              0 8)))))
@@ -232,7 +191,7 @@ not resumed, until the interrupted batch is resolved.")
 (defun forj-chat-new-turn-id ()
   "A new turn id for a user message of this chat (also continue and retry)."
   (format "%s.%s" (forj-chat-id)
-          (substring (secure-hash 'sha256 (format "%s%s%s" (random) (float-time) (length forj-chat--record)))
+          (substring (secure-hash 'sha256 (format "%s%s%s" (random) (float-time) (length (forj-session-record forj-session))))
                      0 8)))
 
 (defconst forj-chat--heading-re "^## \\(User\\|Assistant\\|Tool results\\)$"
@@ -277,6 +236,8 @@ Type below the last \"## User\" heading and send with \\[forj-chat-send].
 \\[forj-menu] opens a menu of everything else.
 
 \\{forj-chat-mode-map}"
+  ;; Started again, the mode keeps the chat's id and record only.
+  (setq forj-session (forj-session-renew forj-session))
   (font-lock-add-keywords nil `((,forj-chat--heading-re 0 'forj-chat-heading t)
                                 (,(concat "^" forj-chat--notice-prefix ".*$") 0 'forj-chat-notice t)))
   (unless (derived-mode-p 'markdown-mode) (forj-markdown-setup))
@@ -349,15 +310,15 @@ line of its command's docstring."
   "The header line: provider, model, sandbox, tools and permission modes, state.
 Then tokens, cost and context use (`forj-compact-header')."
   (format " forj · %s %s · %s · tools: %s · mode: %s · %s · %s"
-          (or (plist-get forj-chat--provider :name) "no provider")
-          (or (plist-get forj-chat--provider :model) "")
-          (if forj-chat--root
-              (forj-worker-sandbox-description (forj-worker-get forj-chat--root))
+          (or (plist-get (forj-session-provider forj-session) :name) "no provider")
+          (or (plist-get (forj-session-provider forj-session) :model) "")
+          (if (forj-session-root forj-session)
+              (forj-worker-sandbox-description (forj-worker-get (forj-session-root forj-session)))
             "commands: no project")
           (forj-chat-effective-tools-mode)
           (forj-chat-permission-mode)
           (forj-compact-header)
-          (pcase forj-chat--state
+          (pcase (forj-session-state forj-session)
             ((guard forj-chat--wait) (forj-chat--wait-text))
             ('streaming "receiving…")
             ('tools "running tools…")
@@ -365,7 +326,7 @@ Then tokens, cost and context use (`forj-compact-header')."
 
 (defun forj-chat--hello ()
   "The hello reply of this chat's running worker, or nil."
-  (let ((worker (and forj-chat--root (forj-worker-get forj-chat--root))))
+  (let ((worker (and (forj-session-root forj-session) (forj-worker-get (forj-session-root forj-session)))))
     (and worker (forj-worker-hello worker))))
 
 (defun forj-chat-permission-mode ()
@@ -394,12 +355,12 @@ The tools are those `tool_definitions' gives for the chat's mode (the
 configured mode's, in hello, when the chat has none of its own), so a
 read-only chat never shows the model a tool that writes."
   (let ((buffer (current-buffer))
-        (turn forj-chat--turn)
+        (turn (forj-session-turn forj-session))
         (hello (forj-worker-hello worker)))
     (if (null forj-tools-permission-mode)
         (progn
-          (setq forj-chat--tools (plist-get hello :tools)
-                forj-chat--permission-instructions
+          (setf (forj-session-tools forj-session) (plist-get hello :tools)
+                (forj-session-permission-instructions forj-session)
                 (append (plist-get (plist-get hello :permissions) :instructions) nil))
           (when then (funcall then)))
       (forj-epc-call
@@ -409,19 +370,19 @@ read-only chat never shows the model a tool that writes."
                   (when (buffer-live-p buffer)
                     (with-current-buffer buffer
                       (forj-chat--take-tools reply)
-                      (when (and then (= turn forj-chat--turn)) (funcall then)))))
+                      (when (and then (= turn (forj-session-turn forj-session))) (funcall then)))))
        :error (lambda (err)
                 (when (buffer-live-p buffer)
                   (with-current-buffer buffer
                     (forj-chat--notice (format "the worker could not list the tools of mode %s: %s"
                                                forj-tools-permission-mode
                                                (or (plist-get err :message) err)))
-                    (when (and then (= turn forj-chat--turn)) (forj-chat--end-turn)))))))))
+                    (when (and then (= turn (forj-session-turn forj-session))) (forj-chat--end-turn)))))))))
 
 (defun forj-chat--take-tools (reply)
   "Use the tools of a `tool_definitions' REPLY from now on; show its mode note."
-  (setq forj-chat--tools (plist-get reply :tools)
-        forj-chat--permission-instructions (append (plist-get reply :instructions) nil))
+  (setf (forj-session-tools forj-session) (plist-get reply :tools)
+        (forj-session-permission-instructions forj-session) (append (plist-get reply :instructions) nil))
   (let ((mode (plist-get reply :permission_mode)))
     (when (and (stringp mode) (not (equal mode forj-tools-permission-mode)))
       (setq forj-tools-permission-mode mode)))
@@ -436,10 +397,10 @@ limit; after an `exit_loop' tool the loop hands back to the user."
   (let* ((consent (and batch (forj-tools-batch-consent batch)))
          (state (plist-get consent :turn)))
     (when (and state (listp state))
-      (setq forj-chat--turn-state (cons forj-chat--turn state))
+      (setf (forj-session-turn-state forj-session) (cons (forj-session-turn forj-session) state))
       (when (or (eq (plist-get state :continue_loop) t)
                 (eq (plist-get (plist-get consent :plan-turn) :continue_loop) t))
-        (setq forj-chat--iterations (max 0 (1- forj-chat--iterations))))
+        (setf (forj-session-iterations forj-session) (max 0 (1- (forj-session-iterations forj-session)))))
       (when (eq (plist-get state :exit_loop) t)
         (forj-chat--notice (format "%s ended the tool loop (an exit_loop rule); your turn"
                                    (let ((tool (plist-get state :exit_tool)))
@@ -451,14 +412,14 @@ limit; after an `exit_loop' tool the loop hands back to the user."
 When the worker said the turn may not end yet (`before_exit'), the
 model is told its instructions, as a note from forj, within the
 iteration limit."
-  (let* ((state (and (eq (car forj-chat--turn-state) forj-chat--turn) (cdr forj-chat--turn-state)))
+  (let* ((state (and (eq (car (forj-session-turn-state forj-session)) (forj-session-turn forj-session)) (cdr (forj-session-turn-state forj-session))))
          (waiting (append (plist-get state :before_exit) nil))
          (instructions (append (plist-get state :instructions) nil)))
-    (setq forj-chat--turn-state nil)
-    (if (and waiting instructions (not forj-chat--cancelled)
-             (< forj-chat--iterations (forj-chat-max-iterations)))
+    (setf (forj-session-turn-state forj-session) nil)
+    (if (and waiting instructions (not (forj-session-cancelled forj-session))
+             (< (forj-session-iterations forj-session) (forj-chat-max-iterations)))
         (progn
-          (cl-incf forj-chat--iterations)
+          (cl-incf (forj-session-iterations forj-session))
           (forj-chat--tell-model instructions))
       (forj-chat--end-turn))))
 
@@ -484,11 +445,11 @@ the model read."
     (when (looking-at "<!-- forj-chat root: \\(.*?\\) -->")
       (let ((root (expand-file-name (match-string-no-properties 1))))
         (when (file-directory-p root)
-          (setq forj-chat--root (file-name-as-directory root)
-                forj-tools--root forj-chat--root
+          (setf (forj-session-root forj-session) (file-name-as-directory root)
+                forj-tools--root (forj-session-root forj-session)
                 ;; A chat file from elsewhere (a download, a repository) only
                 ;; names a root; the user confirms it before the first send.
-                forj-chat--root-confirmed
+                (forj-session-root-confirmed forj-session)
                 (and buffer-file-name
                      (file-in-directory-p buffer-file-name forj-chat-directory)))
           (forj-tools-keep-worker t))))))
@@ -504,7 +465,7 @@ An existing chat of the project is shown again."
          (name (format "*forj: %s*" (file-name-nondirectory (directory-file-name root))))
          (existing (cl-find-if (lambda (b)
                                  (and (eq (buffer-local-value 'major-mode b) 'forj-chat-mode)
-                                      (equal (buffer-local-value 'forj-chat--root b) root)))
+                                      (equal (forj-session-root (buffer-local-value 'forj-session b)) root)))
                                (buffer-list))))
     (pop-to-buffer-same-window
      (or existing
@@ -512,11 +473,11 @@ An existing chat of the project is shown again."
            (with-current-buffer buffer
              (insert (forj-chat--metadata-line root))
              (forj-chat-mode)
-             (setq forj-chat--root root
-                   forj-chat--root-confirmed t
+             (setf (forj-session-root forj-session) root
+                   (forj-session-root-confirmed forj-session) t
                    forj-tools--root root)
              (forj-tools-keep-worker t)
-             (setq forj-chat--provider (forj-chat--choose-provider)))
+             (setf (forj-session-provider forj-session) (forj-chat--choose-provider)))
            buffer)))
     (goto-char (point-max))
     (forj-chat--start-worker)
@@ -526,7 +487,7 @@ An existing chat of the project is shown again."
   "Start the chat's worker now, for the first screen to tell how commands run."
   (let ((buffer (current-buffer)))
     (forj-worker-ensure
-     forj-chat--root
+     (forj-session-root forj-session)
      (lambda (worker)
        (when (buffer-live-p buffer)
          (with-current-buffer buffer (forj-chat--worker-ready worker))))
@@ -539,8 +500,8 @@ An existing chat of the project is shown again."
 
 (defun forj-chat--worker-ready (worker)
   "Show WORKER's hello warnings as notices, once per worker start."
-  (unless (eq forj-chat--greeted worker)
-    (setq forj-chat--greeted worker)
+  (unless (eq (forj-session-greeted forj-session) worker)
+    (setf (forj-session-greeted forj-session) worker)
     (dolist (warning (append (plist-get (forj-worker-hello worker) :warnings) nil))
       (when (stringp warning) (forj-chat--notice warning)))
     (run-hook-with-args 'forj-chat-worker-ready-functions worker))
@@ -597,8 +558,8 @@ record keeps the order in which the view shows things."
                       (substring-no-properties
                        (forj-review-mark-invisible (replace-regexp-in-string "\n" " " text)))
                       "\n")))
-    (if (or forj-chat--reply-view (eq forj-chat--state 'tools))
-        (push line forj-chat--held-notices)
+    (if (or forj-chat--reply-view (eq (forj-session-state forj-session) 'tools))
+        (push line (forj-session-held-notices forj-session))
       (forj-chat--add-notice line))))
 
 (defun forj-chat--add-notice (line)
@@ -631,8 +592,8 @@ Only the commands of `forj-chat--notice-commands'."
 
 (defun forj-chat--flush-notices ()
   "Show the notices held while a reply streamed."
-  (let ((held (reverse forj-chat--held-notices)))
-    (setq forj-chat--held-notices nil)
+  (let ((held (reverse (forj-session-held-notices forj-session))))
+    (setf (forj-session-held-notices forj-session) nil)
     (mapc #'forj-chat--add-notice held)))
 
 ;;; Reading the record
@@ -686,25 +647,26 @@ the user write are escaped instead (`forj-chat--escape-headings')."
 
 (defun forj-chat--native-p ()
   "Return non-nil when this chat talks to the model through native functions."
-  (and (plist-get forj-chat--provider :native-tools) (not (eq (forj-chat-effective-tools-mode) 'disabled))))
+  (and (plist-get (forj-session-provider forj-session) :native-tools) (not (eq (forj-chat-effective-tools-mode) 'disabled))))
 
 (defun forj-chat--transcript (&optional record)
   "The transcript of RECORD (default: this chat's record)."
-  (mapconcat (lambda (entry) (plist-get entry :text)) (or record forj-chat--record) ""))
+  (mapconcat (lambda (entry) (plist-get entry :text)) (or record (forj-session-record forj-session)) ""))
 
 (defun forj-chat--record-add (role text)
   "Add an entry of ROLE with TEXT at the end of the record; return it."
   (let ((entry (list :role role :text text)))
-    (setq forj-chat--record (append forj-chat--record (list entry)))
+    (setf (forj-session-record forj-session) (append (forj-session-record forj-session) (list entry)))
     (run-hooks 'forj-chat-record-changed-hook)
     entry))
 
-(defun forj-chat-messages ()
-  "The conversation as provider-neutral messages, read from the record.
-The context the user added comes first; a summary replaces what it
-summarises (`forj-compact-messages')."
+(defun forj-chat-messages (&optional record)
+  "The conversation as provider-neutral messages, read from RECORD.
+RECORD defaults to the chat's record.  The context the user added
+comes first; a summary replaces what it summarises
+\(`forj-compact-messages')."
   (let ((native (forj-chat--native-p))
-        (transcript (forj-chat--transcript)))
+        (transcript (forj-chat--transcript record)))
     (forj-context-messages
      (forj-compact-messages
       (with-temp-buffer
@@ -788,8 +750,8 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
 
 (defun forj-chat-system-prompt ()
   "The system prompt for this chat: the tools, the protocol, the rules."
-  (let ((root forj-chat--root)
-        (tools (append forj-chat--tools nil)))
+  (let ((root (forj-session-root forj-session))
+        (tools (append (forj-session-tools forj-session) nil)))
     (concat
      "You are forj, a coding agent working inside Emacs with a user on the project at "
      root ".  Answer in Markdown.\n\n"
@@ -826,12 +788,12 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
 
 (defun forj-chat--permission-prompt ()
   "The sentences the worker's rules add to the system prompt, as a section."
-  (if (or (null forj-chat--permission-instructions)
+  (if (or (null (forj-session-permission-instructions forj-session))
           (eq (forj-chat-effective-tools-mode) 'disabled))
       ""
     (concat "\n## Rules of this project\n\n"
             (mapconcat (lambda (line) (concat "- " line "\n"))
-                       (cl-remove-if-not #'stringp forj-chat--permission-instructions) ""))))
+                       (cl-remove-if-not #'stringp (forj-session-permission-instructions forj-session)) ""))))
 
 (defun forj-chat--rules ()
   "The rules the model will meet."
@@ -852,15 +814,15 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
   "Send the text after the last \"## User\" heading to the model."
   (interactive)
   (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
-  (unless (eq forj-chat--state 'idle)
+  (unless (eq (forj-session-state forj-session) 'idle)
     (user-error (substitute-command-keys
                  "A reply is still under way; \\<forj-chat-mode-map>\\[forj-chat-stop] stops it (your text is kept)")))
   (let ((typed (forj-chat--input-text)))
     (cond
      ((string-empty-p (forj-chat--text-of typed))
       (user-error "Type your message below the last \"## User\" heading"))
-     ((null forj-chat--provider)
-      (setq forj-chat--provider (forj-chat--choose-provider))))
+     ((null (forj-session-provider forj-session))
+      (setf (forj-session-provider forj-session) (forj-chat--choose-provider))))
     (forj-chat--check-provider)
     (forj-chat--confirm-root)
     (forj-chat--start-turn typed "")
@@ -868,37 +830,37 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
 
 (defun forj-chat--check-provider ()
   "Signal a `user-error' saying what to do when this chat cannot ask a model."
-  (unless forj-chat--provider
+  (unless (forj-session-provider forj-session)
     (user-error "No language model yet: M-x forj-setup configures one (M-x forj-demo needs none)"))
-  (unless (or (plist-get forj-chat--provider :model)
-              (eq (plist-get forj-chat--provider :family) 'scripted))
+  (unless (or (plist-get (forj-session-provider forj-session) :model)
+              (eq (plist-get (forj-session-provider forj-session) :family) 'scripted))
     (user-error "The provider %s has no model yet: choose one with M-x forj-set-model"
-                (plist-get forj-chat--provider :name))))
+                (plist-get (forj-session-provider forj-session) :name))))
 
 (defun forj-chat--confirm-root ()
   "Make sure the user chose this chat's project root, or signal a `user-error'."
-  (unless (or forj-chat--root-confirmed
+  (unless (or (forj-session-root-confirmed forj-session)
               (yes-or-no-p (format "This chat file names the project %s; let the model work there? "
-                                   forj-chat--root)))
+                                   (forj-session-root forj-session))))
     (user-error "Not sent; open a chat on your project with M-x forj"))
-  (setq forj-chat--root-confirmed t))
+  (setf (forj-session-root-confirmed forj-session) t))
 
 (defun forj-chat--start-turn (text draft)
   "Start a turn: add TEXT as the user's message (unless nil), ask the model.
 DRAFT is what the input holds afterwards.  A turn starts with each
 user message, `forj-continue' and `forj-retry': the tool batches are
 counted again from zero."
-  (cl-incf forj-chat--turn)
-  (setq forj-chat--iterations 0 forj-chat--capped nil forj-chat--cancelled nil
-        forj-chat--continuation nil)
+  (cl-incf (forj-session-turn forj-session))
+  (setf (forj-session-iterations forj-session) 0 (forj-session-capped forj-session) nil (forj-session-cancelled forj-session) nil
+        (forj-session-continuation forj-session) nil)
   ;; The worker groups checkpoints and turn-scoped rules by this id.
-  (setq forj-chat--turn-id (forj-chat-new-turn-id))
+  (setf (forj-session-turn-id forj-session) (forj-chat-new-turn-id))
   (when text
     (let ((entry (forj-chat--record-add-user
                   (concat "\n## User\n\n"
                           (replace-regexp-in-string "[ \t\n]+\\'" "" (forj-chat--escape text))
                           "\n\n")
-                  forj-chat--turn-id)))
+                  (forj-session-turn-id forj-session))))
       (let ((inhibit-read-only t))
         (delete-region forj-chat--out (point-max)))
       (forj-chat--view-entry entry)
@@ -910,7 +872,7 @@ counted again from zero."
 The entry keeps its turn id and time: checkpoints and rewind name them."
   (let ((forj-chat-record-changed-hook nil))
     (forj-chat--record-add "user" text))
-  (let ((entry (car (last forj-chat--record))))
+  (let ((entry (car (last (forj-session-record forj-session)))))
     (nconc entry (list :turn turn :time (float-time)))
     (run-hooks 'forj-chat-record-changed-hook)
     entry))
@@ -918,18 +880,18 @@ The entry keeps its turn id and time: checkpoints and rewind name them."
 (defun forj-chat--with-worker (then)
   "Start the project's worker if needed, learn its tools, then call THEN."
   (let ((buffer (current-buffer))
-        (turn forj-chat--turn))
-    (setq forj-chat--state 'streaming)
+        (turn (forj-session-turn forj-session)))
+    (setf (forj-session-state forj-session) 'streaming)
     (forj-worker-ensure
-     forj-chat--root
+     (forj-session-root forj-session)
      (lambda (worker)
        (when (buffer-live-p buffer)
          (with-current-buffer buffer
            (forj-chat--worker-ready worker)
-           (when (= turn forj-chat--turn)
+           (when (= turn (forj-session-turn forj-session))
              (forj-chat-load-tools worker then)))))
      (lambda (err)
-       (when (and (buffer-live-p buffer) (= turn (buffer-local-value 'forj-chat--turn buffer)))
+       (when (and (buffer-live-p buffer) (= turn (forj-session-turn (buffer-local-value 'forj-session buffer))))
          (with-current-buffer buffer
            (forj-chat--notice (format "the tool worker could not start: %s"
                                       (or (plist-get err :message) err)))
@@ -954,24 +916,24 @@ The user's point stays where it is."
   "Start the model's next reply under a new \"## Assistant\" heading."
   (let ((buffer (current-buffer))
         (messages (forj-chat-messages)))
-    (setq forj-chat--stop-info nil)
+    (setf (forj-session-stop-info forj-session) nil)
     (setq forj-chat--reply-view (copy-marker forj-chat--out))
     (forj-chat--insert-out (forj-chat--heading "## Assistant"))
     (forj-chat--insert-out "\n\n")
-    (setq forj-chat--reply-start (copy-marker forj-chat--out)
-          forj-chat--reply ""
-          forj-chat--state 'streaming)
+    (setf forj-chat--reply-start (copy-marker forj-chat--out)
+          (forj-session-reply forj-session) ""
+          (forj-session-state forj-session) 'streaming)
     (force-mode-line-update)
-    (setq forj-chat--stream
+    (setf (forj-session-stream forj-session)
           (forj-provider-start
-           forj-chat--provider (forj-chat-system-prompt) messages
-           (and (not (eq (forj-chat-effective-tools-mode) 'disabled)) (append forj-chat--tools nil))
+           (forj-session-provider forj-session) (forj-chat-system-prompt) messages
+           (and (not (eq (forj-chat-effective-tools-mode) 'disabled)) (append (forj-session-tools forj-session) nil))
            (list :on-text (lambda (text)
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-chat--reply-text text))))
                  :on-stop (lambda (info)
                             (when (buffer-live-p buffer)
-                              (with-current-buffer buffer (setq forj-chat--stop-info info))))
+                              (with-current-buffer buffer (setf (forj-session-stop-info forj-session) info))))
                  :on-wait (lambda (seconds attempt message)
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer
@@ -979,7 +941,7 @@ The user's point stays where it is."
                  :on-call (lambda (call)
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-chat--insert-call call))))
-                 :on-usage (forj-usage-recorder buffer forj-chat--provider)
+                 :on-usage (forj-usage-recorder buffer (forj-session-provider forj-session))
                  :on-done (lambda ()
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-chat--reply-done))))
@@ -992,14 +954,14 @@ The user's point stays where it is."
   "Add TEXT, streamed by the model, to the reply and show it."
   (forj-chat--clear-wait)
   (when forj-chat--reply-start
-    (setq forj-chat--reply (concat forj-chat--reply text))
+    (setf (forj-session-reply forj-session) (concat (forj-session-reply forj-session) text))
     (forj-chat--insert-out text)))
 
 (defun forj-chat--insert-call (call)
   "Write a native CALL as a tool-call block, to keep it in the record."
   (when forj-chat--reply-start
     (forj-chat--reply-text
-     (concat (if (or (string-empty-p forj-chat--reply) (string-suffix-p "\n" forj-chat--reply)) "" "\n")
+     (concat (if (or (string-empty-p (forj-session-reply forj-session)) (string-suffix-p "\n" (forj-session-reply forj-session))) "" "\n")
              "\n```tool-call\n"
              (forj-tools-json-encode (list :id (or (plist-get call :id) "")
                                            :name (or (plist-get call :name) "")
@@ -1022,7 +984,7 @@ Only forj writes headings that divide the record, and notices."
 (defun forj-chat--finish-reply ()
   "Record the reply just streamed and draw it for reading.
 Headings in it are escaped; it ends with a newline."
-  (let* ((reply (forj-chat--escape forj-chat--reply))
+  (let* ((reply (forj-chat--escape (forj-session-reply forj-session)))
          (reply (if (or (string-empty-p reply) (string-suffix-p "\n" reply)) reply (concat reply "\n")))
          (entry (forj-chat--record-add "assistant" (concat "## Assistant\n\n" reply))))
     (forj-chat--clear-wait)
@@ -1031,10 +993,10 @@ Headings in it are escaped; it ends with a newline."
     (forj-chat--view-entry entry)
     (set-marker forj-chat--reply-view nil)
     (set-marker forj-chat--reply-start nil)
-    (setq forj-chat--reply-view nil
+    (setf forj-chat--reply-view nil
           forj-chat--reply-start nil
-          forj-chat--reply nil
-          forj-chat--stream nil)
+          (forj-session-reply forj-session) nil
+          (forj-session-stream forj-session) nil)
     (forj-chat--flush-notices)
     entry))
 
@@ -1058,8 +1020,8 @@ Headings in it are escaped; it ends with a newline."
 (defun forj-chat--entry-calls (entry)
   "The tool-call blocks of the record's ENTRY, parsed in the transcript.
 Line numbers in error messages count from the start of the transcript."
-  (let* ((before (forj-chat--transcript (cl-subseq forj-chat--record 0
-                                                   (cl-position entry forj-chat--record))))
+  (let* ((before (forj-chat--transcript (cl-subseq (forj-session-record forj-session) 0
+                                                   (cl-position entry (forj-session-record forj-session)))))
          (text (plist-get entry :text)))
     (with-temp-buffer
       (insert before text)
@@ -1068,15 +1030,15 @@ Line numbers in error messages count from the start of the transcript."
 (defun forj-chat--reply-done ()
   "Finish a complete reply: run the tool-call blocks in it, or end the turn.
 A reply cut by the token limit or refused runs none of its calls."
-  (let* ((stop forj-chat--stop-info)
+  (let* ((stop (forj-session-stop-info forj-session))
          (entry (forj-chat--finish-reply))
          (calls (forj-chat--entry-calls entry)))
-    (setq forj-chat--stop-info nil)
+    (setf (forj-session-stop-info forj-session) nil)
     (cond
      ((eq (plist-get stop :kind) 'length) (forj-chat--reply-cut stop calls))
      ((eq (plist-get stop :kind) 'refusal) (forj-chat--reply-refused stop calls))
      ((null calls) (forj-chat--turn-done))
-     ((>= forj-chat--iterations (forj-chat-max-iterations))
+     ((>= (forj-session-iterations forj-session) (forj-chat-max-iterations))
       (forj-chat--refuse-batch calls))
      (t (forj-chat--run-batch calls)))))
 
@@ -1084,7 +1046,7 @@ A reply cut by the token limit or refused runs none of its calls."
   "How many tool batches one user message may lead to in this chat.
 `forj-chat-max-tool-iterations', else the worker's configuration."
   (or forj-chat-max-tool-iterations
-      (let* ((worker (and forj-chat--root (forj-worker-get forj-chat--root)))
+      (let* ((worker (and (forj-session-root forj-session) (forj-worker-get (forj-session-root forj-session))))
              (config (and worker (plist-get (forj-worker-hello worker) :config)))
              (limit (plist-get (plist-get (plist-get config :effective) :tools)
                                :max_tool_iterations_per_user_turn)))
@@ -1132,7 +1094,7 @@ Its tool-call ENTRIES, if any, do not run."
                              "Answer the user without this call"))
   (forj-chat--notice
    (concat (format "%s refused to answer: %s."
-                   (or (plist-get forj-chat--provider :name) "the provider")
+                   (or (plist-get (forj-session-provider forj-session) :name) "the provider")
                    (plist-get stop :reason))
            (substitute-command-keys
             "  \\<forj-chat-mode-map>\\[forj-retry] (M-x forj-retry) asks again; with C-u, another model")))
@@ -1178,11 +1140,11 @@ result's JSON, which is what the model reads.  The view of the section
 
 (defun forj-chat--run-batch (entries)
   "Run the tool-call ENTRIES of the reply as one batch, then resume the model."
-  (cl-incf forj-chat--iterations)
+  (cl-incf (forj-session-iterations forj-session))
   (let ((buffer (current-buffer))
-        (turn forj-chat--turn))
+        (turn (forj-session-turn forj-session)))
     (forj-chat--results-heading)
-    (setq forj-chat--state 'tools)
+    (setf (forj-session-state forj-session) 'tools)
     (force-mode-line-update)
     ;; What the model has read so far, heading of these results and prompt
     ;; included, as the transcript would hold it.
@@ -1192,28 +1154,28 @@ result's JSON, which is what the model reads.  The view of the section
                                 (length "\n## Tool results\n\n")
                                 (length "\n## User\n\n")
                                 (length (forj-chat--input-text))))))
-    (let ((forj-tools-turn forj-chat--turn-id)
+    (let ((forj-tools-turn (forj-session-turn-id forj-session))
           (forj-tools-plan-mode (pcase forj-chat-tools-mode
                                   ('parse-only "parse_only")
                                   ('disabled "disabled")
                                   (_ "enabled"))))
-      (setq forj-chat--batch
+      (setf (forj-session-batch forj-session)
             (forj-tools-run-entries
              entries forj-chat--out
              (lambda (results)
                (when (buffer-live-p buffer)
                  (with-current-buffer buffer (forj-chat--batch-done turn entries results))))
-             forj-chat--root)))))
+             (forj-session-root forj-session))))))
 
 (defun forj-chat--batch-done (turn entries results)
   "The batch of TURN has RESULTS for ENTRIES: resume the model unless stopped."
-  (let ((batch forj-chat--batch))
+  (let ((batch (forj-session-batch forj-session)))
     (when batch
       (set-marker forj-chat--out (forj-tools-batch-end batch))
-      (setq forj-chat--batch nil))
+      (setf (forj-session-batch forj-session) nil))
     (if (and forj-chat-batch-interrupted-function
-             (= turn forj-chat--turn)
-             (not forj-chat--cancelled)
+             (= turn (forj-session-turn forj-session))
+             (not (forj-session-cancelled forj-session))
              (cl-some (lambda (r) (equal (plist-get (plist-get r :error) :type) "worker-died")) results))
         ;; The journal knows what ran; the results here only say the
         ;; connection went.  Recovery tells the model what happened.
@@ -1230,10 +1192,10 @@ result's JSON, which is what the model reads.  The view of the section
   "Record RESULTS of ENTRIES (of BATCH, of TURN); resume the model unless stopped."
   (forj-chat--record-results entries results)
   (forj-chat--insert-out "\n")
-  (setq forj-chat--state 'streaming)
+  (setf (forj-session-state forj-session) 'streaming)
   (forj-chat--flush-notices)
-  (if (or forj-chat--cancelled
-          (/= turn forj-chat--turn)
+  (if (or (forj-session-cancelled forj-session)
+          (/= turn (forj-session-turn forj-session))
           (and batch (forj-tools-batch-cancelled batch))
           (forj-chat--turn-stops batch))
       (progn
@@ -1246,8 +1208,8 @@ result's JSON, which is what the model reads.  The view of the section
   "Refuse the tool-call ENTRIES of the reply: the iteration limit is reached.
 Resume the model once more at most."
   (let ((buffer (current-buffer))
-        (again forj-chat--capped))
-    (setq forj-chat--capped t)
+        (again (forj-session-capped forj-session)))
+    (setf (forj-session-capped forj-session) t)
     (forj-chat--results-heading)
     (let ((batch (forj-tools-refuse-entries
                   entries forj-chat--out
@@ -1265,16 +1227,16 @@ Resume the model once more at most."
 CONTINUATION, a plist (:kind KIND :text TEXT), is what `forj-continue'
 does next: send TEXT as a message (or, without TEXT, ask the model
 again).  A turn that reached the iteration limit offers to go on."
-  (setq forj-chat--state 'idle
+  (setf (forj-session-state forj-session) 'idle
         forj-chat--reply-start nil
-        forj-chat--stream nil
-        forj-chat--batch nil
-        forj-chat--continuation continuation)
+        (forj-session-stream forj-session) nil
+        (forj-session-batch forj-session) nil
+        (forj-session-continuation forj-session) continuation)
   (forj-chat--clear-wait)
   (forj-chat--flush-notices)
-  (when (and forj-chat--capped (not forj-chat--cancelled) (null continuation))
+  (when (and (forj-session-capped forj-session) (not (forj-session-cancelled forj-session)) (null continuation))
     (let ((limit (forj-chat-max-iterations)))
-      (setq forj-chat--continuation
+      (setf (forj-session-continuation forj-session)
             (list :kind 'capped
                   :text (format "Go on with the task: you may use tools for %d more batches." limit)))
       (forj-chat--notice
@@ -1293,13 +1255,13 @@ after a failed or stopped reply, it is asked again.  Your draft in the
 input stays."
   (interactive)
   (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
-  (unless (eq forj-chat--state 'idle)
+  (unless (eq (forj-session-state forj-session) 'idle)
     (user-error "A reply is still under way"))
-  (unless forj-chat--continuation
+  (unless (forj-session-continuation forj-session)
     (user-error "Nothing stopped early here; type your next message"))
   (forj-chat--check-provider)
   (forj-chat--confirm-root)
-  (forj-chat--start-turn (plist-get forj-chat--continuation :text) (forj-chat--input-text)))
+  (forj-chat--start-turn (plist-get (forj-session-continuation forj-session) :text) (forj-chat--input-text)))
 
 (defun forj-retry (&optional other-model)
   "Ask the model for its last reply again; OTHER-MODEL: choose the model first.
@@ -1309,11 +1271,11 @@ calls changed stay as they are.  Interactively, OTHER-MODEL is the
 prefix argument."
   (interactive "P")
   (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
-  (unless (eq forj-chat--state 'idle)
+  (unless (eq (forj-session-state forj-session) 'idle)
     (user-error "A reply is still under way; stop it first"))
   (let* ((role (lambda (e) (plist-get e :role)))
-         (index (cl-position "assistant" forj-chat--record :key role :test #'equal :from-end t))
-         (unanswered (cl-position "user" forj-chat--record :key role :test #'equal
+         (index (cl-position "assistant" (forj-session-record forj-session) :key role :test #'equal :from-end t))
+         (unanswered (cl-position "user" (forj-session-record forj-session) :key role :test #'equal
                                   :start (if index (1+ index) 0))))
     ;; A message of yours after the last reply was never answered: that
     ;; is the reply to ask for, and nothing leaves the chat.
@@ -1323,8 +1285,8 @@ prefix argument."
     (forj-chat--check-provider)
     (forj-chat--confirm-root)
     (when index
-      (let ((ran (cl-some (lambda (e) (equal (plist-get e :role) "tool")) (nthcdr index forj-chat--record))))
-        (setq forj-chat--record (cl-subseq forj-chat--record 0 index))
+      (let ((ran (cl-some (lambda (e) (equal (plist-get e :role) "tool")) (nthcdr index (forj-session-record forj-session)))))
+        (setf (forj-session-record forj-session) (cl-subseq (forj-session-record forj-session) 0 index))
         (forj-chat--redraw (forj-chat--input-text))
         (when ran
           (forj-chat--notice "retrying a reply whose tool calls ran: the files they changed stay as they are"))))
@@ -1373,11 +1335,11 @@ It shows above the reply and in the header line."
 (defun forj-chat-stop ()
   "Stop the reply being streamed or the tools running; do not resume."
   (interactive)
-  (setq forj-chat--cancelled t)
-  (cl-incf forj-chat--turn)
-  (pcase forj-chat--state
+  (setf (forj-session-cancelled forj-session) t)
+  (cl-incf (forj-session-turn forj-session))
+  (pcase (forj-session-state forj-session)
     ('streaming
-     (forj-provider-stop forj-chat--stream)
+     (forj-provider-stop (forj-session-stream forj-session))
      (let* ((entry (and forj-chat--reply-start (forj-chat--finish-reply)))
             (said (and entry (not (string-blank-p
                                    (cdr (forj-chat--split-heading (plist-get entry :text))))))))
@@ -1386,7 +1348,7 @@ It shows above the reply and in the header line."
                                 (list :kind 'stopped :text "Go on from where you stopped.")
                               (list :kind 'stopped)))))
     ('tools
-     (let ((batch forj-chat--batch))
+     (let ((batch (forj-session-batch forj-session)))
        (cond
         ((null batch) (forj-chat--end-turn))
         ((forj-tools--manual-entries batch)
@@ -1459,16 +1421,15 @@ It shows above the reply and in the header line."
   "Take the buffer's text as a transcript: make it the record and draw the view.
 A chat drawn already (the mode started again) is drawn again from its record."
   (let ((modified (buffer-modified-p)))
-    (if (and forj-chat--record (markerp forj-chat--input) (eq (marker-buffer forj-chat--input) (current-buffer)))
+    (if (and (forj-session-record forj-session) (markerp forj-chat--input) (eq (marker-buffer forj-chat--input) (current-buffer)))
         (forj-chat--redraw (forj-chat--input-text))
       (let ((parsed (forj-chat--split (buffer-substring-no-properties (point-min) (point-max)))))
-        (setq forj-chat--record (car parsed))
+        (setf (forj-session-record forj-session) (car parsed))
         (forj-chat--redraw (cdr parsed))))
     (set-buffer-modified-p modified)
     (buffer-disable-undo)
     (buffer-enable-undo)))
 
-(put 'forj-chat--record 'permanent-local t)
 (put 'forj-chat--input 'permanent-local t)
 
 (defun forj-chat--split (text)
@@ -1508,7 +1469,7 @@ Return (ENTRIES . DRAFT).  The last \"## User\" section is the prompt."
     (if (markerp forj-chat--out)
         (set-marker forj-chat--out (point-min))
       (setq forj-chat--out (copy-marker (point-min) t)))
-    (dolist (entry forj-chat--record) (forj-chat--view-entry entry))
+    (dolist (entry (forj-session-record forj-session)) (forj-chat--view-entry entry))
     (forj-chat--insert-prompt draft)
     (forj-context-draw)))
 
@@ -1599,8 +1560,8 @@ Return (ENTRIES . DRAFT).  The last \"## User\" section is the prompt."
 
 (defun forj-chat--calls-before (entry)
   "Map each id to its tool call, for the reply before the record's ENTRY."
-  (let* ((position (cl-position entry forj-chat--record))
-         (reply (cl-find "assistant" (reverse (cl-subseq forj-chat--record 0 position))
+  (let* ((position (cl-position entry (forj-session-record forj-session)))
+         (reply (cl-find "assistant" (reverse (cl-subseq (forj-session-record forj-session) 0 position))
                          :key (lambda (e) (plist-get e :role)) :test #'equal)))
     (when reply
       (with-temp-buffer
@@ -1615,7 +1576,7 @@ Return (ENTRIES . DRAFT).  The last \"## User\" section is the prompt."
     (insert "\n")
     (when heading (insert (forj-chat--heading heading) "\n\n"))
     (let ((calls (forj-chat--calls-before entry))
-          (root forj-chat--root))
+          (root (forj-session-root forj-session)))
       (with-temp-buffer
         (insert rest)
         (setq rest (forj-chat--blocks (point-min) (point-max) "tool-result")))
@@ -1791,15 +1752,15 @@ they are: forking changes the conversation, not the project.  A draft
 you had in the input goes to the kill ring."
   (interactive)
   (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
-  (unless (eq forj-chat--state 'idle)
+  (unless (eq (forj-session-state forj-session) 'idle)
     (user-error "A reply is still under way; stop it first"))
   (let* ((entry (get-text-property (or pos (point)) 'forj-entry))
-         (index (and entry (cl-position entry forj-chat--record))))
+         (index (and entry (cl-position entry (forj-session-record forj-session)))))
     (unless (and index (equal (plist-get entry :role) "user"))
       (user-error "Put point on one of your earlier messages (under a \"## User\" heading)"))
     (when (and (called-interactively-p 'any)
                (not (y-or-n-p (format "Fork from this message (it and the %d entries after it leave the chat)? "
-                                      (- (length forj-chat--record) index 1)))))
+                                      (- (length (forj-session-record forj-session)) index 1)))))
       (user-error "Not forked"))
     (let ((draft (forj-chat--input-text))
           (text (string-trim (forj-chat--unescape (cdr (forj-chat--split-heading (plist-get entry :text)))))))
@@ -1812,8 +1773,8 @@ you had in the input goes to the kill ring."
 (defun forj-chat-cut-record (index draft)
   "Cut the record just before its entry at INDEX; put DRAFT in the input.
 An answer still due to the old turn is ignored from now on."
-  (setq forj-chat--record (cl-subseq forj-chat--record 0 index))
-  (cl-incf forj-chat--turn)
+  (setf (forj-session-record forj-session) (cl-subseq (forj-session-record forj-session) 0 index))
+  (cl-incf (forj-session-turn forj-session))
   (forj-chat--redraw draft)
   (run-hooks 'forj-chat-record-changed-hook))
 
@@ -1837,7 +1798,7 @@ Visiting the file later opens it as a chat again."
    (t (make-directory forj-chat-directory t)
       (write-file (expand-file-name
                    (format "%s-%s.md"
-                           (file-name-nondirectory (directory-file-name forj-chat--root))
+                           (file-name-nondirectory (directory-file-name (forj-session-root forj-session)))
                            (format-time-string "%Y%m%d-%H%M%S"))
                    forj-chat-directory)))))
 
@@ -1853,7 +1814,7 @@ For `write-contents-functions': the file holds the record, not the view."
   "Read the chat's file again: record and view."
   (unless buffer-file-name (user-error "This chat has no file"))
   (let ((inhibit-read-only t))
-    (setq forj-chat--record nil)
+    (setf (forj-session-record forj-session) nil)
     (set-marker forj-chat--input nil)
     (erase-buffer)
     (insert-file-contents buffer-file-name t nil nil t)

@@ -43,6 +43,7 @@
 (require 'forj)
 (require 'forj-provider)
 (require 'forj-usage)
+(require 'forj-session)
 
 (declare-function forj-chat-messages "forj-chat")
 (declare-function forj-chat-system-prompt "forj-chat")
@@ -55,12 +56,6 @@
 (declare-function forj-chat--notice "forj-chat")
 (declare-function forj-context-bytes "forj-context")
 
-(defvar forj-chat--record)
-(defvar forj-chat--provider)
-(defvar forj-chat--stream)
-(defvar forj-chat--state)
-(defvar forj-chat--turn)
-(defvar forj-chat--tools)
 (defvar forj-chat-tools-mode)
 (defvar forj-chat--notice-prefix)
 
@@ -112,8 +107,8 @@ A number between 0 and 1 of the model's context window (see
 
 (defun forj-compact--live-entries ()
   "The record's entries from its last summary on (all of them without one)."
-  (let ((from (cl-position-if #'forj-compact--summary-entry-p forj-chat--record :from-end t)))
-    (if from (nthcdr from forj-chat--record) forj-chat--record)))
+  (let ((from (cl-position-if #'forj-compact--summary-entry-p (forj-session-record forj-session) :from-end t)))
+    (if from (nthcdr from (forj-session-record forj-session)) (forj-session-record forj-session))))
 
 (defun forj-compact--bytes (entries)
   "The bytes of the record's ENTRIES."
@@ -122,18 +117,18 @@ A number between 0 and 1 of the model's context window (see
 (defun forj-compact-estimate ()
   "The tokens the next request will hold: (TOKENS . ESTIMATED).
 ESTIMATED is non-nil when no provider count was used."
-  (let ((key (list (length forj-chat--record) forj-usage-basis
-                   (forj-context-bytes) forj-chat--provider forj-chat-tools-mode
-                   (length forj-chat--tools))))
+  (let ((key (list (length (forj-session-record forj-session)) forj-usage-basis
+                   (forj-context-bytes) (forj-session-provider forj-session) forj-chat-tools-mode
+                   (length (forj-session-tools forj-session)))))
     (unless (equal (car forj-compact--estimate) key)
       (setq forj-compact--estimate
             (cons key
                   (if forj-usage-basis
                       ;; Counted up to the last reply; what came after it is new.
-                      (let* ((last (cl-position "assistant" forj-chat--record
+                      (let* ((last (cl-position "assistant" (forj-session-record forj-session)
                                                 :key (lambda (e) (plist-get e :role))
                                                 :test #'equal :from-end t))
-                             (after (if last (nthcdr (1+ last) forj-chat--record) forj-chat--record)))
+                             (after (if last (nthcdr (1+ last) (forj-session-record forj-session)) (forj-session-record forj-session))))
                         (cons (+ (forj-usage-prompt forj-usage-basis)
                                  (plist-get forj-usage-basis :output)
                                  (forj-usage-tokens-of-bytes (forj-compact--bytes after)))
@@ -148,7 +143,7 @@ ESTIMATED is non-nil when no provider count was used."
 (defun forj-compact-header ()
   "The usage part of a chat's header line."
   (let ((estimate (forj-compact-estimate)))
-    (forj-usage-header forj-chat--provider (car estimate) (cdr estimate))))
+    (forj-usage-header (forj-session-provider forj-session) (car estimate) (cdr estimate))))
 
 ;;; Compacting
 
@@ -163,11 +158,11 @@ nil if REQUEST should go on now."
    (forj-compact--skip (setq forj-compact--skip nil) nil)
    ((or (null forj-compact-threshold)
         ;; A recorded session replays its replies; it cannot summarise.
-        (eq (plist-get forj-chat--provider :family) 'scripted))
+        (eq (plist-get (forj-session-provider forj-session) :family) 'scripted))
     nil)
    (t
     (let* ((estimate (car (forj-compact-estimate)))
-           (window (forj-usage-context-window forj-chat--provider))
+           (window (forj-usage-context-window (forj-session-provider forj-session)))
            (cut (forj-compact--cut)))
       (when (and (>= estimate (* forj-compact-threshold window))
                  (> (forj-compact--summarisable cut) 1))
@@ -178,15 +173,15 @@ nil if REQUEST should go on now."
 
 (defun forj-compact--cut ()
   "Return the index of the summary in the record: before a new user message."
-  (let ((last (car (last forj-chat--record))))
+  (let ((last (car (last (forj-session-record forj-session)))))
     (if (and (equal (plist-get last :role) "user") (not (forj-compact--summary-entry-p last)))
-        (1- (length forj-chat--record))
-      (length forj-chat--record))))
+        (1- (length (forj-session-record forj-session)))
+      (length (forj-session-record forj-session)))))
 
 (defun forj-compact--summarisable (cut)
   "How many conversation entries before CUT a summary would replace."
-  (let ((entries (cl-subseq forj-chat--record 0 cut))
-        (from (cl-position-if #'forj-compact--summary-entry-p forj-chat--record :from-end t :end cut)))
+  (let ((entries (cl-subseq (forj-session-record forj-session) 0 cut))
+        (from (cl-position-if #'forj-compact--summary-entry-p (forj-session-record forj-session) :from-end t :end cut)))
     (cl-count-if (lambda (e) (member (plist-get e :role) '("user" "assistant" "tool")))
                  (if from (nthcdr (1+ from) entries) entries))))
 
@@ -195,17 +190,16 @@ nil if REQUEST should go on now."
 THEN is also called when the summary fails (after a notice): the
 request then goes uncompacted and the provider says if it is too long."
   (let* ((buffer (current-buffer))
-         (turn forj-chat--turn)
-         (messages (let ((forj-chat--record (cl-subseq forj-chat--record 0 cut)))
-                     (forj-chat-messages)))
+         (turn (forj-session-turn forj-session))
+         (messages (forj-chat-messages (cl-subseq (forj-session-record forj-session) 0 cut)))
          (replaced (forj-compact--summarisable cut))
          (text "")
-         (provider forj-chat--provider))
-    (setq forj-chat--stream
+         (provider (forj-session-provider forj-session)))
+    (setf (forj-session-stream forj-session)
           (forj-provider-start
            provider (forj-chat-system-prompt)
            (append messages (list (list :role "user" :text forj-compact-instruction)))
-           (and (not (eq forj-chat-tools-mode 'disabled)) (append forj-chat--tools nil))
+           (and (not (eq forj-chat-tools-mode 'disabled)) (append (forj-session-tools forj-session) nil))
            (list :on-text (lambda (piece) (setq text (concat text piece)))
                  :on-call #'ignore
                  :on-usage (forj-usage-recorder buffer provider)
@@ -217,13 +211,13 @@ request then goes uncompacted and the provider says if it is too long."
 
 (defun forj-compact--live-p (buffer turn)
   "Non-nil if BUFFER is alive and still in TURN (the user did not stop it)."
-  (and (buffer-live-p buffer) (= turn (buffer-local-value 'forj-chat--turn buffer))))
+  (and (buffer-live-p buffer) (= turn (forj-session-turn (buffer-local-value 'forj-session buffer)))))
 
 (defun forj-compact--failed (buffer turn message then)
   "The summary of BUFFER's TURN failed with MESSAGE: say so, then call THEN."
   (when (forj-compact--live-p buffer turn)
     (with-current-buffer buffer
-      (setq forj-chat--stream nil forj-compact--skip t)
+      (setf (forj-session-stream forj-session) nil forj-compact--skip t)
       (forj-chat--notice (format "the conversation could not be compacted (%s); it is sent whole" message))
       (funcall then))))
 
@@ -233,7 +227,7 @@ REPLACED is how many messages it replaces.  Nothing happens if the
 user stopped TURN."
   (when (forj-compact--live-p buffer turn)
     (with-current-buffer buffer
-      (setq forj-chat--stream nil)
+      (setf (forj-session-stream forj-session) nil)
       (if (string-blank-p text)
           (forj-compact--failed buffer turn "the model wrote no summary" then)
         (let* ((summary (list :role "user"
@@ -246,10 +240,10 @@ user stopped TURN."
                                                    replaced
                                                    (forj-usage-format-tokens
                                                     (forj-usage-tokens-of-bytes (string-bytes text)))))))
-               (at-end (= cut (length forj-chat--record))))
-          (setq forj-chat--record (append (cl-subseq forj-chat--record 0 cut)
+               (at-end (= cut (length (forj-session-record forj-session)))))
+          (setf (forj-session-record forj-session) (append (cl-subseq (forj-session-record forj-session) 0 cut)
                                           (list summary notice)
-                                          (nthcdr cut forj-chat--record))
+                                          (nthcdr cut (forj-session-record forj-session)))
                 forj-usage-basis nil
                 forj-compact--skip t)
           (if at-end
@@ -265,13 +259,13 @@ The model writes the summary; from then on it reads the summary and
 what follows.  The chat and its saved file keep the whole history."
   (interactive)
   (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
-  (unless (eq forj-chat--state 'idle)
+  (unless (eq (forj-session-state forj-session) 'idle)
     (user-error "A reply is still under way; compact when it is done"))
-  (unless forj-chat--provider (user-error "This chat has no provider"))
-  (let ((cut (length forj-chat--record)))
+  (unless (forj-session-provider forj-session) (user-error "This chat has no provider"))
+  (let ((cut (length (forj-session-record forj-session))))
     (when (< (forj-compact--summarisable cut) 2)
       (user-error "Nothing to compact yet"))
-    (setq forj-chat--turn (1+ forj-chat--turn))
+    (setf (forj-session-turn forj-session) (1+ (forj-session-turn forj-session)))
     (forj-chat--with-worker
      (lambda ()
        (forj-compact--start cut (lambda ()

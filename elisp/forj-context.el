@@ -48,6 +48,7 @@
 (require 'forj-epc)
 (require 'forj-worker)
 (require 'forj-usage)
+(require 'forj-session)
 
 (declare-function dired-get-marked-files "dired")
 (declare-function forj "forj-chat")
@@ -55,8 +56,6 @@
 (declare-function forj-chat--seal "forj-chat")
 (declare-function forj-chat--input-text "forj-chat")
 
-(defvar forj-chat--root)
-(defvar forj-chat--state)
 (defvar forj-chat--input)
 (defvar forj-chat--out)
 
@@ -102,7 +101,7 @@ and :truncated.")
   "The chat buffer of ROOT, opened if needed without changing windows."
   (or (cl-find-if (lambda (b)
                     (and (eq (buffer-local-value 'major-mode b) 'forj-chat-mode)
-                         (equal (buffer-local-value 'forj-chat--root b) root)))
+                         (equal (forj-session-root (buffer-local-value 'forj-session b)) root)))
                   (buffer-list))
       (save-current-buffer (save-window-excursion (forj root)))))
 
@@ -228,7 +227,7 @@ reading.  THEN gets (:ok t :content TEXT :truncated BOOL) or
   "Add the project FILE to the context of CHAT (default: its project's chat).
 The worker reads it (see the Commentary).  THEN, if given, is called
 with the new item, or nil if the file was refused."
-  (let* ((root (if chat (buffer-local-value 'forj-chat--root chat) (forj-worker-project-root
+  (let* ((root (if chat (forj-session-root (buffer-local-value 'forj-session chat)) (forj-worker-project-root
                                                                     (file-name-directory
                                                                      (expand-file-name file)))))
          (path (forj-context--relative (expand-file-name file) root))
@@ -286,7 +285,7 @@ a file elsewhere needs the user's confirmation."
   "Add the text of BUFFER (the region BEG..END if given) to CHAT.
 CHAT defaults to the chat of the buffer's project."
   (let* ((root (if chat
-                   (buffer-local-value 'forj-chat--root chat)
+                   (forj-session-root (buffer-local-value 'forj-session chat))
                  (with-current-buffer buffer (forj-worker-project-root))))
          (title (forj-context--buffer-title buffer root beg end))
          (text (with-current-buffer buffer
@@ -350,7 +349,7 @@ message."
      (lambda ()
        (let ((chat (forj-context--chat root)))
          (with-current-buffer chat
-           (if (not (eq forj-chat--state 'idle))
+           (if (not (eq (forj-session-state forj-session) 'idle))
                (message "forj: not sent: the chat is busy; try again when the reply is done")
              (let ((draft (forj-chat--input-text))
                    (inhibit-read-only t))
@@ -383,13 +382,13 @@ message."
 (defun forj-context-complete-at-point ()
   "Complete \"@path\" in a chat's input with the project's files.
 Choosing one adds the file to the chat's context."
-  (when (and (markerp forj-chat--input) (>= (point) forj-chat--input) forj-chat--root)
+  (when (and (markerp forj-chat--input) (>= (point) forj-chat--input) (forj-session-root forj-session))
     (save-excursion
       (let ((end (point)))
         (when (re-search-backward "\\(?:^\\|[ \t\n(]\\)@\\([^ \t\n]*\\)\\=" (max forj-chat--input (line-beginning-position)) t)
           (let ((beg (match-beginning 1))
                 (chat (current-buffer))
-                (root forj-chat--root))
+                (root (forj-session-root forj-session)))
             (list beg end
                   (completion-table-dynamic
                    (lambda (_) (forj-context--project-files root)))

@@ -39,6 +39,7 @@
 (require 'subr-x)
 (require 'forj)
 (require 'forj-chat)
+(require 'forj-session)
 
 (defcustom forj-history-directory nil
   "Where chats are saved as they go; nil: \"chats/\" in forj's state directory.
@@ -92,7 +93,7 @@ Lists that are not plists become arrays; nil becomes an empty array."
 
 (defun forj-history--title ()
   "The first line of the chat's first message, or nil."
-  (let ((first (cl-find "user" forj-chat--record :key (lambda (e) (plist-get e :role)) :test #'equal)))
+  (let ((first (cl-find "user" (forj-session-record forj-session) :key (lambda (e) (plist-get e :role)) :test #'equal)))
     (when first
       (let ((text (string-trim (cdr (forj-chat--split-heading (plist-get first :text))))))
         (car (split-string (forj-chat--unescape text) "\n"))))))
@@ -111,8 +112,8 @@ Lists that are not plists become arrays; nil becomes an empty array."
 (defun forj-history-save-chat ()
   "Save the current chat's record and messages under its project's directory.
 Return the JSON file written, or nil when the chat has no project."
-  (when (and forj-chat--root (derived-mode-p 'forj-chat-mode))
-    (let* ((dir (forj-history-project-directory forj-chat--root))
+  (when (and (forj-session-root forj-session) (derived-mode-p 'forj-chat-mode))
+    (let* ((dir (forj-history-project-directory (forj-session-root forj-session)))
            (id (forj-chat-id))
            (json (expand-file-name (concat id ".json") dir))
            (now (float-time)))
@@ -123,17 +124,17 @@ Return the JSON file written, or nil when the chat has no project."
        (json-serialize
         (list :version 1
               :id id
-              :root forj-chat--root
+              :root (forj-session-root forj-session)
               :created (or forj-history--created (setq forj-history--created now))
               :updated now
               :title (or (forj-history--title) "")
-              :provider (or (plist-get forj-chat--provider :name) "")
+              :provider (or (plist-get (forj-session-provider forj-session) :name) "")
               :record (forj-history--json
                        (mapcar (lambda (entry)
                                  (cl-loop for (key value) on entry by #'cddr
                                           when (memq key '(:role :text :turn :time))
                                           append (list key value)))
-                               forj-chat--record))
+                               (forj-session-record forj-session)))
               :messages (forj-history--json (forj-chat-messages)))))
       (forj-history--write (expand-file-name (concat id ".md") dir)
                            (concat (forj-chat--transcript) "\n## User\n\n"))
@@ -183,7 +184,7 @@ A chat already open is shown instead."
          (root (file-name-as-directory (plist-get chat :root)))
          (open (cl-find-if (lambda (b)
                              (and (eq (buffer-local-value 'major-mode b) 'forj-chat-mode)
-                                  (equal (buffer-local-value 'forj-chat--id b) (plist-get chat :id))))
+                                  (equal (forj-session-id (buffer-local-value 'forj-session b)) (plist-get chat :id))))
                            (buffer-list))))
     (unless (file-directory-p root)
       (user-error "The project of this chat, %s, is gone" root))
@@ -198,20 +199,20 @@ A chat already open is shown instead."
             (insert (forj-chat--transcript record))
             (let ((forj-chat-record-changed-hook nil))
               (forj-chat-mode))
-            (setq forj-chat--id (plist-get chat :id)
+            (setf (forj-session-id forj-session) (plist-get chat :id)
                   forj-history--created (plist-get chat :created)
-                  forj-chat--root root
-                  forj-chat--root-confirmed t
+                  (forj-session-root forj-session) root
+                  (forj-session-root-confirmed forj-session) t
                   forj-tools--root root
-                  forj-chat--record record
-                  forj-chat--turn-id (plist-get (cl-find "user" (reverse record)
+                  (forj-session-record forj-session) record
+                  (forj-session-turn-id forj-session) (plist-get (cl-find "user" (reverse record)
                                                          :key (lambda (e) (plist-get e :role))
                                                          :test #'equal)
                                                 :turn))
             (forj-tools-keep-worker t)
             (forj-chat--redraw "")
             (set-buffer-modified-p nil)
-            (setq forj-chat--provider (or (forj-history--saved-provider (plist-get chat :provider))
+            (setf (forj-session-provider forj-session) (or (forj-history--saved-provider (plist-get chat :provider))
                                           (forj-chat--choose-provider)))
             (goto-char (point-max))
             (forj-chat--start-worker))
@@ -232,7 +233,7 @@ Chats are listed newest first, with the first line of their first
 message; the chosen one opens with its history, ready to continue."
   (interactive)
   (let* ((root (if (derived-mode-p 'forj-chat-mode)
-                   forj-chat--root
+                   (forj-session-root forj-session)
                  (forj-worker-project-root directory)))
          (chats (or (forj-history-chats root)
                     (user-error "No saved chats for %s" (abbreviate-file-name root))))

@@ -32,6 +32,7 @@
 (require 'transient)
 (require 'forj)
 (require 'forj-chat)
+(require 'forj-session)
 
 ;;; When an entry shows
 
@@ -41,12 +42,12 @@
 
 (defun forj-menu--chat-idle-p ()
   "Non-nil in a chat that is neither receiving a reply nor running tools."
-  (and (forj-menu--in-chat-p) (eq forj-chat--state 'idle)))
+  (and (forj-menu--in-chat-p) (eq (forj-session-state forj-session) 'idle)))
 
 (defun forj-menu--busy-p ()
   "Return non-nil while a reply streams in or a batch is running here."
   (if (forj-menu--in-chat-p)
-      (not (eq forj-chat--state 'idle))
+      (not (eq (forj-session-state forj-session) 'idle))
     (and forj-tools--current-batch t)))
 
 (defun forj-menu--call-waits-p ()
@@ -63,7 +64,7 @@
 
 (defun forj-menu--root ()
   "The project root of the current buffer: the chat's, else its project's."
-  (or (and (forj-menu--in-chat-p) forj-chat--root)
+  (or (and (forj-menu--in-chat-p) (forj-session-root forj-session))
       forj-tools--root
       (forj-worker-project-root)))
 

@@ -32,9 +32,8 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'forj-provider)
+(require 'forj-session)
 
-(defvar forj-chat--provider)
-(defvar forj-chat--root)
 (declare-function forj-chat--notice "forj-chat" (text))
 
 (defcustom forj-models-list-timeout 5
@@ -149,7 +148,7 @@ LABEL is \"NAME/MODEL\", or NAME for a provider without models."
 
 (defun forj-models--current-label ()
   "The label of the current chat's provider and model, or nil."
-  (let ((provider (and (boundp 'forj-chat--provider) forj-chat--provider)))
+  (let ((provider (and forj-session (forj-session-provider forj-session))))
     (when provider
       (if (plist-get provider :model)
           (concat (plist-get provider :name) "/" (plist-get provider :model))
@@ -201,7 +200,7 @@ they offer, in the background."
     (unless provider (user-error "No provider named %s in `forj-providers'" name))
     (unless (forj-provider-usable-p provider)
       (user-error "%s has no API key yet: M-x forj-setup stores one" name))
-    (setq forj-chat--provider (if model (plist-put provider :model model) provider))
+    (setf (forj-session-provider forj-session) (if model (plist-put provider :model model) provider))
     (force-mode-line-update)
     (forj-chat--notice (format "model: %s%s, from the next request on"
                                name (if model (concat " " model) "")))))

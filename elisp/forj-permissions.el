@@ -44,6 +44,7 @@
 (require 'forj-tools)
 (require 'forj-review)
 (require 'forj-chat)
+(require 'forj-session)
 
 (defconst forj-permissions--modes '("read-only" "ask" "accept-edits" "auto")
   "The permission modes, strictest first, when the worker has not said.")
@@ -99,7 +100,7 @@ tool list request it makes; the header line shows it."
     (with-current-buffer chat
       (setq forj-tools-permission-mode mode)
       (force-mode-line-update)
-      (let ((worker (and forj-chat--root (forj-worker-get forj-chat--root))))
+      (let ((worker (and (forj-session-root forj-session) (forj-worker-get (forj-session-root forj-session)))))
         ;; The tool list follows at once; without a worker, the next send
         ;; asks for it.
         (when (and worker (forj-worker-hello worker)) (forj-chat-load-tools worker))))
@@ -146,7 +147,7 @@ project's) with their scope, rule, expiry and network access;
 \\<forj-permissions-mode-map>\\[forj-permissions-revoke] revokes the grant at point, \\[forj-set-mode] sets the mode, \\[forj-permissions-refresh] lists again."
   (interactive)
   (let* ((chat (forj-permissions--chat))
-         (root (or (buffer-local-value 'forj-chat--root chat) (user-error "This chat has no project")))
+         (root (or (forj-session-root (buffer-local-value 'forj-session chat)) (user-error "This chat has no project")))
          (buffer (get-buffer-create
                   (format "*forj-permissions: %s*" (file-name-nondirectory (directory-file-name root))))))
     (with-current-buffer buffer
@@ -173,7 +174,7 @@ project's) with their scope, rule, expiry and network access;
           forj-permissions--error nil)
     (forj-permissions--render)
     (forj-worker-ensure
-     (buffer-local-value 'forj-chat--root chat)
+     (forj-session-root (buffer-local-value 'forj-session chat))
      (lambda (worker)
        (forj-epc-call (forj-worker-connection worker) "grants"
                       (list :session (with-current-buffer chat (forj-tools-session-id)))
@@ -327,7 +328,7 @@ Calls it covered are reviewed again from the next one on."
         (chat forj-permissions--chat))
     (unless (buffer-live-p chat) (user-error "The chat of this buffer is gone"))
     (forj-worker-ensure
-     (buffer-local-value 'forj-chat--root chat)
+     (forj-session-root (buffer-local-value 'forj-session chat))
      (lambda (worker)
        (forj-epc-call (forj-worker-connection worker) "revoke_grant" (list :id id)
                       :success (lambda (_)

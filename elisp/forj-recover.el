@@ -40,6 +40,7 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'forj-chat)
+(require 'forj-session)
 
 (defvar-local forj-recover--pending nil
   "Unfinished batches this chat shows and waits on: the worker's reports.")
@@ -60,7 +61,7 @@ worker said at its start still lists it.")
     (and (stringp turn)
          (cl-find-if (lambda (buffer)
                        (and (eq (buffer-local-value 'major-mode buffer) 'forj-chat-mode)
-                            (cl-find turn (buffer-local-value 'forj-chat--record buffer)
+                            (cl-find turn (forj-session-record (buffer-local-value 'forj-session buffer))
                                      :key (lambda (e) (plist-get e :turn)) :test #'equal)))
                      (buffer-list)))))
 
@@ -93,7 +94,7 @@ worker said at its start still lists it.")
 (defun forj-recover--flush ()
   "Show held notices now unless a reply streams or a batch draws its results.
 A chat waiting for recovery has neither, though it is not idle."
-  (unless (or forj-chat--reply-view forj-chat--batch)
+  (unless (or forj-chat--reply-view (forj-session-batch forj-session))
     (forj-chat--flush-notices)))
 
 (defun forj-recover--on-worker-ready (worker)
@@ -152,7 +153,7 @@ which would not report its batches; polling keeps Emacs free meanwhile."
   "Start the chat's worker again; its hello lists the interrupted batch."
   (let ((buffer (current-buffer)))
     (forj-worker-ensure
-     forj-chat--root
+     (forj-session-root forj-session)
      (lambda (worker)
        (when (buffer-live-p buffer)
          (with-current-buffer buffer (forj-chat--worker-ready worker))))
@@ -187,7 +188,7 @@ A batch the worker never journaled ran nothing."
 
 (defun forj-recover--answers-last-reply-p (report)
   "Return non-nil when REPORT answers the last reply of the record."
-  (let ((last (cl-find "notice" (reverse forj-chat--record)
+  (let ((last (cl-find "notice" (reverse (forj-session-record forj-session))
                        :key (lambda (e) (plist-get e :role)) :test-not #'equal)))
     (and (equal (plist-get last :role) "assistant")
          (let ((ids (mapcar (lambda (e) (plist-get (plist-get e :call) :id))
@@ -217,19 +218,19 @@ BATCH-ID picks the batch (default: the oldest shown)."
                              :test #'equal)
                   (car forj-recover--pending))))
     (unless report (user-error "No unfinished batch %s here" (or batch-id "")))
-    (unless (or (eq forj-chat--state 'idle)
-                (and forj-recover--interrupted (null forj-chat--batch)))
+    (unless (or (eq (forj-session-state forj-session) 'idle)
+                (and forj-recover--interrupted (null (forj-session-batch forj-session))))
       (user-error "The chat is busy; stop the turn first (C-c C-k)"))
     (forj-recover--resolve report action)))
 
 (defun forj-recover--resolve (report action)
   "Ask the worker to resolve REPORT with ACTION, then give the model the results."
   (let ((buffer (current-buffer))
-        (turn (cl-incf forj-chat--turn)))
-    (setq forj-chat--state 'tools forj-chat--cancelled nil)
+        (turn (cl-incf (forj-session-turn forj-session))))
+    (setf (forj-session-state forj-session) 'tools (forj-session-cancelled forj-session) nil)
     (force-mode-line-update)
     (forj-worker-ensure
-     forj-chat--root
+     (forj-session-root forj-session)
      (lambda (worker)
        (forj-epc-call (forj-worker-connection worker) "resolve_batch"
                       (list :batch_id (plist-get report :batch_id)
@@ -261,7 +262,7 @@ BATCH-ID picks the batch (default: the oldest shown)."
     (if (null remaining)
         (forj-recover--finish report entries known turn)
       (let* ((hidden (generate-new-buffer " *forj-recovered-batch*"))
-             (root forj-chat--root)
+             (root (forj-session-root forj-session))
              (chat (current-buffer))
              (batch (with-current-buffer hidden
                       (let ((forj-tools-turn (plist-get report :turn))
@@ -271,11 +272,11 @@ BATCH-ID picks the batch (default: the oldest shown)."
                          (lambda (results)
                            (when (buffer-live-p chat)
                              (with-current-buffer chat
-                               (setq forj-chat--batch nil)
+                               (setf (forj-session-batch forj-session) nil)
                                (forj-recover--finish report entries (append known results) turn)))
                            (kill-buffer hidden))
                          root)))))
-        (setq forj-chat--batch batch)))))
+        (setf (forj-session-batch forj-session) batch)))))
 
 (defun forj-recover--finish (report entries results turn)
   "Record RESULTS for the ENTRIES of REPORT; resume the model if it is its turn.
@@ -284,7 +285,7 @@ then records the results without resuming."
   (let* ((by-id (mapcar (lambda (r) (cons (plist-get r :id) r)) results))
          (ordered (mapcar (lambda (e) (cdr (assoc (plist-get (plist-get e :call) :id) by-id))) entries))
          (own (forj-recover--answers-last-reply-p report)))
-    (when-let ((root forj-chat--root))
+    (when-let ((root (forj-session-root forj-session)))
       (forj-files-applied root (forj-files-changed-by-results
                                 (cl-loop for call in (plist-get report :calls)
                                          when (plist-get call :files_changed)
@@ -294,9 +295,9 @@ then records the results without resuming."
                                                                              (plist-get call :files_changed))))))))
     (setq forj-recover--interrupted nil)
     (forj-chat--record-results-now entries ordered)
-    (if (and own (= turn forj-chat--turn) (not forj-chat--cancelled) forj-chat--provider)
+    (if (and own (= turn (forj-session-turn forj-session)) (not (forj-session-cancelled forj-session)) (forj-session-provider forj-session))
         (progn
-          (setq forj-chat--state 'streaming)
+          (setf (forj-session-state forj-session) 'streaming)
           (forj-chat--request))
       (forj-chat--notice (if own
                              "the recovered results are in the conversation; send a message to go on"

@@ -35,6 +35,7 @@
 (require 'forj-provider)
 (require 'forj-models)
 (require 'forj-chat)
+(require 'forj-session)
 
 (defconst forj-setup--local-choice "local-server"
   "The choice of `forj-setup' that sets up a local server.")
@@ -124,13 +125,13 @@ becomes the chat's model, and the chat says which there are."
            (setcdr entry (plist-put (copy-sequence (cdr entry)) :model (car models)))))
        (when (buffer-live-p chat)
          (with-current-buffer chat
-           (when (equal (plist-get forj-chat--provider :name) "local")
-             (setq forj-chat--provider (forj-provider-get "local"))
+           (when (equal (plist-get (forj-session-provider forj-session) :name) "local")
+             (setf (forj-session-provider forj-session) (forj-provider-get "local"))
              (force-mode-line-update))
            (forj-chat--notice
             (if models
                 (format "the server at %s has %s; this chat uses %s (M-x forj-set-model chooses another)"
-                        url (string-join models ", ") (plist-get forj-chat--provider :model))
+                        url (string-join models ", ") (plist-get (forj-session-provider forj-session) :model))
               (format "the server at %s did not list its models (%s).  Start it, then M-x forj-set-model; or M-x forj-setup for another"
                       url why)))))))))
 
@@ -138,7 +139,7 @@ becomes the chat's model, and the chat says which there are."
   "Use the provider NAME in this chat, if it is one, and as `forj-provider'.
 Offer to keep it for later sessions when Emacs has an init file."
   (when (derived-mode-p 'forj-chat-mode)
-    (setq forj-chat--provider (forj-provider-get name))
+    (setf (forj-session-provider forj-session) (forj-provider-get name))
     (force-mode-line-update))
   (customize-set-variable 'forj-provider name)
   (when (and user-init-file (not noninteractive)

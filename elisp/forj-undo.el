@@ -38,11 +38,12 @@
 (require 'subr-x)
 (require 'forj-chat)
 (require 'forj-files)
+(require 'forj-session)
 
 (defun forj-undo--root ()
   "The project root of the current buffer (the chat's own root in a chat)."
-  (if (and (derived-mode-p 'forj-chat-mode) forj-chat--root)
-      forj-chat--root
+  (if (and (derived-mode-p 'forj-chat-mode) (forj-session-root forj-session))
+      (forj-session-root forj-session)
     (forj-worker-project-root)))
 
 (defun forj-undo--with-worker (root then)
@@ -191,7 +192,7 @@ first.  An undo is itself undoable: the next \\[forj-undo] undoes it."
   "Return each user message of the chat with a turn id, newest first.
 Each is a plist (:turn :time :text :index :files).
 CHECKPOINTS (the worker's, by turn) give each turn's changed files."
-  (cl-loop for entry in forj-chat--record
+  (cl-loop for entry in (forj-session-record forj-session)
            for index from 0
            when (and (equal (plist-get entry :role) "user") (plist-get entry :turn))
            collect (let ((turn (plist-get entry :turn)))
@@ -228,12 +229,12 @@ turns are listed (time, the first line of your message, the files
 changed) once the worker has said which files each changed."
   (interactive)
   (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
-  (unless (eq forj-chat--state 'idle) (user-error "A turn is under way; stop it first"))
+  (unless (eq (forj-session-state forj-session) 'idle) (user-error "A turn is under way; stop it first"))
   (if turn-id
       (forj-undo--rewind turn-id what)
     (let ((buffer (current-buffer)))
       (forj-undo--with-worker
-       forj-chat--root
+       (forj-session-root forj-session)
        (lambda (conn)
          (forj-epc-call conn "checkpoints" (list :limit 1000)
                         :success (lambda (reply)
@@ -264,21 +265,21 @@ changed) once the worker has said which files each changed."
 
 (defun forj-undo--rewind (turn-id what)
   "Rewind to before TURN-ID: WHAT is `code', `chat' or `both'."
-  (let ((index (cl-position turn-id forj-chat--record
+  (let ((index (cl-position turn-id (forj-session-record forj-session)
                             :key (lambda (e) (plist-get e :turn)) :test #'equal)))
     (unless index (user-error "No turn %s in this chat" turn-id))
     (pcase what
       ('chat (forj-undo--rewind-chat index))
       ((or 'code 'both)
        (let ((buffer (current-buffer)))
-         (forj-undo--run forj-chat--root "rewind" (list :turn turn-id)
+         (forj-undo--run (forj-session-root forj-session) "rewind" (list :turn turn-id)
                          "rewind of the files"
                          (and (eq what 'both)
                               (lambda (_reply)
                                 (when (buffer-live-p buffer)
                                   (with-current-buffer buffer
                                     ;; The record may have changed meanwhile.
-                                    (let ((now (cl-position turn-id forj-chat--record
+                                    (let ((now (cl-position turn-id (forj-session-record forj-session)
                                                             :key (lambda (e) (plist-get e :turn))
                                                             :test #'equal)))
                                       (when now (forj-undo--rewind-chat now))))))))))
@@ -289,7 +290,7 @@ changed) once the worker has said which files each changed."
 A draft the user had goes to the kill ring."
   (let ((draft (forj-chat--input-text))
         (text (string-trim (forj-chat--unescape
-                            (cdr (forj-chat--split-heading (plist-get (nth index forj-chat--record) :text)))))))
+                            (cdr (forj-chat--split-heading (plist-get (nth index (forj-session-record forj-session)) :text)))))))
     (unless (string-blank-p draft)
       (kill-new draft))
     (forj-chat-cut-record index text)

@@ -45,6 +45,7 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'forj)
+(require 'forj-session)
 
 ;;; Options
 
@@ -261,7 +262,6 @@ chat's record changes."
 (defvar-local forj-usage--metrics-pending nil
   "Non-nil while a request for this chat's counters is under way.")
 
-(defvar forj-chat--root)
 (declare-function forj-worker-get "forj-worker" (root))
 (declare-function forj-worker-connection "forj-worker" (worker))
 (declare-function forj-epc-live-p "forj-epc" (conn))
@@ -272,7 +272,7 @@ chat's record changes."
   "Ask this chat's worker, without waiting, for the chat's tool-call counters.
 Does nothing when `forj-usage-show-tool-metrics' is nil, when no worker
 runs, or while an earlier request is under way."
-  (let* ((root (bound-and-true-p forj-chat--root))
+  (let* ((root (forj-session-current-root))
          (worker (and forj-usage-show-tool-metrics root (not forj-usage--metrics-pending)
                       (forj-worker-get root)))
          (conn (and worker (forj-worker-connection worker)))

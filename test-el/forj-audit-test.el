@@ -126,7 +126,7 @@
   (forj-test-with-project '(("a.txt" . "one\n"))
     (let ((worker (forj-test--worker root)))
       (with-temp-buffer
-        (setq-local forj-chat--root root)
+        (setq-local forj-session (forj-session-create :root root))
         (let ((session (forj-tools-session-id)))
           (dolist (path '("a.txt" "missing.txt"))
             (let ((plan (forj-test--call

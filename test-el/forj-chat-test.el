@@ -52,7 +52,7 @@
 (defun forj-chat-test--wait-idle (&optional timeout)
   "Wait until the chat's turn is over; return non-nil if it is."
   (let ((buffer (current-buffer)))
-    (forj-test--wait-for (lambda () (eq (buffer-local-value 'forj-chat--state buffer) 'idle))
+    (forj-test--wait-for (lambda () (eq (forj-session-state (buffer-local-value 'forj-session buffer)) 'idle))
                          (or timeout 30))))
 
 (defun forj-chat-test--block (json)
@@ -151,7 +151,7 @@
       (forj-chat-test--say "Read a.txt.")
       (should (forj-test--wait-for
                (lambda () (string-match-p "⏸ read_file a.txt" (buffer-string))) 30))
-      (should (eq forj-chat--state 'tools))
+      (should (eq (forj-session-state forj-session) 'tools))
       ;; The invalid call already has its error; the valid one waits.
       (should (string-match-p "Unknown tool" (buffer-string)))
       (should-not (string-match-p "from disk" (buffer-string)))
@@ -357,7 +357,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
     (let ((transcript (forj-chat--transcript)))
       (should (string-match-p "\"id\":\"w1\".*Not run: your reply was cut off by the output token limit.*Write the call again, whole"
                               transcript)))
-    (should (eq (plist-get forj-chat--continuation :kind) 'cut))))
+    (should (eq (plist-get (forj-session-continuation forj-session) :kind) 'cut))))
 
 (ert-deftest forj-test-chat-failed-reply-continues-and-retries ()
   "A reply that failed (HTTP 401): `forj-continue' asks again; `forj-retry' keeps the unanswered message."
@@ -368,12 +368,12 @@ chat's.  `root' is the project, `chat' the chat buffer."
       (should (forj-chat-test--wait-idle))
       (should (string-match-p "⚠ forj: HTTP 401 (the API key was refused): Incorrect API key provided.*C-c C-j (M-x forj-continue) tries again"
                               (buffer-string)))
-      (should (eq (plist-get forj-chat--continuation :kind) 'failed))
+      (should (eq (plist-get (forj-session-continuation forj-session) :kind) 'failed))
       ;; The message was never answered: retrying keeps it.
       (forj-retry)
       (should (forj-chat-test--wait-idle))
       (should (= (how-many "^Hi\\.$" (point-min) (point-max)) 1))
-      (should (eq (plist-get forj-chat--continuation :kind) 'failed))
+      (should (eq (plist-get (forj-session-continuation forj-session) :kind) 'failed))
       (forj-set-model "fake-openai" "fake-model")
       (forj-continue)
       (should (forj-chat-test--wait-idle))
@@ -405,7 +405,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
       (should (forj-test--wait-for (lambda () forj-chat--wait) 20))
       (should (string-match-p "HTTP 503" (plist-get forj-chat--wait :message)))
       (forj-chat-stop)
-      (should (eq forj-chat--state 'idle))
+      (should (eq (forj-session-state forj-session) 'idle))
       (should-not forj-chat--wait)
       (should (string-match-p "⚠ forj: stopped by the user" (buffer-string)))
       (should (= (forj-provider-test--requests (concat "openai-" tag)) 1)))))
@@ -425,7 +425,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
         (insert "second thoughts")
         (should-error (forj-chat-send) :type 'user-error)
         (forj-chat-stop)
-        (should (eq forj-chat--state 'idle))
+        (should (eq (forj-session-state forj-session) 'idle))
         (accept-process-output nil 0.2)
         (let ((text (buffer-string)))
           (should (string-match-p "⚠ forj: stopped by the user" text))
@@ -451,7 +451,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
   (forj-chat-test-with-session '(("a.txt" . "native\n"))
       (list (list :text "Reading." :calls (vector (list :id "n1" :name "read_file" :args (list :path "a.txt"))))
             (list :text "Done."))
-    (setq forj-chat--provider (plist-put (copy-sequence forj-chat--provider) :native-tools t))
+    (setf (forj-session-provider forj-session) (plist-put (copy-sequence (forj-session-provider forj-session)) :native-tools t))
     (forj-chat-test--say "Read natively.")
     (should (forj-chat-test--wait-idle))
     (should (string-match-p "```tool-call\n{\"id\":\"n1\",\"name\":\"read_file\",\"args\":{\"path\":\"a.txt\"}}\n```"
@@ -502,16 +502,16 @@ chat's.  `root' is the project, `chat' the chat buffer."
         (unwind-protect
             (with-current-buffer reopened
               (should (eq major-mode 'forj-chat-mode))
-              (should (equal forj-chat--root root))
+              (should (equal (forj-session-root forj-session) root))
               (should (equal (forj-chat-messages) messages))
               ;; A chat file from outside `forj-chat-directory' only names its
               ;; root: sending asks first, and a no sends nothing.
-              (should-not forj-chat--root-confirmed)
+              (should-not (forj-session-root-confirmed forj-session))
               (goto-char (point-max))
               (insert "Again.")
               (cl-letf (((symbol-function 'yes-or-no-p) (lambda (&rest _) nil)))
                 (should-error (forj-chat-send) :type 'user-error))
-              (should (eq forj-chat--state 'idle))
+              (should (eq (forj-session-state forj-session) 'idle))
               (set-buffer-modified-p nil))
           (kill-buffer reopened)
           (delete-file file))))))
@@ -530,10 +530,10 @@ chat's.  `root' is the project, `chat' the chat buffer."
          (forj-provider-scripted-delay 0.001)
          (forj-provider-scripted-chunk 200)
          (chat (forj-demo))
-         (root (buffer-local-value 'forj-chat--root chat)))
+         (root (forj-session-root (buffer-local-value 'forj-session chat))))
     (unwind-protect
         (with-current-buffer chat
-          (should (equal (plist-get forj-chat--provider :name) "scripted"))
+          (should (equal (plist-get (forj-session-provider forj-session) :name) "scripted"))
           (forj-chat-test--say "Please fix greet.")
           (should (forj-test--wait-for (lambda () (get-buffer "*forj-review*")) 30))
           (with-current-buffer "*forj-review*"
@@ -642,7 +642,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
           (let ((chat (forj-run root)))
             (unwind-protect
                 (with-current-buffer chat
-                  (should-not forj-chat--provider)
+                  (should-not (forj-session-provider forj-session))
                   ;; The first screen offers setup and the demo, as buttons.
                   (let ((text (buffer-string)))
                     (should (string-match-p "⚠ forj: no language model is set up yet" text))
@@ -658,7 +658,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
                   (should (equal (forj-provider-key (forj-provider-get "hosted")) "sk-pasted-KEY"))
                   (should (string-match-p "machine api.example.test login apikey .*password sk-pasted-KEY"
                                           (with-temp-buffer (insert-file-contents authinfo) (buffer-string))))
-                  (should (equal (plist-get forj-chat--provider :name) "hosted"))
+                  (should (equal (plist-get (forj-session-provider forj-session) :name) "hosted"))
                   (should (equal forj-provider "hosted"))
                   (should (string-match-p "⚠ forj: hosted is set up" (buffer-string)))
                   ;; The key is never in the chat.
@@ -682,10 +682,10 @@ chat's.  `root' is the project, `chat' the chat buffer."
         (unwind-protect
             (with-current-buffer chat
               (forj-setup-local url)
-              (should (equal (plist-get forj-chat--provider :name) "local"))
+              (should (equal (plist-get (forj-session-provider forj-session) :name) "local"))
               (should (forj-test--wait-for
-                       (lambda () (equal (plist-get forj-chat--provider :model) "local-coder")) 20))
-              (should (equal (plist-get forj-chat--provider :url) (string-remove-suffix "/" url)))
+                       (lambda () (equal (plist-get (forj-session-provider forj-session) :model) "local-coder")) 20))
+              (should (equal (plist-get (forj-session-provider forj-session) :url) (string-remove-suffix "/" url)))
               (should (string-match-p "forj · local local-coder" (forj-chat--header-line)))
               (should (string-match-p "has local-coder, local-small; this chat uses local-coder"
                                       (buffer-string)))
@@ -696,11 +696,11 @@ chat's.  `root' is the project, `chat' the chat buffer."
                        (lambda () (string-match-p "http://127.0.0.1:9/v1 did not list its models"
                                                   (buffer-string)))
                        20))
-              (should-not (plist-get forj-chat--provider :model))
+              (should-not (plist-get (forj-session-provider forj-session) :model))
               (goto-char (point-max))
               (insert "Hello?")
               (should-error (forj-chat-send) :type 'user-error)
-              (should (eq forj-chat--state 'idle))
+              (should (eq (forj-session-state forj-session) 'idle))
               (set-buffer-modified-p nil))
           (kill-buffer chat))))))
 

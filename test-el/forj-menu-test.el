@@ -104,14 +104,14 @@
       (goto-char (point-max))
       (insert "Say many x.")
       (forj-menu-test--keys "s")
-      (should (eq forj-chat--state 'streaming))
+      (should (eq (forj-session-state forj-session) 'streaming))
       (should (forj-test--wait-for
                (lambda () (string-match-p "## User\n\nSay many x.\n\n## Assistant\n\nx" (buffer-string)))))
       (let ((offered (forj-menu-test--open)))
         (should (memq 'forj-menu-stop offered))
         (should-not (memq 'forj-chat-send offered)))
       (forj-menu-test--keys "k")
-      (should (eq forj-chat--state 'idle))
+      (should (eq (forj-session-state forj-session) 'idle))
       (should (string-match-p "⚠ forj: stopped by the user" (buffer-string))))))
 
 (ert-deftest forj-test-menu-tools-mode-and-system-prompt ()
@@ -143,7 +143,7 @@
             (forj-menu-test--keys "O copy.md RET")
             (should (equal buffer-file-name copy))
             (should (derived-mode-p 'forj-chat-mode))
-            (should (equal forj-chat--root root))
+            (should (equal (forj-session-root forj-session) root))
             (kill-buffer)
             (switch-to-buffer chat))
           ;; The worker: status, restart, log.

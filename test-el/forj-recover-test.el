@@ -41,18 +41,18 @@
   (forj-recover-test--approve)
   ;; The command is running: the first call's file is there, the batch says so.
   (should (forj-test--wait-for
-           (lambda () (and forj-chat--batch
-                           (eq (aref (forj-tools-batch-states forj-chat--batch) 1) 'running)))
+           (lambda () (and (forj-session-batch forj-session)
+                           (eq (aref (forj-tools-batch-states (forj-session-batch forj-session)) 1) 'running)))
            30))
   (should (file-exists-p (expand-file-name "first.txt" root)))
   (signal-process (process-id (forj-worker-process (forj-worker-get root))) 'SIGKILL)
   ;; A new worker says hello and the chat shows the batch.
   (should (forj-test--wait-for (lambda () forj-recover--pending) 60))
-  (should (eq forj-chat--state 'tools)))
+  (should (eq (forj-session-state forj-session) 'tools)))
 
 (defun forj-recover-test--last-results ()
   "The results of the record's last tool entry, decoded."
-  (let ((entry (cl-find "tool" (reverse forj-chat--record) :key (lambda (e) (plist-get e :role))
+  (let ((entry (cl-find "tool" (reverse (forj-session-record forj-session)) :key (lambda (e) (plist-get e :role))
                         :test #'equal)))
     (with-temp-buffer
       (insert (plist-get entry :text))
@@ -137,8 +137,8 @@
                                   (forj-review-approve-all)
                                   (forj-review-commit))
                                 (let ((deadline (+ (float-time) 60)))
-                                  (while (and (not (and forj-chat--batch
-                                                        (eq (aref (forj-tools-batch-states forj-chat--batch) 1)
+                                  (while (and (not (and (forj-session-batch forj-session)
+                                                        (eq (aref (forj-tools-batch-states (forj-session-batch forj-session)) 1)
                                                             'running)))
                                               (< (float-time) deadline))
                                     (accept-process-output nil 0.05)))

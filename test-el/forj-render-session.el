@@ -96,7 +96,7 @@ journaled, and :chat-text, the chat buffer's text at the end."
       (forj-chat-test-with-session forj-render-session-tree
           (if native (forj-render-session--native-replies) (forj-render-session--fenced-replies))
         (when native
-          (setq forj-chat--provider (plist-put (copy-sequence forj-chat--provider) :native-tools t)))
+          (setf (forj-session-provider forj-session) (plist-put (copy-sequence (forj-session-provider forj-session)) :native-tools t)))
         (forj-chat-test--say "Fix greet.\n⚠ forj: typed by the user\n### Not a role heading")
         (unless native
           (forj-render-session--approve '(("e1" . t) ("w1" . (deny . "not that file")) ("c1" . t))))

@@ -274,7 +274,7 @@ Each result the worker journaled is sent exactly as journaled."
       (forj-edit-message (forj-render-test--at "Fix greet."))
       (should (equal (forj-chat--input-text) "Fix greet.\n⚠ forj: typed by the user\n### Not a role heading"))
       (should (null (forj-chat-messages)))
-      (should (equal (mapcar (lambda (e) (plist-get e :role)) forj-chat--record) '("meta"))))))
+      (should (equal (mapcar (lambda (e) (plist-get e :role)) (forj-session-record forj-session)) '("meta"))))))
 
 (ert-deftest forj-test-render-turn-navigation ()
   "C-c C-n / C-c C-p everywhere, n / p in the history, imenu and outline over turns."

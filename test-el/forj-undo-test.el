@@ -171,7 +171,7 @@
      (should (equal (forj-undo-test--read root "two.txt") "2"))
      (let ((turns (mapcar (lambda (e) (plist-get e :turn))
                           (cl-remove-if-not (lambda (e) (equal (plist-get e :role) "user"))
-                                            forj-chat--record))))
+                                            (forj-session-record forj-session)))))
        (should (= (length turns) 2))
        (should (cl-every #'stringp turns))
        ,@body)))
@@ -179,13 +179,13 @@
 (ert-deftest forj-test-undo-rewind-code-only ()
   "Rewinding the code to before turn two deletes two.txt and keeps the conversation."
   (forj-undo-test--two-turns
-    (let ((record (copy-sequence forj-chat--record)))
+    (let ((record (copy-sequence (forj-session-record forj-session))))
       (forj-rewind (nth 1 turns) 'code)
       (forj-undo-test--approve)
       (should (forj-test--wait-for (lambda () (not (file-exists-p (expand-file-name "two.txt" root)))) 30))
       (should (equal (forj-undo-test--read root "one.txt") "1"))
       ;; The conversation is as it was, but for a notice saying what was done.
-      (should (equal (cl-remove "notice" forj-chat--record :key (lambda (e) (plist-get e :role)) :test #'equal)
+      (should (equal (cl-remove "notice" (forj-session-record forj-session) :key (lambda (e) (plist-get e :role)) :test #'equal)
                      (cl-remove "notice" record :key (lambda (e) (plist-get e :role)) :test #'equal))))))
 
 (ert-deftest forj-test-undo-rewind-chat-only ()
@@ -193,7 +193,7 @@
   (forj-undo-test--two-turns
     (forj-rewind (nth 1 turns) 'chat)
     (should (equal (mapcar (lambda (e) (plist-get e :turn))
-                           (cl-remove-if-not (lambda (e) (equal (plist-get e :role) "user")) forj-chat--record))
+                           (cl-remove-if-not (lambda (e) (equal (plist-get e :role) "user")) (forj-session-record forj-session)))
                    (list (car turns))))
     (should-not (string-match-p "Wrote two" (forj-chat--transcript)))
     (should (string-match-p "Wrote one" (forj-chat--transcript)))
@@ -206,7 +206,7 @@
   (forj-undo-test--two-turns
     (forj-rewind (car turns) 'both)
     (forj-undo-test--approve)
-    (should (forj-test--wait-for (lambda () (null (cl-find "user" forj-chat--record
+    (should (forj-test--wait-for (lambda () (null (cl-find "user" (forj-session-record forj-session)
                                                            :key (lambda (e) (plist-get e :role))
                                                            :test #'equal)))
                                  30))

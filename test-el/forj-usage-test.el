@@ -43,7 +43,7 @@
   (insert text)
   (forj-chat-send)
   (let ((buffer (current-buffer)))
-    (should (forj-test--wait-for (lambda () (eq (buffer-local-value 'forj-chat--state buffer) 'idle))
+    (should (forj-test--wait-for (lambda () (eq (forj-session-state (buffer-local-value 'forj-session buffer)) 'idle))
                                  30))))
 
 (defun forj-usage-test--requests ()
@@ -185,7 +185,7 @@
       (should-not (string-match-p "SUMMARY-OF-EARLIER" (buffer-string)))
       (forj-compact)
       (let ((buffer (current-buffer)))
-        (should (forj-test--wait-for (lambda () (eq (buffer-local-value 'forj-chat--state buffer) 'idle))
+        (should (forj-test--wait-for (lambda () (eq (forj-session-state (buffer-local-value 'forj-session buffer)) 'idle))
                                      30)))
       (should (string-match-p "Write a summary that replaces"
                               (plist-get (forj-provider-test--last-request) :body)))
