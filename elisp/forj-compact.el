@@ -44,20 +44,7 @@
 (require 'forj-provider)
 (require 'forj-usage)
 (require 'forj-session)
-
-(declare-function forj-chat-messages "forj-chat")
-(declare-function forj-chat-system-prompt "forj-chat")
-(declare-function forj-chat--view-entry "forj-chat")
-(declare-function forj-chat--redraw "forj-chat")
-(declare-function forj-chat--input-text "forj-chat")
-(declare-function forj-chat--escape "forj-chat")
-(declare-function forj-chat--end-turn "forj-chat")
-(declare-function forj-chat--with-worker "forj-chat")
-(declare-function forj-chat--notice "forj-chat")
-(declare-function forj-context-bytes "forj-context")
-
-(defvar forj-chat-tools-mode)
-(defvar forj-chat--notice-prefix)
+(require 'forj-context)
 
 (defcustom forj-compact-threshold 0.8
   "Compact the conversation when a request would fill this share of the window.
@@ -134,7 +121,7 @@ ESTIMATED is non-nil when no provider count was used."
                                  (forj-usage-tokens-of-bytes (forj-compact--bytes after)))
                               nil))
                     (cons (forj-usage-tokens-of-bytes
-                           (+ (string-bytes (forj-chat-system-prompt))
+                           (+ (string-bytes (forj-session-system-prompt))
                               (forj-context-bytes)
                               (forj-compact--bytes (forj-compact--live-entries))))
                           t)))))
@@ -165,7 +152,7 @@ nil if REQUEST should go on now."
            (window (forj-usage-context-window (forj-session-provider forj-session)))
            (cut (forj-compact--cut)))
       (when (and (>= estimate (* forj-compact-threshold window))
-                 (> (forj-compact--summarisable cut) 1))
+                 (> (forj-compact-summarisable cut) 1))
         (message "forj: the conversation fills %d%% of the context window; compacting it"
                  (round (* 100.0 (/ (float estimate) window))))
         (forj-compact--start cut request)
@@ -178,7 +165,7 @@ nil if REQUEST should go on now."
         (1- (length (forj-session-record forj-session)))
       (length (forj-session-record forj-session)))))
 
-(defun forj-compact--summarisable (cut)
+(defun forj-compact-summarisable (cut)
   "How many conversation entries before CUT a summary would replace."
   (let ((entries (cl-subseq (forj-session-record forj-session) 0 cut))
         (from (cl-position-if #'forj-compact--summary-entry-p (forj-session-record forj-session) :from-end t :end cut)))
@@ -191,13 +178,15 @@ THEN is also called when the summary fails (after a notice): the
 request then goes uncompacted and the provider says if it is too long."
   (let* ((buffer (current-buffer))
          (turn (forj-session-turn forj-session))
-         (messages (forj-chat-messages (cl-subseq (forj-session-record forj-session) 0 cut)))
-         (replaced (forj-compact--summarisable cut))
+         (messages (forj-context-messages
+                    (forj-compact-messages
+                     (forj-session-messages-of (cl-subseq (forj-session-record forj-session) 0 cut)))))
+         (replaced (forj-compact-summarisable cut))
          (text "")
          (provider (forj-session-provider forj-session)))
     (setf (forj-session-stream forj-session)
           (forj-provider-start
-           provider (forj-chat-system-prompt)
+           provider (forj-session-system-prompt)
            (append messages (list (list :role "user" :text forj-compact-instruction)))
            (and (not (eq forj-chat-tools-mode 'disabled)) (append (forj-session-tools forj-session) nil))
            (list :on-text (lambda (piece) (setq text (concat text piece)))
@@ -218,7 +207,7 @@ request then goes uncompacted and the provider says if it is too long."
   (when (forj-compact--live-p buffer turn)
     (with-current-buffer buffer
       (setf (forj-session-stream forj-session) nil forj-compact--skip t)
-      (forj-chat--notice (format "the conversation could not be compacted (%s); it is sent whole" message))
+      (forj-session-notice (format "the conversation could not be compacted (%s); it is sent whole" message))
       (funcall then))))
 
 (defun forj-compact--finish (buffer turn cut text replaced then)
@@ -233,9 +222,9 @@ user stopped TURN."
         (let* ((summary (list :role "user"
                               :text (concat "\n## User\n\n" forj-compact-marker "\n"
                                             "**Summary of the earlier conversation**, written by the model to replace it:\n\n"
-                                            (string-trim (forj-chat--escape text)) "\n\n")))
+                                            (string-trim (forj-session-escape text)) "\n\n")))
                (notice (list :role "notice"
-                             :text (concat forj-chat--notice-prefix
+                             :text (concat forj-session-notice-prefix
                                            (format "compacted: %d earlier messages are summarised above (≈%s tokens); the model reads the summary and what follows, the chat and its file keep everything\n"
                                                    replaced
                                                    (forj-usage-format-tokens
@@ -247,30 +236,16 @@ user stopped TURN."
                 forj-usage-basis nil
                 forj-compact--skip t)
           (if at-end
-              (progn (forj-chat--view-entry summary) (forj-chat--view-entry notice))
-            (forj-chat--redraw (forj-chat--input-text)))
+              (progn (forj-session-show summary) (forj-session-show notice))
+            (forj-session-view 'redraw nil))
           (force-mode-line-update)
           (funcall then))))))
 
-;;;###autoload
-(defun forj-compact ()
-  "Summarise this chat's conversation into one message now.
-The model writes the summary; from then on it reads the summary and
-what follows.  The chat and its saved file keep the whole history."
-  (interactive)
-  (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
-  (unless (eq (forj-session-state forj-session) 'idle)
-    (user-error "A reply is still under way; compact when it is done"))
-  (unless (forj-session-provider forj-session) (user-error "This chat has no provider"))
-  (let ((cut (length (forj-session-record forj-session))))
-    (when (< (forj-compact--summarisable cut) 2)
-      (user-error "Nothing to compact yet"))
-    (setf (forj-session-turn forj-session) (1+ (forj-session-turn forj-session)))
-    (forj-chat--with-worker
-     (lambda ()
-       (forj-compact--start cut (lambda ()
-                                  (setq forj-compact--skip nil)
-                                  (forj-chat--end-turn)))))))
+(defun forj-compact-now (cut then)
+  "Have the model summarise the record before CUT now; call THEN when done."
+  (forj-compact--start cut (lambda ()
+                             (setq forj-compact--skip nil)
+                             (funcall then))))
 
 (provide 'forj-compact)
 ;;; forj-compact.el ends here

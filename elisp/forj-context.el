@@ -53,11 +53,7 @@
 (declare-function dired-get-marked-files "dired")
 (declare-function forj "forj-chat")
 (declare-function forj-chat-send "forj-chat")
-(declare-function forj-chat--seal "forj-chat")
-(declare-function forj-chat--input-text "forj-chat")
 
-(defvar forj-chat--input)
-(defvar forj-chat--out)
 
 (defcustom forj-context-max-bytes (* 200 1024)
   "The most bytes one piece of context may hold; the rest is cut, visibly."
@@ -130,7 +126,7 @@ and :truncated.")
                     (list item)))
       ;; The counts of the last reply no longer describe what is sent.
       (setq forj-usage-basis nil)
-      (forj-context-draw)
+      (forj-session-view 'context)
       (force-mode-line-update)
       (message "forj: added %s to the context (%s bytes, ≈%s tokens)%s"
                title (plist-get item :bytes)
@@ -150,7 +146,7 @@ and :truncated.")
   (setq forj-context-items (cl-remove title forj-context-items
                                       :key (lambda (i) (plist-get i :title)) :test #'equal)
         forj-usage-basis nil)
-  (forj-context-draw)
+  (forj-session-view 'context)
   (force-mode-line-update)
   (message "forj: %s is no longer in the context" title))
 
@@ -158,7 +154,7 @@ and :truncated.")
   "Remove everything from this chat's context."
   (interactive)
   (setq forj-context-items nil forj-usage-basis nil)
-  (forj-context-draw)
+  (forj-session-view 'context)
   (force-mode-line-update))
 
 ;;; Asking the worker
@@ -351,15 +347,13 @@ message."
          (with-current-buffer chat
            (if (not (eq (forj-session-state forj-session) 'idle))
                (message "forj: not sent: the chat is busy; try again when the reply is done")
-             (let ((draft (forj-chat--input-text))
-                   (inhibit-read-only t))
+             (let ((draft (forj-session-draft)))
                (unless (string-blank-p draft)
                  (kill-new draft)
                  (message "forj: your draft in the chat is in the kill ring"))
-               (delete-region forj-chat--input (point-max))
-               (goto-char (point-max))
-               (insert question "\n\n" title ":\n\n" fence language "\n" text
-                       (if (string-suffix-p "\n" text) "" "\n") fence "\n"))
+               (forj-session-view 'set-draft
+                                  (concat question "\n\n" title ":\n\n" fence language "\n" text
+                                          (if (string-suffix-p "\n" text) "" "\n") fence "\n")))
              (forj-chat-send)))
          (display-buffer chat))))))
 
@@ -382,72 +376,22 @@ message."
 (defun forj-context-complete-at-point ()
   "Complete \"@path\" in a chat's input with the project's files.
 Choosing one adds the file to the chat's context."
-  (when (and (markerp forj-chat--input) (>= (point) forj-chat--input) (forj-session-root forj-session))
-    (save-excursion
-      (let ((end (point)))
-        (when (re-search-backward "\\(?:^\\|[ \t\n(]\\)@\\([^ \t\n]*\\)\\=" (max forj-chat--input (line-beginning-position)) t)
-          (let ((beg (match-beginning 1))
-                (chat (current-buffer))
-                (root (forj-session-root forj-session)))
-            (list beg end
-                  (completion-table-dynamic
-                   (lambda (_) (forj-context--project-files root)))
-                  :exclusive 'no
-                  :exit-function
-                  (lambda (path status)
-                    (when (memq status '(finished sole exact))
-                      (forj-context-add-file (expand-file-name path root) chat))))))))))
-
-;;; The list at the top of the chat
-
-(defun forj-context--insert-list ()
-  "Insert the context list as it is drawn at the top of the chat."
-  (let ((bytes (forj-context-bytes)))
-    (insert (propertize (format "Context, sent with every request: %d item%s, %s bytes, ≈%s tokens"
-                                (length forj-context-items)
-                                (if (= 1 (length forj-context-items)) "" "s")
-                                bytes (forj-usage-format-tokens (forj-usage-tokens-of-bytes bytes)))
-                        'face 'forj-context-heading)
-            "\n")
-    (dolist (item forj-context-items)
-      (let ((title (plist-get item :title)))
-        (insert "  ")
-        (let ((from (point)))
-          (insert "[remove]")
-          (make-text-button from (point)
-                            'action (lambda (_) (forj-context-remove title))
-                            'help-echo "Remove this from the context"
-                            'follow-link t))
-        (insert (format " %s  %s bytes, ≈%s tokens%s\n"
-                        title (plist-get item :bytes)
-                        (forj-usage-format-tokens (forj-usage-tokens-of-bytes (plist-get item :bytes)))
-                        (if (plist-get item :truncated) " (cut)" "")))))
-    (insert "\n")))
-
-(defun forj-context--list-bounds ()
-  "The start and end of the drawn context list, or nil."
-  (let ((start (text-property-any (point-min) (point-max) 'forj-context-list t)))
-    (and start (cons start (or (next-single-property-change start 'forj-context-list) (point-max))))))
-
-(defun forj-context--list-position ()
-  "Return the position of the context list: after the chat's first line."
-  (save-excursion
-    (goto-char (point-min))
-    (if (looking-at "<!-- forj-chat ") (line-beginning-position 2) (point-min))))
-
-(defun forj-context-draw ()
-  "Draw this chat's context list at its top, or take it away when empty."
-  (when (markerp forj-chat--out)
-    (let ((inhibit-read-only t)
-          (bounds (forj-context--list-bounds)))
+  (let ((input (forj-session-view 'input)))
+    (when (and (markerp input) (>= (point) input) (forj-session-current-root))
       (save-excursion
-        (when bounds (delete-region (car bounds) (cdr bounds)))
-        (when forj-context-items
-          (goto-char (forj-context--list-position))
-          (let ((from (point)))
-            (forj-context--insert-list)
-            (add-text-properties from (point) '(forj-context-list t forj-rendered t))
-            (forj-chat--seal from (point))))))))
+        (let ((end (point)))
+          (when (re-search-backward "\\(?:^\\|[ \t\n(]\\)@\\([^ \t\n]*\\)\\=" (max input (line-beginning-position)) t)
+            (let ((beg (match-beginning 1))
+                  (chat (current-buffer))
+                  (root (forj-session-root forj-session)))
+              (list beg end
+                    (completion-table-dynamic
+                     (lambda (_) (forj-context--project-files root)))
+                    :exclusive 'no
+                    :exit-function
+                    (lambda (path status)
+                      (when (memq status '(finished sole exact))
+                        (forj-context-add-file (expand-file-name path root) chat)))))))))))
 
 (provide 'forj-context)
 ;;; forj-context.el ends here

@@ -38,8 +38,10 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'forj)
-(require 'forj-chat)
 (require 'forj-session)
+(require 'forj-loop)
+
+(autoload 'forj-chat-open-session "forj-chat")
 
 (defcustom forj-history-directory nil
   "Where chats are saved as they go; nil: \"chats/\" in forj's state directory.
@@ -95,8 +97,8 @@ Lists that are not plists become arrays; nil becomes an empty array."
   "The first line of the chat's first message, or nil."
   (let ((first (cl-find "user" (forj-session-record forj-session) :key (lambda (e) (plist-get e :role)) :test #'equal)))
     (when first
-      (let ((text (string-trim (cdr (forj-chat--split-heading (plist-get first :text))))))
-        (car (split-string (forj-chat--unescape text) "\n"))))))
+      (let ((text (string-trim (cdr (forj-session-split-heading (plist-get first :text))))))
+        (car (split-string (forj-session-unescape text) "\n"))))))
 
 (defun forj-history--write (file text)
   "Write TEXT to FILE through a temporary file and a rename."
@@ -114,7 +116,7 @@ Lists that are not plists become arrays; nil becomes an empty array."
 Return the JSON file written, or nil when the chat has no project."
   (when (and (forj-session-root forj-session) (derived-mode-p 'forj-chat-mode))
     (let* ((dir (forj-history-project-directory (forj-session-root forj-session)))
-           (id (forj-chat-id))
+           (id (forj-session-ensure-id))
            (json (expand-file-name (concat id ".json") dir))
            (now (float-time)))
       (make-directory dir t)
@@ -135,9 +137,9 @@ Return the JSON file written, or nil when the chat has no project."
                                           when (memq key '(:role :text :turn :time))
                                           append (list key value)))
                                (forj-session-record forj-session)))
-              :messages (forj-history--json (forj-chat-messages)))))
+              :messages (forj-history--json (forj-loop-messages)))))
       (forj-history--write (expand-file-name (concat id ".md") dir)
-                           (concat (forj-chat--transcript) "\n## User\n\n"))
+                           (concat (forj-session-transcript) "\n## User\n\n"))
       json)))
 
 (defun forj-history--after-change ()
@@ -189,34 +191,20 @@ A chat already open is shown instead."
     (unless (file-directory-p root)
       (user-error "The project of this chat, %s, is gone" root))
     (or open
-        (let ((buffer (generate-new-buffer
-                       (format "*forj: %s*" (file-name-nondirectory (directory-file-name root)))))
-              (record (mapcar (lambda (entry)
+        (let ((record (mapcar (lambda (entry)
                                 (cl-loop for (key value) on entry by #'cddr
                                          when value append (list key value)))
-                              (plist-get chat :record))))
-          (with-current-buffer buffer
-            (insert (forj-chat--transcript record))
-            (let ((forj-chat-record-changed-hook nil))
-              (forj-chat-mode))
-            (setf (forj-session-id forj-session) (plist-get chat :id)
-                  forj-history--created (plist-get chat :created)
-                  (forj-session-root forj-session) root
-                  (forj-session-root-confirmed forj-session) t
-                  forj-tools--root root
-                  (forj-session-record forj-session) record
-                  (forj-session-turn-id forj-session) (plist-get (cl-find "user" (reverse record)
-                                                         :key (lambda (e) (plist-get e :role))
-                                                         :test #'equal)
-                                                :turn))
-            (forj-tools-keep-worker t)
-            (forj-chat--redraw "")
-            (set-buffer-modified-p nil)
-            (setf (forj-session-provider forj-session) (or (forj-history--saved-provider (plist-get chat :provider))
-                                          (forj-chat--choose-provider)))
-            (goto-char (point-max))
-            (forj-chat--start-worker))
-          buffer))))
+                              (plist-get chat :record)))
+              (created (plist-get chat :created)))
+          (forj-chat-open-session
+           (forj-session-create
+            :id (plist-get chat :id) :root root :root-confirmed t :record record
+            :turn-id (plist-get (cl-find "user" (reverse record)
+                                         :key (lambda (e) (plist-get e :role))
+                                         :test #'equal)
+                                :turn)
+            :provider (forj-history--saved-provider (plist-get chat :provider)))
+           (lambda () (setq forj-history--created created)))))))
 
 (defun forj-history--saved-provider (name)
   "The provider NAME the chat used, when no provider is chosen and it can work."

@@ -75,7 +75,7 @@ taken."
     ;; once it is answered.
     (with-current-buffer buffer
       (setq forj-mcp--client client)
-      (setq forj-review--windows nil)
+      (setq forj-review-windows nil)
       (setq header-line-format
             (format "forj review for the MCP client %s (not from a forj chat)"
                     (replace-regexp-in-string "%" "%%" client)))
@@ -117,10 +117,10 @@ callback gets them (see `forj-review-open')."
   "Close the review BUFFER if still open; tell the worker through ANSWER."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
-      (when forj-review--callback
+      (when forj-review-callback
         ;; Closing is not a denial: the MCP server falls back to its own way.
         (let ((client forj-mcp--client))
-          (setq forj-review--callback nil)
+          (setq forj-review-callback nil)
           (kill-buffer buffer)
           (funcall answer (list :decision "unanswered"))
           (message "forj: the review for %s went unanswered; the call was handed back"

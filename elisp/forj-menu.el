@@ -48,24 +48,24 @@
   "Return non-nil while a reply streams in or a batch is running here."
   (if (forj-menu--in-chat-p)
       (not (eq (forj-session-state forj-session) 'idle))
-    (and forj-tools--current-batch t)))
+    (and forj-tools-current-batch t)))
 
 (defun forj-menu--call-waits-p ()
   "Non-nil when a call of this buffer waits for a result from the user."
-  (and forj-tools--current-batch
-       (forj-tools--manual-entries forj-tools--current-batch)
+  (and forj-tools-current-batch
+       (forj-tools-manual-entries forj-tools-current-batch)
        t))
 
 (defun forj-menu--recovery-waits-p ()
   "Non-nil when an unfinished batch waits in this chat for the user's word."
-  (and (boundp 'forj-recover--pending) forj-recover--pending (commandp 'forj-recover) t))
+  (and (boundp 'forj-recover-pending) forj-recover-pending (commandp 'forj-recover) t))
 
 ;;; Commands of the menu's own
 
 (defun forj-menu--root ()
   "The project root of the current buffer: the chat's, else its project's."
   (or (and (forj-menu--in-chat-p) (forj-session-root forj-session))
-      forj-tools--root
+      forj-tools-root
       (forj-worker-project-root)))
 
 (defun forj-menu-stop ()
@@ -103,7 +103,7 @@
   "Show the system prompt this chat sends with its next request."
   (interactive)
   (unless (forj-menu--in-chat-p) (user-error "Not in a forj chat"))
-  (let ((prompt (forj-chat-system-prompt)))
+  (let ((prompt (forj-session-system-prompt)))
     (with-current-buffer (get-buffer-create "*forj-system-prompt*")
       (let ((inhibit-read-only t))
         (erase-buffer)

@@ -34,7 +34,6 @@
 (require 'forj-provider)
 (require 'forj-session)
 
-(declare-function forj-chat--notice "forj-chat" (text))
 
 (defcustom forj-models-list-timeout 5
   "Seconds a local server may take to list its models."
@@ -202,7 +201,7 @@ they offer, in the background."
       (user-error "%s has no API key yet: M-x forj-setup stores one" name))
     (setf (forj-session-provider forj-session) (if model (plist-put provider :model model) provider))
     (force-mode-line-update)
-    (forj-chat--notice (format "model: %s%s, from the next request on"
+    (forj-session-notice (format "model: %s%s, from the next request on"
                                name (if model (concat " " model) "")))))
 
 (provide 'forj-models)

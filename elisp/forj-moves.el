@@ -36,7 +36,10 @@
 (require 'cl-lib)
 (require 'seq)
 (require 'subr-x)
-(require 'forj-tools)
+
+;; forj-tools.el loads this file, so it is not required here; the hook
+;; below is that file's.
+(defvar forj-tools-after-batch-functions)
 
 (defface forj-moves-deleted
   '((t :inherit warning))

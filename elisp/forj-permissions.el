@@ -62,13 +62,13 @@
 (defun forj-permissions--summary (chat)
   "The `permissions' part of the hello of CHAT's worker, or nil."
   (with-current-buffer chat
-    (plist-get (forj-chat--hello) :permissions)))
+    (plist-get (forj-session-hello) :permissions)))
 
 (defun forj-permissions--read-mode (chat)
   "Ask for a permission mode of CHAT, its current mode marked."
   (let* ((summary (forj-permissions--summary chat))
          (modes (or (append (plist-get summary :modes) nil) forj-permissions--modes))
-         (current (with-current-buffer chat (forj-chat-permission-mode)))
+         (current (with-current-buffer chat (forj-session-permission-mode)))
          (auto-allowed (eq (plist-get summary :auto_allowed) t))
          (annotate (lambda (mode)
                      (concat (and (equal mode current) "  (current)")
@@ -103,7 +103,7 @@ tool list request it makes; the header line shows it."
       (let ((worker (and (forj-session-root forj-session) (forj-worker-get (forj-session-root forj-session)))))
         ;; The tool list follows at once; without a worker, the next send
         ;; asks for it.
-        (when (and worker (forj-worker-hello worker)) (forj-chat-load-tools worker))))
+        (when (and worker (forj-worker-hello worker)) (forj-loop-load-tools worker))))
     (message "forj: permission mode of this chat: %s" mode)
     (forj-permissions--refresh-for chat)
     mode))
@@ -232,7 +232,7 @@ project's) with their scope, rule, expiry and network access;
   (let* ((inhibit-read-only t)
          (chat forj-permissions--chat)
          (line (line-number-at-pos))
-         (hello (and (buffer-live-p chat) (with-current-buffer chat (forj-chat--hello))))
+         (hello (and (buffer-live-p chat) (with-current-buffer chat (forj-session-hello))))
          (summary (plist-get hello :permissions))
          (config (plist-get hello :config))
          (effective (plist-get config :effective))
@@ -242,7 +242,7 @@ project's) with their scope, rule, expiry and network access;
              "\\<forj-permissions-mode-map>\\[forj-permissions-revoke] revoke the grant at point, \\[forj-set-mode] set the chat's mode, \\[forj-permissions-refresh] list again, \\[quit-window] quit.\n\n"))
     (forj-permissions--heading (format "Chat %s" (if (buffer-live-p chat) (buffer-name chat) "(gone)")))
     (when (buffer-live-p chat)
-      (insert (format "  mode: %s" (with-current-buffer chat (forj-chat-permission-mode)))
+      (insert (format "  mode: %s" (with-current-buffer chat (forj-session-permission-mode)))
               (if (buffer-local-value 'forj-tools-permission-mode chat)
                   (format "  (set for this chat; the configured default is %s)"
                           (or (plist-get summary :mode) "unknown until the worker starts"))

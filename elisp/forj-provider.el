@@ -194,7 +194,7 @@ A provider that asks for longer ends the reply with its message."
 
 ;;; Keys
 
-(defun forj-provider--host (url)
+(defun forj-provider-host (url)
   "The host part of URL."
   (and url (url-host (url-generic-parse-url url))))
 
@@ -202,7 +202,7 @@ A provider that asks for longer ends the reply with its message."
   "The API key of PROVIDER, or nil.
 auth-source first (host of the URL, user \"apikey\"), then the
 environment variables of :key-env."
-  (or (let ((host (forj-provider--host (plist-get provider :url))))
+  (or (let ((host (forj-provider-host (plist-get provider :url))))
         (when host
           (let* ((found (car (auth-source-search :host host :user "apikey" :max 1)))
                  (secret (plist-get found :secret)))
@@ -308,7 +308,7 @@ stream; `forj-provider-stop' stops it."
                          (format "No API key for %s: set one of %s, or add it to auth-source (host %s, user apikey)"
                                  (plist-get provider :name)
                                  (string-join (plist-get provider :key-env) ", ")
-                                 (forj-provider--host (plist-get provider :url))))
+                                 (forj-provider-host (plist-get provider :url))))
           (setf (forj-provider-stream-request stream)
                 (funcall (plist-get family :request)
                          (plist-put (copy-sequence provider) :key key)

@@ -39,10 +39,10 @@
 
 (require 'cl-lib)
 (require 'subr-x)
-(require 'forj-chat)
+(require 'forj-loop)
 (require 'forj-session)
 
-(defvar-local forj-recover--pending nil
+(defvar-local forj-recover-pending nil
   "Unfinished batches this chat shows and waits on: the worker's reports.")
 
 (defvar-local forj-recover--interrupted nil
@@ -80,13 +80,13 @@ worker said at its start still lists it.")
 (defun forj-recover--show (report)
   "Show the unfinished batch REPORT in this chat and wait for the user's choice."
   (puthash (plist-get report :batch_id) (current-buffer) forj-recover--shown)
-  (setq forj-recover--pending (append forj-recover--pending (list report)))
-  (forj-chat--notice (format "a batch of tool calls was left unfinished at %s: %s.  Nothing was run again."
-                             (format-time-string "%Y-%m-%d %H:%M:%S" (or (plist-get report :time) 0))
-                             (or (plist-get report :reason) "forj stopped")))
+  (setq forj-recover-pending (append forj-recover-pending (list report)))
+  (forj-session-notice (format "a batch of tool calls was left unfinished at %s: %s.  Nothing was run again."
+                               (format-time-string "%Y-%m-%d %H:%M:%S" (or (plist-get report :time) 0))
+                               (or (plist-get report :reason) "forj stopped")))
   (dolist (call (plist-get report :calls))
-    (forj-chat--notice (forj-recover--call-line call)))
-  (forj-chat--notice
+    (forj-session-notice (forj-recover--call-line call)))
+  (forj-session-notice
    (substitute-command-keys
     "M-x forj-recover: resume the calls that never ran (you review each again) or discard them; the model is told either way"))
   (forj-recover--flush))
@@ -94,8 +94,8 @@ worker said at its start still lists it.")
 (defun forj-recover--flush ()
   "Show held notices now unless a reply streams or a batch draws its results.
 A chat waiting for recovery has neither, though it is not idle."
-  (unless (or forj-chat--reply-view (forj-session-batch forj-session))
-    (forj-chat--flush-notices)))
+  (unless (or (forj-session-reply forj-session) (forj-session-batch forj-session))
+    (forj-session-flush-notices)))
 
 (defun forj-recover--on-worker-ready (worker)
   "Show the unfinished batches WORKER's hello lists, each in one chat.
@@ -110,10 +110,10 @@ A batch shown in another chat moves to its own chat once that is open."
                     (and (buffer-live-p shown) (or (null owner) (eq owner shown))))
           (when (buffer-live-p shown)
             (with-current-buffer shown
-              (setq forj-recover--pending
-                    (cl-remove id forj-recover--pending :key (lambda (r) (plist-get r :batch_id))
+              (setq forj-recover-pending
+                    (cl-remove id forj-recover-pending :key (lambda (r) (plist-get r :batch_id))
                                :test #'equal))
-              (forj-chat--notice "the unfinished batch above is shown in its own chat now")))
+              (forj-session-notice "the unfinished batch above is shown in its own chat now")))
           (with-current-buffer (or owner chat)
             (forj-recover--show report)))))
     (when forj-recover--interrupted
@@ -132,7 +132,7 @@ A batch shown in another chat moves to its own chat once that is open."
 Start a new worker once the old process is gone: the new one's journal
 says what ran, and recovery follows."
   (setq forj-recover--interrupted (cons entries results))
-  (forj-chat--notice "the tool worker stopped while the batch ran; starting a new one to see what ran")
+  (forj-session-notice "the tool worker stopped while the batch ran; starting a new one to see what ran")
   (forj-recover--flush)
   (let* ((worker (and batch (forj-tools-batch-worker batch)))
          (process (and worker (forj-worker-process worker))))
@@ -156,13 +156,13 @@ which would not report its batches; polling keeps Emacs free meanwhile."
      (forj-session-root forj-session)
      (lambda (worker)
        (when (buffer-live-p buffer)
-         (with-current-buffer buffer (forj-chat--worker-ready worker))))
+         (with-current-buffer buffer (forj-loop-worker-ready worker))))
      (lambda (err)
        (when (buffer-live-p buffer)
          (with-current-buffer buffer
-           (forj-chat--notice (format "the tool worker could not start again: %s; send a message to go on"
+           (forj-session-notice (format "the tool worker could not start again: %s; send a message to go on"
                                       (or (plist-get err :message) err)))
-           (forj-chat--end-turn)))))))
+           (forj-loop-end-turn)))))))
 
 (defun forj-recover--interrupted-check ()
   "After a new hello: record the interrupted batch's errors if it is not listed.
@@ -171,20 +171,20 @@ A batch the worker never journaled ran nothing."
     (unless (cl-some (lambda (report)
                        (cl-intersection ids (mapcar (lambda (c) (plist-get c :id)) (plist-get report :calls))
                                         :test #'equal))
-                     forj-recover--pending)
+                     forj-recover-pending)
       (pcase-let ((`(,entries . ,results) forj-recover--interrupted))
         (setq forj-recover--interrupted nil)
-        (forj-chat--record-results-now entries results)
-        (forj-chat--notice "the worker stopped before it recorded the batch: nothing of it ran.  Send a message to go on.")
-        (forj-chat--end-turn)))))
+        (forj-recover--record-results-now entries results)
+        (forj-session-notice "the worker stopped before it recorded the batch: nothing of it ran.  Send a message to go on.")
+        (forj-loop-end-turn)))))
 
 (setq forj-chat-batch-interrupted-function #'forj-recover--batch-interrupted)
 
 ;;; Resolving
 
-(defun forj-chat--record-results-now (entries results)
+(defun forj-recover--record-results-now (entries results)
   "Add the tool results of ENTRIES and RESULTS to the record and draw them."
-  (forj-chat--view-entry (forj-chat--record-add "tool" (forj-chat--results-text entries results))))
+  (forj-session-show (forj-session-record-add "tool" (forj-session-results-text entries results))))
 
 (defun forj-recover--answers-last-reply-p (report)
   "Return non-nil when REPORT answers the last reply of the record."
@@ -192,7 +192,7 @@ A batch the worker never journaled ran nothing."
                        :key (lambda (e) (plist-get e :role)) :test-not #'equal)))
     (and (equal (plist-get last :role) "assistant")
          (let ((ids (mapcar (lambda (e) (plist-get (plist-get e :call) :id))
-                            (forj-chat--entry-calls last))))
+                            (forj-session-entry-calls last))))
            (and ids (cl-subsetp (mapcar (lambda (c) (plist-get c :id)) (plist-get report :calls))
                                 ids :test #'equal))))))
 
@@ -205,7 +205,7 @@ as cancelled.  Either way the model receives every call's result.
 BATCH-ID picks the batch (default: the oldest shown)."
   (interactive
    (progn
-     (unless (and (derived-mode-p 'forj-chat-mode) forj-recover--pending)
+     (unless (and (derived-mode-p 'forj-chat-mode) forj-recover-pending)
        (user-error "No unfinished batch waits in this buffer"))
      (list (if (eq (car (read-multiple-choice
                          "Unfinished batch: "
@@ -214,9 +214,9 @@ BATCH-ID picks the batch (default: the oldest shown)."
                    ?r)
                'resume 'discard))))
   (let ((report (if batch-id
-                    (cl-find batch-id forj-recover--pending :key (lambda (r) (plist-get r :batch_id))
+                    (cl-find batch-id forj-recover-pending :key (lambda (r) (plist-get r :batch_id))
                              :test #'equal)
-                  (car forj-recover--pending))))
+                  (car forj-recover-pending))))
     (unless report (user-error "No unfinished batch %s here" (or batch-id "")))
     (unless (or (eq (forj-session-state forj-session) 'idle)
                 (and forj-recover--interrupted (null (forj-session-batch forj-session))))
@@ -249,12 +249,12 @@ BATCH-ID picks the batch (default: the oldest shown)."
 
 (defun forj-recover--failed (err)
   "Resolving failed with ERR: say so; the batch stays listed."
-  (forj-chat--notice (format "could not resolve the unfinished batch: %s" (or (plist-get err :message) err)))
-  (forj-chat--end-turn))
+  (forj-session-notice (format "could not resolve the unfinished batch: %s" (or (plist-get err :message) err)))
+  (forj-loop-end-turn))
 
 (defun forj-recover--resolved (report reply turn)
   "The worker resolved REPORT with REPLY, in the chat's TURN: run or record."
-  (setq forj-recover--pending (delq report forj-recover--pending))
+  (setq forj-recover-pending (delq report forj-recover-pending))
   (puthash (plist-get report :batch_id) 'resolved forj-recover--shown)
   (let* ((entries (mapcar (lambda (c) (list :call (plist-get c :call))) (plist-get report :calls)))
          (known (append (plist-get reply :results) nil))
@@ -294,15 +294,15 @@ then records the results without resuming."
                                                                      (mapcar (lambda (p) (list :path p))
                                                                              (plist-get call :files_changed))))))))
     (setq forj-recover--interrupted nil)
-    (forj-chat--record-results-now entries ordered)
+    (forj-recover--record-results-now entries ordered)
     (if (and own (= turn (forj-session-turn forj-session)) (not (forj-session-cancelled forj-session)) (forj-session-provider forj-session))
         (progn
           (setf (forj-session-state forj-session) 'streaming)
-          (forj-chat--request))
-      (forj-chat--notice (if own
+          (forj-loop-request))
+      (forj-session-notice (if own
                              "the recovered results are in the conversation; send a message to go on"
                            "the recovered results are in this conversation (their own chat is not open); send a message to go on"))
-      (forj-chat--end-turn))))
+      (forj-loop-end-turn))))
 
 (provide 'forj-recover)
 ;;; forj-recover.el ends here

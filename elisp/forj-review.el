@@ -250,7 +250,7 @@ line keeps."
 (defvar-local forj-review--decisions nil
   "Hash table: call id -> t (approved) or (deny . REASON).")
 
-(defvar-local forj-review--callback nil
+(defvar-local forj-review-callback nil
   "Function called once with the decisions.
 Its arguments: the approved ids, an alist of denied ids and reasons,
 and an alist of modified ids, each with an alist of paths and the
@@ -268,7 +268,7 @@ plist.")
 (defvar-local forj-review--drawn-previews nil
   "Hash table: call id -> its preview as drawn; a redraw reuses it.")
 
-(defvar-local forj-review--windows nil
+(defvar-local forj-review-windows nil
   "How to put the windows back when the review ends: (CONFIGURATION FRAME WINDOWS).
 CONFIGURATION is the frame's window configuration before the review
 opened; WINDOWS the frame's windows once it showed.  The windows are
@@ -360,7 +360,7 @@ was not honoured.  Return the review buffer."
             forj-review--proposal-function proposal-function
             forj-review--grants (make-hash-table :test #'equal)
             forj-review--options options
-            forj-review--callback callback)
+            forj-review-callback callback)
       (forj-review--start-timer (plist-get options :timeout))
       (forj-review--render)
       (goto-char (point-min))
@@ -368,7 +368,7 @@ was not honoured.  Return the review buffer."
     (add-hook 'pre-command-hook #'forj-review--note-key-elsewhere)
     (pop-to-buffer buffer forj-display-review)
     (with-current-buffer buffer
-      (setq forj-review--windows (list configuration frame (window-list frame 'nomini)))
+      (setq forj-review-windows (list configuration frame (window-list frame 'nomini)))
       (setq forj-review--quiet-since (float-time)))
     buffer))
 
@@ -377,9 +377,9 @@ was not honoured.  Return the review buffer."
 Only when the frame still has the windows it had once the review
 showed, the review among them; otherwise the review's own window is
 quit, and the rest of the user's layout is left alone."
-  (pcase-let ((`(,configuration ,frame ,windows) forj-review--windows)
+  (pcase-let ((`(,configuration ,frame ,windows) forj-review-windows)
               (buffer (current-buffer)))
-    (setq forj-review--windows nil)
+    (setq forj-review-windows nil)
     (cond
      ((and configuration (frame-live-p frame)
            (equal (window-list frame 'nomini) windows)
@@ -842,7 +842,7 @@ rule can be edited first."
 (defun forj-review-commit ()
   "Hand the decisions to the batch, denying what is undecided."
   (interactive (forj-review--ready))
-  (let ((callback forj-review--callback)
+  (let ((callback forj-review-callback)
         (approved nil)
         (denied nil))
     (dolist (item forj-review--items)
@@ -857,7 +857,7 @@ rule can be edited first."
           (grants (cl-loop for id in (reverse approved)
                            when (gethash id forj-review--grants)
                            collect (cons id (gethash id forj-review--grants)))))
-      (setq forj-review--callback nil)
+      (setq forj-review-callback nil)
       (let ((buffer (current-buffer)))
         (forj-review--put-windows-back)
         (kill-buffer buffer))
@@ -874,7 +874,7 @@ rule can be edited first."
   "The review BUFFER went unanswered too long: deny everything, commit, say so."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
-      (when forj-review--callback
+      (when forj-review-callback
         (let ((seconds (forj-review--seconds (plist-get forj-review--options :timeout))))
           (forj-review-deny-all)
           (forj-review-commit)
@@ -889,9 +889,9 @@ rule can be edited first."
 (defun forj-review-cancel ()
   "Cancel the whole batch: nothing is run, and a chat is not resumed."
   (interactive (forj-review--ready))
-  (let ((callback forj-review--callback)
+  (let ((callback forj-review-callback)
         (ids (mapcar (lambda (item) (cons (plist-get item :id) "")) forj-review--items)))
-    (setq forj-review--callback nil)
+    (setq forj-review-callback nil)
     (let ((buffer (current-buffer)))
       (forj-review--put-windows-back)
       (kill-buffer buffer))
@@ -902,11 +902,11 @@ rule can be edited first."
   (when (timerp forj-review--timer)
     (cancel-timer forj-review--timer)
     (setq forj-review--timer nil))
-  (when forj-review--windows
+  (when forj-review-windows
     (forj-review--put-windows-back))
-  (when forj-review--callback
-    (let ((callback forj-review--callback))
-      (setq forj-review--callback nil)
+  (when forj-review-callback
+    (let ((callback forj-review-callback))
+      (setq forj-review-callback nil)
       (funcall callback nil (mapcar (lambda (item) (cons (plist-get item :id) ""))
                                     forj-review--items)
                nil))))

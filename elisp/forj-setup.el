@@ -71,7 +71,7 @@ through auth-source) or type the server's URL."
 (defun forj-setup--say (text)
   "Tell TEXT in the chat, if this is one, else in the echo area."
   (if (derived-mode-p 'forj-chat-mode)
-      (forj-chat--notice text)
+      (forj-session-notice text)
     (message "forj: %s" text)))
 
 (defun forj-setup-key (name key)
@@ -79,7 +79,7 @@ through auth-source) or type the server's URL."
 The entry has host: the provider's API host, user: \"apikey\"."
   (let* ((provider (or (forj-provider-get name)
                        (user-error "No provider named %s in `forj-providers'" name)))
-         (host (forj-provider--host (plist-get provider :url)))
+         (host (forj-provider-host (plist-get provider :url)))
          (key (string-trim (or key ""))))
     (when (string-empty-p key) (user-error "No key given; nothing was stored"))
     (unless host (user-error "The provider %s has no URL to store its key under" name))
@@ -128,7 +128,7 @@ becomes the chat's model, and the chat says which there are."
            (when (equal (plist-get (forj-session-provider forj-session) :name) "local")
              (setf (forj-session-provider forj-session) (forj-provider-get "local"))
              (force-mode-line-update))
-           (forj-chat--notice
+           (forj-session-notice
             (if models
                 (format "the server at %s has %s; this chat uses %s (M-x forj-set-model chooses another)"
                         url (string-join models ", ") (plist-get (forj-session-provider forj-session) :model))

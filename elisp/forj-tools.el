@@ -171,6 +171,9 @@ Objects become plists, arrays vectors, null `:null' and false `:false'."
 (require 'forj-shell)
 (require 'forj-render)
 (require 'forj-files)
+;; Buffers follow the files forj moves and deletes, from
+;; `forj-tools-after-batch-functions'.
+(require 'forj-moves)
 
 (defvar-local forj-tools-result-style 'raw
   "How this buffer's results are drawn.
@@ -218,10 +221,10 @@ it, as does \\<forj-tools-mode-map>\\[forj-tools-toggle-fold] on its line."
   (turn nil :documentation "The id of the user message the batch answers, or nil.")
   (review-all nil :documentation "Non-nil: every call that would run is reviewed first."))
 
-(defvar-local forj-tools--current-batch nil
+(defvar-local forj-tools-current-batch nil
   "The batch running in this buffer, if any.")
 
-(defvar-local forj-tools--root nil
+(defvar-local forj-tools-root nil
   "The project root whose worker this buffer has used.")
 
 (defvar forj-tools-plan-mode "enabled"
@@ -283,16 +286,16 @@ Everything waits asynchronously; Emacs stays usable."
   "Run ENTRIES (parsed by `forj-tools-parse-region') as one batch.
 Results are drawn at WHERE in the current buffer; CALLBACK and ROOT
 are as for `forj-tools-run-region'.  Return the batch."
-  (let ((batch (forj-tools--new-batch entries where callback)))
-    (setq forj-tools--current-batch batch)
+  (let ((batch (forj-tools-new-batch entries where callback)))
+    (setq forj-tools-current-batch batch)
     (forj-tools--render batch)
-    (setq forj-tools--root (or root (forj-worker-project-root)))
-    (forj-worker-ensure forj-tools--root
+    (setq forj-tools-root (or root (forj-worker-project-root)))
+    (forj-worker-ensure forj-tools-root
                         (lambda (worker) (forj-tools--plan batch worker))
-                        (lambda (err) (forj-tools--fail-all batch err)))
+                        (lambda (err) (forj-tools-fail-all batch err)))
     batch))
 
-(defun forj-tools--new-batch (entries end callback)
+(defun forj-tools-new-batch (entries end callback)
   "A batch of the parsed ENTRIES, its results drawn after END; CALLBACK gets them."
   (let ((start (copy-marker (save-excursion (goto-char end)
                                             (unless (bolp) (insert "\n"))
@@ -334,8 +337,8 @@ are as for `forj-tools-run-region'.  Return the batch."
                                                            :mode (forj-tools-batch-mode batch))
                                                      (forj-tools-batch-context batch)))
                                       :success (lambda (plan) (forj-tools--review batch plan))
-                                      :error (lambda (err) (forj-tools--fail-all batch err))))
-                     :error (lambda (err) (forj-tools--fail-all batch err))))))
+                                      :error (lambda (err) (forj-tools-fail-all batch err))))
+                     :error (lambda (err) (forj-tools-fail-all batch err))))))
 
 (defun forj-tools--with-turn (batch body)
   "BODY (a plist) with BATCH's turn added when it has one."
@@ -452,14 +455,14 @@ answered as denied, with the user's reasons."
                          (setf (forj-tools-batch-batch-id batch) (plist-get plan :batch_id))
                          (puthash (plist-get plan :batch_id) batch forj-tools--batches)
                          (forj-tools--execute batch approved denied modified))
-                       :error (lambda (err) (forj-tools--fail-all batch err)))))))
+                       :error (lambda (err) (forj-tools-fail-all batch err)))))))
 
 (defun forj-tools--cancel-in-review (batch)
   "Answer every call of BATCH as cancelled: the user cancelled it in review."
   (setf (forj-tools-batch-cancelled batch) t)
-  (forj-tools--fail-all batch (list :type "cancelled"
-                                    :message "The user cancelled this batch in review; nothing ran"
-                                    :recovery ["Ask the user how to go on before calling tools again"])))
+  (forj-tools-fail-all batch (list :type "cancelled"
+                                   :message "The user cancelled this batch in review; nothing ran"
+                                   :recovery ["Ask the user how to go on before calling tools again"])))
 
 (defun forj-tools--await-manual (batch plan)
   "Parse-only BATCH: fill PLAN's resolved results, leave the rest to the user."
@@ -479,7 +482,7 @@ answered as denied, with the user's reasons."
                     "forj: tools are in parse-only mode; give each call its result with \\[forj-tool-result]")))
       (forj-tools--finish batch))))
 
-(defun forj-tools--manual-entries (batch)
+(defun forj-tools-manual-entries (batch)
   "The (INDEX . CALL) pairs of BATCH still waiting for a result from the user."
   (cl-loop for entry in (forj-tools-batch-entries batch)
            for index from 0
@@ -492,8 +495,8 @@ answered as denied, with the user's reasons."
 RESULT is JSON (used as it is) or plain text (used as a string).
 With a prefix argument, FAILED: RESULT is an error message instead."
   (interactive
-   (let* ((batch (or forj-tools--current-batch (user-error "No batch waits for results here")))
-          (pending (or (forj-tools--manual-entries batch)
+   (let* ((batch (or forj-tools-current-batch (user-error "No batch waits for results here")))
+          (pending (or (forj-tools-manual-entries batch)
                        (user-error "No call waits for a result here")))
           (choices (mapcar (lambda (p) (cons (format "%s (%s)" (plist-get (cdr p) :id)
                                                      (plist-get (cdr p) :name))
@@ -506,8 +509,8 @@ With a prefix argument, FAILED: RESULT is an error message instead."
                                   "Result for %s (JSON or text): ")
                                 id))
            current-prefix-arg)))
-  (let* ((batch (or forj-tools--current-batch (user-error "No batch waits for results here")))
-         (pair (or (cl-find id (forj-tools--manual-entries batch)
+  (let* ((batch (or forj-tools-current-batch (user-error "No batch waits for results here")))
+         (pair (or (cl-find id (forj-tools-manual-entries batch)
                             :key (lambda (p) (plist-get (cdr p) :id)) :test #'equal)
                    (user-error "No call %s waits for a result" id)))
          (call (cdr pair)))
@@ -521,7 +524,7 @@ With a prefix argument, FAILED: RESULT is an error message instead."
                   :result (condition-case nil (forj-tools-json-decode result)
                             (error result)))))
     (aset (forj-tools-batch-states batch) (car pair) 'done)
-    (if (forj-tools--manual-entries batch)
+    (if (forj-tools-manual-entries batch)
         (forj-tools--render batch)
       (forj-tools--finish batch))))
 
@@ -536,9 +539,9 @@ Nothing is sent to the worker.  The results are drawn after END as for
 (defun forj-tools-refuse-entries (entries where message &optional callback)
   "Answer ENTRIES with the error MESSAGE, drawn at WHERE; CALLBACK gets them.
 As `forj-tools-refuse-region' for entries already parsed.  Return the batch."
-  (let ((batch (forj-tools--new-batch entries where callback)))
-    (forj-tools--fail-all batch (list :type "validation-error" :message message
-                                      :recovery ["Answer the user with what you have found so far"]))
+  (let ((batch (forj-tools-new-batch entries where callback)))
+    (forj-tools-fail-all batch (list :type "validation-error" :message message
+                                     :recovery ["Answer the user with what you have found so far"]))
     batch))
 
 (defun forj-tools--proposal (batch id ok fail)
@@ -766,7 +769,7 @@ fails every call."
                  :error (lambda (err)
                           (if (and on-refused (equal (plist-get err :type) "bad-request"))
                               (funcall on-refused err)
-                            (forj-tools--fail-all batch err)))))
+                            (forj-tools-fail-all batch err)))))
 
 (defconst forj-tools--streaming-tools '("run_shell" "run_tests")
   "Tools whose output streams into a `*forj-shell: ID*' buffer.")
@@ -874,7 +877,7 @@ planned again without them) keep it."
              do (aset (forj-tools-batch-results batch) index (pop remaining))))
   (forj-tools--finish batch))
 
-(defun forj-tools--fail-all (batch err)
+(defun forj-tools-fail-all (batch err)
   "End BATCH with ERR (a plist) as the error of every unfinished call."
   (cl-loop for entry in (forj-tools-batch-entries batch)
            for index from 0
@@ -914,7 +917,7 @@ planned again without them) keep it."
   (forj-tools--render batch)
   (when (buffer-live-p (forj-tools-batch-buffer batch))
     (with-current-buffer (forj-tools-batch-buffer batch)
-      (when (eq forj-tools--current-batch batch) (setq forj-tools--current-batch nil))))
+      (when (eq forj-tools-current-batch batch) (setq forj-tools-current-batch nil))))
   (forj-tools--revert-changed-buffers batch)
   (forj-tools--run-after-batch batch)
   (when (forj-tools-batch-callback batch)
@@ -975,7 +978,7 @@ run."
 (defun forj-cancel ()
   "Cancel the batch running in this buffer: the running call and all later ones."
   (interactive)
-  (let ((batch forj-tools--current-batch))
+  (let ((batch forj-tools-current-batch))
     (if (not (and batch (forj-tools-batch-batch-id batch) (forj-tools-batch-worker batch)))
         (message "forj: nothing to cancel here")
       (forj-epc-call (forj-worker-connection (forj-tools-batch-worker batch)) "cancel"
@@ -1013,13 +1016,13 @@ The worker stops when the last such buffer of its project is killed."
 
 (defun forj-tools--last-buffer-check ()
   "Stop this buffer's worker when no other forj buffer of its project is left."
-  (let ((root forj-tools--root)
+  (let ((root forj-tools-root)
         (this (current-buffer)))
     (when (and root
                (not (cl-some (lambda (buffer)
                                (and (not (eq buffer this))
                                     (buffer-local-value 'forj-tools--keeps-worker buffer)
-                                    (equal (buffer-local-value 'forj-tools--root buffer) root)))
+                                    (equal (buffer-local-value 'forj-tools-root buffer) root)))
                              (buffer-list))))
       (forj-worker-stop root))))
 
@@ -1296,9 +1299,4 @@ hidden up to the closing fence."
                      (and (not hidden) (overlay-get fold 'forj-tools-fold-label)))))))
 
 (provide 'forj-tools)
-
-;; Buffers follow the files forj moves and deletes: loaded with the batch
-;; flow, after `provide', since it hooks into this file.
-(require 'forj-moves)
-
 ;;; forj-tools.el ends here

@@ -36,7 +36,7 @@
 
 (require 'cl-lib)
 (require 'subr-x)
-(require 'forj-chat)
+(require 'forj-loop)
 (require 'forj-files)
 (require 'forj-session)
 
@@ -57,7 +57,7 @@
   "Say FORMAT-STRING with ARGS in the echo area, and as a notice in a chat."
   (let ((text (apply #'format format-string args)))
     (if (derived-mode-p 'forj-chat-mode)
-        (forj-chat--notice text)
+        (forj-session-notice text)
       (message "forj: %s" text))))
 
 (defun forj-undo--error (err)
@@ -198,8 +198,8 @@ CHECKPOINTS (the worker's, by turn) give each turn's changed files."
            collect (let ((turn (plist-get entry :turn)))
                      (list :turn turn :time (plist-get entry :time) :index index
                            :text (car (split-string
-                                       (string-trim (forj-chat--unescape
-                                                     (cdr (forj-chat--split-heading (plist-get entry :text)))))
+                                       (string-trim (forj-session-unescape
+                                                     (cdr (forj-session-split-heading (plist-get entry :text)))))
                                        "\n"))
                            :files (delete-dups
                                    (cl-loop for c in checkpoints
@@ -288,14 +288,14 @@ changed) once the worker has said which files each changed."
 (defun forj-undo--rewind-chat (index)
   "Cut the chat back to before its entry at INDEX; put its text in the input.
 A draft the user had goes to the kill ring."
-  (let ((draft (forj-chat--input-text))
-        (text (string-trim (forj-chat--unescape
-                            (cdr (forj-chat--split-heading (plist-get (nth index (forj-session-record forj-session)) :text)))))))
+  (let ((draft (forj-session-draft))
+        (text (string-trim (forj-session-unescape
+                            (cdr (forj-session-split-heading (plist-get (nth index (forj-session-record forj-session)) :text)))))))
     (unless (string-blank-p draft)
       (kill-new draft))
-    (forj-chat-cut-record index text)
+    (forj-session-cut-record index text)
     (goto-char (point-max))
-    (forj-chat--notice "the conversation was rewound to before this message; edit it and send again")))
+    (forj-session-notice "the conversation was rewound to before this message; edit it and send again")))
 
 (provide 'forj-undo)
 ;;; forj-undo.el ends here

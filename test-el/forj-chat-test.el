@@ -73,16 +73,16 @@
       ;; The view draws the result; the record keeps the worker's JSON.
       (should (string-match-p "## Tool results\n\n✓ read_file notes.txt" text))
       (should (string-match-p "## Tool results\n\n✓ read_file notes.txt.*\n```tool-result\n{\"id\":\"r1\""
-                              (forj-chat--transcript)))
+                              (forj-session-transcript)))
       (should (string-match-p "## Assistant\n\nThe note says: remember the milk.\n\n## User\n\n\\'" text)))
     ;; The record reads back as the conversation the model saw, results included.
-    (let ((messages (forj-chat-messages)))
+    (let ((messages (forj-loop-messages)))
       (should (equal (mapcar (lambda (m) (plist-get m :role)) messages)
                      '("user" "assistant" "user" "assistant")))
       (should (string-match-p "\\````tool-result\n{\"id\":\"r1\".*remember the milk"
                               (plist-get (nth 2 messages) :text))))
     ;; The system prompt carried the worker's tools and the protocol.
-    (let ((prompt (forj-chat-system-prompt)))
+    (let ((prompt (forj-session-system-prompt)))
       (should (string-match-p "```tool-call" prompt))
       (should (string-match-p "### read_file" prompt))
       (should (string-match-p (regexp-quote root) prompt)))))
@@ -132,7 +132,7 @@
         (list (list :text (forj-chat-test--block
                            "{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}"))
               (list :text "I cannot use tools here."))
-      (should-not (string-match-p "tool-call" (forj-chat-system-prompt)))
+      (should-not (string-match-p "tool-call" (forj-session-system-prompt)))
       (forj-chat-test--say "Read a.txt.")
       (should (forj-chat-test--wait-idle))
       (should (string-match-p "Tools are disabled in this conversation" (buffer-string)))
@@ -157,7 +157,7 @@
       (should-not (string-match-p "from disk" (buffer-string)))
       (forj-tool-result "r" "{\"content\": \"typed by the user\"}")
       (should (forj-chat-test--wait-idle))
-      (should (string-match-p "\"result\":{\"content\":\"typed by the user\"}" (forj-chat--transcript)))
+      (should (string-match-p "\"result\":{\"content\":\"typed by the user\"}" (forj-session-transcript)))
       (should (string-match-p "Thanks for the result." (buffer-string)))
       (should-not (string-match-p "from disk" (buffer-string))))))
 
@@ -176,7 +176,7 @@ The chat then offers to go on, and `forj-continue' gives the model as many batch
         (should (= (how-many "^✓ list_files" (point-min) (point-max)) 2))
         ;; Shown once per refused call; the record has it in header and JSON.
         (should (= (how-many "Max tool iterations reached" (point-min) (point-max)) 2))
-        (let ((transcript (forj-chat--transcript)))
+        (let ((transcript (forj-session-transcript)))
           (should (= (with-temp-buffer (insert transcript)
                                        (how-many "Max tool iterations reached" (point-min) (point-max)))
                      4)))
@@ -191,7 +191,7 @@ The chat then offers to go on, and `forj-continue' gives the model as many batch
       (should (= (how-many "^✓ list_files" (point-min) (point-max)) 3))
       (should (string-match-p "## User\n\nGo on with the task: you may use tools for 2 more batches.\n" (buffer-string)))
       (should (string-match-p "## Assistant\n\nAll done.\n\n## User\n\nmy draft\\'" (buffer-string)))
-      (should (equal (plist-get (car (last (forj-chat-messages) 4)) :text)
+      (should (equal (plist-get (car (last (forj-loop-messages) 4)) :text)
                      "Go on with the task: you may use tools for 2 more batches."))
       ;; Nothing is left to continue.
       (should-error (forj-continue) :type 'user-error))))
@@ -206,12 +206,12 @@ The chat then offers to go on, and `forj-continue' gives the model as many batch
         (list (list :text call) (list :text call) (list :text "Stopping here."))
       (forj-chat-test--say "Loop.")
       (should (forj-chat-test--wait-idle))
-      (should (= (forj-chat-max-iterations) 1))
+      (should (= (forj-loop-max-iterations) 1))
       (should (= (how-many "^✓ list_files" (point-min) (point-max)) 1))
       (should (string-match-p "Max tool iterations reached (1 per user message)" (buffer-string)))
       (should (string-match-p "reached its limit of 1 tool batches" (buffer-string)))
       (let ((forj-chat-max-tool-iterations 3))
-        (should (= (forj-chat-max-iterations) 3))))))
+        (should (= (forj-loop-max-iterations) 3))))))
 
 (ert-deftest forj-test-chat-retry-asks-for-the-last-reply-again ()
   "`forj-retry' takes the last reply and what followed it away and asks again."
@@ -229,7 +229,7 @@ The chat then offers to go on, and `forj-continue' gives the model as many batch
     ;; The scripted model gives its reply by count: the first is gone, so it
     ;; answers with the first again; the record holds one reply.
     (should (= (how-many "^## Assistant$" (point-min) (point-max)) 1))
-    (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages)) '("user" "assistant")))
+    (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-loop-messages)) '("user" "assistant")))
     (should (string-match-p "## User\n\ndraft\\'" (buffer-string)))
     ;; Again, with another model.
     (let* ((other (forj-chat-test--script (list (list :text "Another model's answer."))))
@@ -354,7 +354,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
       (should (= (how-many "^✗ " (point-min) (point-max)) 2))
       (should-not (string-match-p "^✓" text)))
     ;; The model reads why its calls did not run, one result per call.
-    (let ((transcript (forj-chat--transcript)))
+    (let ((transcript (forj-session-transcript)))
       (should (string-match-p "\"id\":\"w1\".*Not run: your reply was cut off by the output token limit.*Write the call again, whole"
                               transcript)))
     (should (eq (plist-get (forj-session-continuation forj-session) :kind) 'cut))))
@@ -379,7 +379,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
       (should (forj-chat-test--wait-idle))
       (should (string-match-p "## Assistant\n\nHello, world\n" (buffer-string)))
       ;; Nothing was said before the failure, so no message was added.
-      (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages)) '("user" "assistant"))))))
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-loop-messages)) '("user" "assistant"))))))
 
 (ert-deftest forj-test-chat-429-countdown-then-the-reply ()
   "HTTP 429 with Retry-After: a countdown shows until the request goes again and the reply comes."
@@ -457,7 +457,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
     (should (string-match-p "```tool-call\n{\"id\":\"n1\",\"name\":\"read_file\",\"args\":{\"path\":\"a.txt\"}}\n```"
                             (buffer-string)))
     (should (string-match-p "✓ read_file a.txt" (buffer-string)))
-    (let ((messages (forj-chat-messages)))
+    (let ((messages (forj-loop-messages)))
       (should (equal (mapcar (lambda (m) (plist-get m :role)) messages)
                      '("user" "assistant" "tool" "assistant")))
       (should (equal (plist-get (nth 1 messages) :text) "Reading."))
@@ -481,7 +481,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
       (should (string-match-p "I will write proper calls." text)))
     ;; The model's fake heading stayed text: the record still has one user message first.
     (should (string-match-p "^\\\\## User\nI pretend\\|^\\\\## User\n\nI pretend" (buffer-string)))
-    (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages))
+    (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-loop-messages))
                    '("user" "assistant" "user" "assistant")))))
 
 (ert-deftest forj-test-chat-save-and-reopen ()
@@ -491,7 +491,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
     (forj-chat-test--say "Hi.")
     (should (forj-chat-test--wait-idle))
     (let ((file (make-temp-file "forj-chat-" nil ".md"))
-          (messages (forj-chat-messages)))
+          (messages (forj-loop-messages)))
       (forj-save file)
       (should (equal buffer-file-name file))
       ;; Reopen a copy, as another Emacs session would.
@@ -503,7 +503,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
             (with-current-buffer reopened
               (should (eq major-mode 'forj-chat-mode))
               (should (equal (forj-session-root forj-session) root))
-              (should (equal (forj-chat-messages) messages))
+              (should (equal (forj-loop-messages) messages))
               ;; A chat file from outside `forj-chat-directory' only names its
               ;; root: sending asks first, and a no sends nothing.
               (should-not (forj-session-root-confirmed forj-session))
@@ -561,7 +561,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
     (should (forj-chat-test--wait-idle))
     (should (gethash root forj-worker--by-root))
     (let ((other (generate-new-buffer "*forj-other*")))
-      (with-current-buffer other (setq forj-tools--root root) (forj-tools-mode 1))
+      (with-current-buffer other (setq forj-tools-root root) (forj-tools-mode 1))
       (set-buffer-modified-p nil)
       (kill-buffer (current-buffer))
       (should (gethash root forj-worker--by-root))
@@ -577,7 +577,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
             (list :text "Done."))
     (forj-chat-test--say "Go.")
     (should (forj-chat-test--wait-idle))
-    (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages))
+    (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-loop-messages))
                    '("user" "assistant" "user" "assistant")))
     (should (string-match-p "^\\\\⚠ forj: this is not from forj" (buffer-string)))
     (should-not (string-match-p "^I approve everything" (buffer-string)))))
@@ -739,7 +739,7 @@ chat's.  `root' is the project, `chat' the chat buffer."
       (should (= (forj-chat-test--notices "[trust] is ignored") 2))
       ;; Notices are not sent to the model.
       (should-not (cl-some (lambda (m) (string-match-p "is ignored" (or (plist-get m :text) "")))
-                           (forj-chat-messages))))))
+                           (forj-loop-messages))))))
 
 (ert-deftest forj-test-chat-header-says-whether-commands-are-sandboxed ()
   "The header line and `forj-status' say how the worker runs commands, as its hello says."

@@ -53,7 +53,7 @@
       (forj-review-commit))
     (should (forj-chat-test--wait-idle))
     (let ((text (buffer-string))
-          (record (forj-chat--transcript)))
+          (record (forj-session-transcript)))
       (should (string-match-p "✓ git_add" text))
       (should (string-match-p "✗ git_commit" text))
       ;; The model got the violation: rule, level, file and line.

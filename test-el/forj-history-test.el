@@ -79,7 +79,7 @@ Its output goes to the buffer *forj-history-child*."
                             root
                             `((let ((chats (forj-history-chats root)))
                                 (with-current-buffer (forj-history-open (plist-get (car chats) :file))
-                                  (let ((text (forj-chat--transcript))) (with-temp-file ,out (insert text)))
+                                  (let ((text (forj-session-transcript))) (with-temp-file ,out (insert text)))
                                   (goto-char (point-max))
                                   (insert "What was the word?")
                                   (forj-chat-send)

@@ -23,7 +23,7 @@
   "Kill a review buffer a failed test left behind."
   (let ((stale (get-buffer "*forj-review*")))
     (when stale
-      (with-current-buffer stale (setq forj-review--callback nil))
+      (with-current-buffer stale (setq forj-review-callback nil))
       (kill-buffer stale))))
 
 (defun forj-permissions-test--run (buffer root calls)
@@ -319,7 +319,7 @@ there, the call is reviewed again."
       (should-not (plist-get body :tools))
       (should (string-match-p "Tools are disabled"
                               (plist-get (aref (plist-get body :messages) 0) :content))))
-    (should (eq (forj-chat-effective-tools-mode) 'disabled))
+    (should (eq (forj-session-effective-tools-mode) 'disabled))
     (should (string-match-p "tools: disabled" (forj-chat--header-line)))))
 
 (ert-deftest forj-test-permissions-mode-goes-with-each-plan ()
@@ -333,7 +333,7 @@ there, the call is reviewed again."
     (should (forj-chat-test--wait-idle))
     (should-not (get-buffer "*forj-review*"))
     (should-not (file-exists-p (expand-file-name "b.txt" root)))
-    (should (string-match-p "\"reason\":\"NotInMode\"" (forj-chat--transcript)))))
+    (should (string-match-p "\"reason\":\"NotInMode\"" (forj-session-transcript)))))
 
 ;;; The turn's state from the worker
 
@@ -366,8 +366,8 @@ there, the call is reviewed again."
             (list :text "This reply must not be asked for."))
     (forj-chat-test--say "List the files")
     (should (forj-chat-test--wait-idle))
-    (should (string-match-p "\"id\":\"l1\",\"name\":\"list_files\",\"ok\":true" (forj-chat--transcript)))
-    (should-not (string-match-p "must not be asked" (forj-chat--transcript)))
+    (should (string-match-p "\"id\":\"l1\",\"name\":\"list_files\",\"ok\":true" (forj-session-transcript)))
+    (should-not (string-match-p "must not be asked" (forj-session-transcript)))
     (should (string-match-p "list_files ended the tool loop (an exit_loop rule); your turn" (buffer-string)))))
 
 (ert-deftest forj-test-permissions-continue-loop-iterations-do-not-count ()
@@ -380,7 +380,7 @@ there, the call is reviewed again."
               (list :text "Done."))
       (forj-chat-test--say "Look")
       (should (forj-chat-test--wait-idle))
-      (let ((transcript (forj-chat--transcript)))
+      (let ((transcript (forj-session-transcript)))
         ;; With a limit of one batch, the read still ran: the listings did not count.
         (should (string-match-p "\"id\":\"r1\",\"name\":\"read_file\",\"ok\":true" transcript))
         (should-not (string-match-p "Max tool iterations reached" transcript))
@@ -397,11 +397,11 @@ The instructions from hello are in the system prompt too."
             (list :text "Now really done."))
     (forj-chat-test--say "Read a.txt")
     (should (forj-chat-test--wait-idle))
-    (let ((transcript (forj-chat--transcript)))
+    (let ((transcript (forj-session-transcript)))
       (should (string-match-p "## User\n\n(forj) Before you finish this turn, call list_files" transcript))
       (should (string-match-p "\"id\":\"l1\",\"name\":\"list_files\",\"ok\":true" transcript))
       (should (string-match-p "Now really done\\." transcript)))
-    (should (string-match-p "## Rules of this project\n\n- .*list_files" (forj-chat-system-prompt)))))
+    (should (string-match-p "## Rules of this project\n\n- .*list_files" (forj-session-system-prompt)))))
 
 (provide 'forj-permissions-test)
 ;;; forj-permissions-test.el ends here

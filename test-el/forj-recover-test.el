@@ -47,7 +47,7 @@
   (should (file-exists-p (expand-file-name "first.txt" root)))
   (signal-process (process-id (forj-worker-process (forj-worker-get root))) 'SIGKILL)
   ;; A new worker says hello and the chat shows the batch.
-  (should (forj-test--wait-for (lambda () forj-recover--pending) 60))
+  (should (forj-test--wait-for (lambda () forj-recover-pending) 60))
   (should (eq (forj-session-state forj-session) 'tools)))
 
 (defun forj-recover-test--last-results ()
@@ -56,7 +56,7 @@
                         :test #'equal)))
     (with-temp-buffer
       (insert (plist-get entry :text))
-      (mapcar #'forj-tools-json-decode (forj-chat--blocks (point-min) (point-max) "tool-result")))))
+      (mapcar #'forj-tools-json-decode (forj-session-blocks (point-min) (point-max) "tool-result")))))
 
 (ert-deftest forj-test-recover-fr-res-05-killed-worker-resume ()
   "FR-RES-05: after kill -9 mid-batch the chat lists each call's fate; resume reviews again."
@@ -89,7 +89,7 @@
       (should (eq (plist-get (plist-get (plist-get (nth 1 results) :error) :details) :interrupted) t))
       (should (eq (plist-get (nth 2 results) :ok) t)))
     ;; The model was told and answered.
-    (should (string-match-p "All three are done now." (forj-chat--transcript)))
+    (should (string-match-p "All three are done now." (forj-session-transcript)))
     ;; The batch is resolved: a new worker lists nothing.
     (forj-worker-restart root)
     (let ((worker (forj-test--worker root)))
@@ -108,7 +108,7 @@
     (let ((results (forj-recover-test--last-results)))
       (should (equal (mapcar (lambda (r) (plist-get r :id)) results) '("w1" "sh" "w2")))
       (should (eq (plist-get (plist-get (plist-get (nth 2 results) :error) :details) :discarded) t)))
-    (should (string-match-p "I will not write second.txt" (forj-chat--transcript)))))
+    (should (string-match-p "I will not write second.txt" (forj-session-transcript)))))
 
 (ert-deftest forj-test-recover-fr-res-05-killed-emacs ()
   "FR-RES-05: Emacs killed mid-batch; the chat reopened in another Emacs shows the batch and discards it."
@@ -159,13 +159,13 @@
                    (chat (forj-history-open (plist-get (car (forj-history-chats root)) :file))))
               (unwind-protect
                   (with-current-buffer chat
-                    (should (forj-test--wait-for (lambda () forj-recover--pending) 30))
+                    (should (forj-test--wait-for (lambda () forj-recover-pending) 30))
                     (let ((text (buffer-string)))
                       (should (string-match-p "completed: ✓ write_file first.txt" text))
                       (should (string-match-p "never ran: → write_file second.txt" text)))
                     (forj-recover 'discard)
                     (should (forj-chat-test--wait-idle 60))
-                    (should (string-match-p "Nothing more will run." (forj-chat--transcript)))
+                    (should (string-match-p "Nothing more will run." (forj-session-transcript)))
                     (should-not (file-exists-p (expand-file-name "second.txt" root))))
                 (with-current-buffer chat (set-buffer-modified-p nil))
                 (kill-buffer chat))))

@@ -115,7 +115,7 @@ Each result the worker journaled is sent exactly as journaled."
   "`forj-show-raw-result' shows the exact JSON the model received for a result."
   (let (raw-shown journal transcript)
     (forj-render-test-with-fenced-session
-      (setq transcript (forj-chat--transcript))
+      (setq transcript (forj-session-transcript))
       (setq raw-shown (with-current-buffer (forj-show-raw-result (forj-render-test--at "✓ read_file greet.py"))
                         (buffer-string)))
       (should (equal (get-text-property (forj-render-test--at "def greet") 'forj-raw) raw-shown))
@@ -135,7 +135,7 @@ Each result the worker journaled is sent exactly as journaled."
     (switch-to-buffer (current-buffer))
     (kill-new "yanked text")
     (let ((before (buffer-substring-no-properties (point-min) (point-max)))
-          (record (forj-chat--transcript)))
+          (record (forj-session-transcript)))
       (dolist (place '("def greet" "Fix greet." "Let me look around." "→ edit greet.py" "## Tool results"
                        "Done: greet"))
         (goto-char (forj-render-test--at place))
@@ -147,7 +147,7 @@ Each result the worker journaled is sent exactly as journaled."
       ;; Lisp that ignores the keymap meets the read-only text.
       (goto-char (forj-render-test--at "def greet"))
       (should-error (insert "x") :type 'text-read-only)
-      (should (equal (forj-chat--transcript) record))
+      (should (equal (forj-session-transcript) record))
       ;; The input takes text as usual, right after the prompt heading.
       (goto-char (point-max))
       (forj-render-test--keys "h i RET")
@@ -214,8 +214,8 @@ Each result the worker journaled is sent exactly as journaled."
     (goto-char (point-max))
     (insert "a draft")
     (let ((file (make-temp-file "forj-chat-" nil ".md"))
-          (record (forj-chat--transcript))
-          (messages (forj-chat-messages))
+          (record (forj-session-transcript))
+          (messages (forj-loop-messages))
           (raw (get-text-property (forj-render-test--at "def greet") 'forj-raw)))
       (unwind-protect
           (progn
@@ -233,7 +233,7 @@ Each result the worker journaled is sent exactly as journaled."
                            (concat record "\n## User\n\na draft\nmore\n")))
             (revert-buffer nil t)
             (should (eq major-mode 'forj-chat-mode))
-            (should (equal (forj-chat--transcript) record))
+            (should (equal (forj-session-transcript) record))
             (should (equal (forj-chat--input-text) "a draft\nmore\n"))
             (should (equal (get-text-property (forj-render-test--at "def greet") 'forj-raw) raw))
             (let ((reopened (let ((copy (make-temp-file "forj-chat-copy-" nil ".md")))
@@ -242,8 +242,8 @@ Each result the worker journaled is sent exactly as journaled."
               (unwind-protect
                   (with-current-buffer reopened
                     (should (eq major-mode 'forj-chat-mode))
-                    (should (equal (forj-chat--transcript) record))
-                    (should (equal (forj-chat-messages) messages))
+                    (should (equal (forj-session-transcript) record))
+                    (should (equal (forj-loop-messages) messages))
                     (should (equal (forj-chat--input-text) "a draft\nmore\n"))
                     (should (equal (get-text-property (forj-render-test--at "def greet") 'forj-raw) raw))
                     (should (string-match-p "^✓ edit greet.py  · \\+1 −1" (buffer-string)))
@@ -262,18 +262,18 @@ Each result the worker journaled is sent exactly as journaled."
     (goto-char (point-max))
     (insert "unsent draft")
     (should-error (forj-edit-message (forj-render-test--at "Let me look around.")) :type 'user-error)
-    (let ((before (length (forj-chat-messages))))
+    (let ((before (length (forj-loop-messages))))
       (forj-edit-message (forj-render-test--at "Thanks."))
       (should (equal (forj-chat--input-text) "Thanks."))
       (should (equal (current-kill 0) "unsent draft"))
-      (let ((messages (forj-chat-messages)))
+      (let ((messages (forj-loop-messages)))
         (should (= (length messages) (- before 2)))
         (should (equal (plist-get (car (last messages)) :text) "Done: greet now says `Hello, NAME!`.")))
       (should-not (string-match-p "You are welcome" (buffer-string)))
       ;; The first message: everything goes, its text (unescaped) comes back.
       (forj-edit-message (forj-render-test--at "Fix greet."))
       (should (equal (forj-chat--input-text) "Fix greet.\n⚠ forj: typed by the user\n### Not a role heading"))
-      (should (null (forj-chat-messages)))
+      (should (null (forj-loop-messages)))
       (should (equal (mapcar (lambda (e) (plist-get e :role)) (forj-session-record forj-session)) '("meta"))))))
 
 (ert-deftest forj-test-render-turn-navigation ()

@@ -416,7 +416,7 @@ After the commit the windows are those before the review."
                              (setq decided (list approved denied cancelled)))))
              ,@body)
          (when (buffer-live-p review)
-           (with-current-buffer review (setq forj-review--callback nil))
+           (with-current-buffer review (setq forj-review-callback nil))
            (kill-buffer review))
          (kill-buffer chat)))))
 

@@ -269,7 +269,7 @@
     (should (forj-test--wait-for (lambda () (forj-shell-test--alive-p "sleep 42.75")) 30))
     (forj-chat-stop)
     (should (forj-chat-test--wait-idle 10))
-    (should (string-match-p "\"type\":\"cancelled\"" (forj-chat--transcript)))
+    (should (string-match-p "\"type\":\"cancelled\"" (forj-session-transcript)))
     (should-not (string-match-p "should not be asked for" (buffer-string)))
     (should (forj-test--wait-for (lambda () (not (forj-shell-test--alive-p "sleep 42.75"))) 5))))
 

@@ -134,7 +134,7 @@
                 (should (string-match-p
                          "\"result\":{\"tasks\":\\[{\"id\":\"todo-1\",\"title\":\"Check the build\",\"status\":\"completed\"}\\],\"revision\":[0-9]+}"
                          ;; What the model read: the record, not the view.
-                         (forj-chat--transcript)))
+                         (forj-session-transcript)))
                 (should (string-match-p "Nothing is left\\." (buffer-string)))))
           (forj-tasks-test--close panel))))))
 

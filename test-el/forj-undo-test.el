@@ -195,8 +195,8 @@
     (should (equal (mapcar (lambda (e) (plist-get e :turn))
                            (cl-remove-if-not (lambda (e) (equal (plist-get e :role) "user")) (forj-session-record forj-session)))
                    (list (car turns))))
-    (should-not (string-match-p "Wrote two" (forj-chat--transcript)))
-    (should (string-match-p "Wrote one" (forj-chat--transcript)))
+    (should-not (string-match-p "Wrote two" (forj-session-transcript)))
+    (should (string-match-p "Wrote one" (forj-session-transcript)))
     (should (equal (forj-chat--input-text) "Write two."))
     (should (equal (forj-undo-test--read root "two.txt") "2"))
     (should (equal (forj-undo-test--read root "one.txt") "1"))))
@@ -214,7 +214,7 @@
     (should-not (file-exists-p (expand-file-name "two.txt" root)))
     (should (equal (forj-undo-test--read root "keep.txt") "keep\n"))
     (should (equal (forj-chat--input-text) "Write one."))
-    (should-not (string-match-p "Wrote one" (forj-chat--transcript)))))
+    (should-not (string-match-p "Wrote one" (forj-session-transcript)))))
 
 (provide 'forj-undo-test)
 ;;; forj-undo-test.el ends here

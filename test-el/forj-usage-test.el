@@ -133,7 +133,7 @@
         ;; saved chat keep the whole history.
         (should (string-match-p "SUMMARY-OF-EARLIER" (buffer-string)))
         (should (string-match-p "compacted: 2 earlier messages" (buffer-string)))
-        (let ((transcript (forj-chat--transcript)))
+        (let ((transcript (forj-session-transcript)))
           (should (string-match-p "First question about notes.txt" transcript))
           (should (< (string-match "SUMMARY-OF-EARLIER" transcript)
                      (string-match "Second question" transcript)))
@@ -148,7 +148,7 @@
                   (should (string-match-p "SUMMARY-OF-EARLIER" (buffer-string)))))
             (delete-file file)))
         ;; Read back from the record, the model sees the summary first.
-        (should (equal (plist-get (car (forj-chat-messages)) :text)
+        (should (equal (plist-get (car (forj-loop-messages)) :text)
                        (concat "**Summary of the earlier conversation**, written by the model to replace it:\n\n"
                                "SUMMARY-OF-EARLIER: the user asked what notes.txt says; it says remember the milk.")))))))
 
@@ -167,11 +167,11 @@
           (should (string-match-p "SUMMARY-OF-EARLIER" (nth 2 requests)))
           (should-not (string-match-p "What does notes.txt say" (nth 2 requests)))))
       ;; The summary follows the results in the record; the reply follows it.
-      (let ((transcript (forj-chat--transcript)))
+      (let ((transcript (forj-session-transcript)))
         (should (< (string-match "## Tool results" transcript)
                    (string-match "SUMMARY-OF-EARLIER" transcript)
                    (string-match "Answered." transcript))))
-      (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages))
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-loop-messages))
                      '("user" "assistant"))))))
 
 (ert-deftest forj-test-usage-compact-on-demand ()
@@ -190,7 +190,7 @@
       (should (string-match-p "Write a summary that replaces"
                               (plist-get (forj-provider-test--last-request) :body)))
       (should (string-match-p "compacted: 4 earlier messages" (buffer-string)))
-      (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-chat-messages)) '("user")))
+      (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-loop-messages)) '("user")))
       (forj-usage-test--say "Third question")
       (let ((body (plist-get (forj-provider-test--last-request) :body)))
         (should (string-match-p "SUMMARY-OF-EARLIER" body))
