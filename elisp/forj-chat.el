@@ -543,7 +543,9 @@ The chat's view function (see `forj-session-view')."
     ('insert (forj-chat--insert-out (car args)))
     ('results-end (forj-chat--results-end (car args)))
     ('results-discard (forj-chat--results-discard))
-    ('context (forj-chat--draw-context))))
+    ('context (forj-chat--draw-context))
+    ('turn-end (setq forj-chat--reply-start nil)
+               (forj-chat--clear-wait))))
 
 ;;; Waiting to retry
 
@@ -642,7 +644,8 @@ It shows above the reply and in the header line."
   "Take the buffer's text as a transcript: make it the record and draw the view.
 A chat drawn already (the mode started again) is drawn again from its record."
   (let ((modified (buffer-modified-p)))
-    (if (and (forj-session-record forj-session) (markerp forj-chat--input) (eq (marker-buffer forj-chat--input) (current-buffer)))
+    (if (and (forj-session-record forj-session) (markerp forj-chat--input)
+             (eq (marker-buffer forj-chat--input) (current-buffer)))
         (forj-chat--redraw (forj-chat--input-text))
       (let ((parsed (forj-session-split (buffer-substring-no-properties (point-min) (point-max)))))
         (setf (forj-session-record forj-session) (car parsed))

@@ -115,7 +115,8 @@ ESTIMATED is non-nil when no provider count was used."
                       (let* ((last (cl-position "assistant" (forj-session-record forj-session)
                                                 :key (lambda (e) (plist-get e :role))
                                                 :test #'equal :from-end t))
-                             (after (if last (nthcdr (1+ last) (forj-session-record forj-session)) (forj-session-record forj-session))))
+                             (record (forj-session-record forj-session))
+                             (after (if last (nthcdr (1+ last) record) record)))
                         (cons (+ (forj-usage-prompt forj-usage-basis)
                                  (plist-get forj-usage-basis :output)
                                  (forj-usage-tokens-of-bytes (forj-compact--bytes after)))
@@ -168,7 +169,8 @@ nil if REQUEST should go on now."
 (defun forj-compact-summarisable (cut)
   "How many conversation entries before CUT a summary would replace."
   (let ((entries (cl-subseq (forj-session-record forj-session) 0 cut))
-        (from (cl-position-if #'forj-compact--summary-entry-p (forj-session-record forj-session) :from-end t :end cut)))
+        (from (cl-position-if #'forj-compact--summary-entry-p (forj-session-record forj-session)
+                              :from-end t :end cut)))
     (cl-count-if (lambda (e) (member (plist-get e :role) '("user" "assistant" "tool")))
                  (if from (nthcdr (1+ from) entries) entries))))
 
@@ -231,8 +233,8 @@ user stopped TURN."
                                                     (forj-usage-tokens-of-bytes (string-bytes text)))))))
                (at-end (= cut (length (forj-session-record forj-session)))))
           (setf (forj-session-record forj-session) (append (cl-subseq (forj-session-record forj-session) 0 cut)
-                                          (list summary notice)
-                                          (nthcdr cut (forj-session-record forj-session)))
+                                                           (list summary notice)
+                                                           (nthcdr cut (forj-session-record forj-session)))
                 forj-usage-basis nil
                 forj-compact--skip t)
           (if at-end

@@ -95,7 +95,8 @@ Lists that are not plists become arrays; nil becomes an empty array."
 
 (defun forj-history--title ()
   "The first line of the chat's first message, or nil."
-  (let ((first (cl-find "user" (forj-session-record forj-session) :key (lambda (e) (plist-get e :role)) :test #'equal)))
+  (let ((first (cl-find "user" (forj-session-record forj-session)
+                        :key (lambda (e) (plist-get e :role)) :test #'equal)))
     (when first
       (let ((text (string-trim (cdr (forj-session-split-heading (plist-get first :text))))))
         (car (split-string (forj-session-unescape text) "\n"))))))
@@ -186,7 +187,8 @@ A chat already open is shown instead."
          (root (file-name-as-directory (plist-get chat :root)))
          (open (cl-find-if (lambda (b)
                              (and (eq (buffer-local-value 'major-mode b) 'forj-chat-mode)
-                                  (equal (forj-session-id (buffer-local-value 'forj-session b)) (plist-get chat :id))))
+                                  (equal (forj-session-id (buffer-local-value 'forj-session b))
+                                         (plist-get chat :id))))
                            (buffer-list))))
     (unless (file-directory-p root)
       (user-error "The project of this chat, %s, is gone" root))

@@ -98,8 +98,8 @@ read-only chat never shows the model a tool that writes."
                 (when (buffer-live-p buffer)
                   (with-current-buffer buffer
                     (forj-session-notice (format "the worker could not list the tools of mode %s: %s"
-                                               forj-tools-permission-mode
-                                               (or (plist-get err :message) err)))
+                                                 forj-tools-permission-mode
+                                                 (or (plist-get err :message) err)))
                     (when (and then (= turn (forj-session-turn forj-session))) (forj-loop-end-turn)))))))))
 
 (defun forj-loop--take-tools (reply)
@@ -125,7 +125,7 @@ read-only chat never shows the model a tool that writes."
        (when (buffer-live-p buffer)
          (with-current-buffer buffer
            (forj-session-notice (format "the tool worker could not start: %s"
-                                      (or (plist-get err :message) err)))
+                                        (or (plist-get err :message) err)))
            (force-mode-line-update)))))))
 
 (defun forj-loop-worker-ready (worker)
@@ -169,7 +169,9 @@ DRAFT is what the input holds afterwards.  A turn starts with each
 user message, `forj-continue' and `forj-retry': the tool batches are
 counted again from zero."
   (cl-incf (forj-session-turn forj-session))
-  (setf (forj-session-iterations forj-session) 0 (forj-session-capped forj-session) nil (forj-session-cancelled forj-session) nil
+  (setf (forj-session-iterations forj-session) 0
+        (forj-session-capped forj-session) nil
+        (forj-session-cancelled forj-session) nil
         (forj-session-continuation forj-session) nil)
   ;; The worker groups checkpoints and turn-scoped rules by this id.
   (setf (forj-session-turn-id forj-session) (forj-session-new-turn-id))
@@ -196,10 +198,11 @@ counted again from zero."
            (when (= turn (forj-session-turn forj-session))
              (forj-loop-load-tools worker then)))))
      (lambda (err)
-       (when (and (buffer-live-p buffer) (= turn (forj-session-turn (buffer-local-value 'forj-session buffer))))
+       (when (and (buffer-live-p buffer)
+                  (= turn (forj-session-turn (buffer-local-value 'forj-session buffer))))
          (with-current-buffer buffer
            (forj-session-notice (format "the tool worker could not start: %s"
-                                      (or (plist-get err :message) err)))
+                                        (or (plist-get err :message) err)))
            (forj-loop-end-turn (list :kind 'failed))))))))
 
 ;;; The reply
@@ -221,7 +224,8 @@ counted again from zero."
     (setf (forj-session-stream forj-session)
           (forj-provider-start
            (forj-session-provider forj-session) (forj-session-system-prompt) messages
-           (and (not (eq (forj-session-effective-tools-mode) 'disabled)) (append (forj-session-tools forj-session) nil))
+           (and (not (eq (forj-session-effective-tools-mode) 'disabled))
+                (append (forj-session-tools forj-session) nil))
            (list :on-text (lambda (text)
                             (when (buffer-live-p buffer)
                               (with-current-buffer buffer (forj-loop--reply-text text))))
@@ -255,7 +259,8 @@ counted again from zero."
   "Write a native CALL as a tool-call block, to keep it in the record."
   (when (forj-session-reply forj-session)
     (forj-loop--reply-text
-     (concat (if (or (string-empty-p (forj-session-reply forj-session)) (string-suffix-p "\n" (forj-session-reply forj-session))) "" "\n")
+     (concat (let ((reply (forj-session-reply forj-session)))
+               (if (or (string-empty-p reply) (string-suffix-p "\n" reply)) "" "\n"))
              "\n```tool-call\n"
              (forj-tools-json-encode (list :id (or (plist-get call :id) "")
                                            :name (or (plist-get call :name) "")
@@ -469,8 +474,8 @@ limit; after an `exit_loop' tool the loop hands back to the user."
         (setf (forj-session-iterations forj-session) (max 0 (1- (forj-session-iterations forj-session)))))
       (when (eq (plist-get state :exit_loop) t)
         (forj-session-notice (format "%s ended the tool loop (an exit_loop rule); your turn"
-                                   (let ((tool (plist-get state :exit_tool)))
-                                     (if (stringp tool) tool "a tool"))))
+                                     (let ((tool (plist-get state :exit_tool)))
+                                       (if (stringp tool) tool "a tool"))))
         t))))
 
 (defun forj-loop--turn-done ()
@@ -478,7 +483,8 @@ limit; after an `exit_loop' tool the loop hands back to the user."
 When the worker said the turn may not end yet (`before_exit'), the
 model is told its instructions, as a note from forj, within the
 iteration limit."
-  (let* ((state (and (eq (car (forj-session-turn-state forj-session)) (forj-session-turn forj-session)) (cdr (forj-session-turn-state forj-session))))
+  (let* ((said (forj-session-turn-state forj-session))
+         (state (and (eq (car said) (forj-session-turn forj-session)) (cdr said)))
          (waiting (append (plist-get state :before_exit) nil))
          (instructions (append (plist-get state :instructions) nil)))
     (setf (forj-session-turn-state forj-session) nil)
@@ -510,9 +516,10 @@ again).  A turn that reached the iteration limit offers to go on."
         (forj-session-stream forj-session) nil
         (forj-session-batch forj-session) nil
         (forj-session-continuation forj-session) continuation)
-  (forj-session-view 'wait-over)
+  (forj-session-view 'turn-end)
   (forj-session-flush-notices)
-  (when (and (forj-session-capped forj-session) (not (forj-session-cancelled forj-session)) (null continuation))
+  (when (and (forj-session-capped forj-session) (not (forj-session-cancelled forj-session))
+             (null continuation))
     (let ((limit (forj-loop-max-iterations)))
       (setf (forj-session-continuation forj-session)
             (list :kind 'capped
@@ -583,8 +590,8 @@ The last reply and what followed it leave the record."
                                    (cdr (forj-session-split-heading (plist-get entry :text))))))))
        (forj-session-notice "stopped by the user")
        (forj-loop-end-turn (if said
-                                (list :kind 'stopped :text "Go on from where you stopped.")
-                              (list :kind 'stopped)))))
+                               (list :kind 'stopped :text "Go on from where you stopped.")
+                             (list :kind 'stopped)))))
     ('tools
      (let ((batch (forj-session-batch forj-session)))
        (cond

@@ -202,7 +202,7 @@ they offer, in the background."
     (setf (forj-session-provider forj-session) (if model (plist-put provider :model model) provider))
     (force-mode-line-update)
     (forj-session-notice (format "model: %s%s, from the next request on"
-                               name (if model (concat " " model) "")))))
+                                 name (if model (concat " " model) "")))))
 
 (provide 'forj-models)
 ;;; forj-models.el ends here

@@ -147,7 +147,8 @@ project's) with their scope, rule, expiry and network access;
 \\<forj-permissions-mode-map>\\[forj-permissions-revoke] revokes the grant at point, \\[forj-set-mode] sets the mode, \\[forj-permissions-refresh] lists again."
   (interactive)
   (let* ((chat (forj-permissions--chat))
-         (root (or (forj-session-root (buffer-local-value 'forj-session chat)) (user-error "This chat has no project")))
+         (root (or (forj-session-root (buffer-local-value 'forj-session chat))
+                   (user-error "This chat has no project")))
          (buffer (get-buffer-create
                   (format "*forj-permissions: %s*" (file-name-nondirectory (directory-file-name root))))))
     (with-current-buffer buffer

@@ -161,7 +161,7 @@ which would not report its batches; polling keeps Emacs free meanwhile."
        (when (buffer-live-p buffer)
          (with-current-buffer buffer
            (forj-session-notice (format "the tool worker could not start again: %s; send a message to go on"
-                                      (or (plist-get err :message) err)))
+                                        (or (plist-get err :message) err)))
            (forj-loop-end-turn)))))))
 
 (defun forj-recover--interrupted-check ()
@@ -295,13 +295,14 @@ then records the results without resuming."
                                                                              (plist-get call :files_changed))))))))
     (setq forj-recover--interrupted nil)
     (forj-recover--record-results-now entries ordered)
-    (if (and own (= turn (forj-session-turn forj-session)) (not (forj-session-cancelled forj-session)) (forj-session-provider forj-session))
+    (if (and own (= turn (forj-session-turn forj-session)) (not (forj-session-cancelled forj-session))
+             (forj-session-provider forj-session))
         (progn
           (setf (forj-session-state forj-session) 'streaming)
           (forj-loop-request))
       (forj-session-notice (if own
-                             "the recovered results are in the conversation; send a message to go on"
-                           "the recovered results are in this conversation (their own chat is not open); send a message to go on"))
+                               "the recovered results are in the conversation; send a message to go on"
+                             "the recovered results are in this conversation (their own chat is not open); send a message to go on"))
       (forj-loop-end-turn))))
 
 (provide 'forj-recover)

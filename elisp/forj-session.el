@@ -108,7 +108,9 @@ nothing happens and the value is nil.  The events:
   insert TEXT         draw TEXT after what is drawn
   results-end ENTRY   the results section is complete as ENTRY
   results-discard     take the results section away: it is not recorded
-  context             the chat's context list changed"
+  context             the chat's context list changed
+  turn-end            the turn is over: no reply streams any more, and
+                      no retry is waited for"
   (let ((view (and forj-session (forj-session-view-function forj-session))))
     (and view (apply view event args))))
 
@@ -152,14 +154,15 @@ each its result with `forj-tool-result'.
   "This chat's id, made on first use: a timestamp and random hex."
   (or (forj-session-id forj-session)
       (setf (forj-session-id forj-session) (format "%s-%s" (format-time-string "%Y%m%dT%H%M%S")
-                                  (substring (secure-hash 'sha256 (format "%s%s%s" (random) (float-time)
-                                                                          (emacs-pid)))
-                                             0 8)))))
+                                                   (substring (secure-hash 'sha256 (format "%s%s%s" (random) (float-time)
+                                                                                           (emacs-pid)))
+                                                              0 8)))))
 
 (defun forj-session-new-turn-id ()
   "A new turn id for a user message of this chat (also continue and retry)."
   (format "%s.%s" (forj-session-ensure-id)
-          (substring (secure-hash 'sha256 (format "%s%s%s" (random) (float-time) (length (forj-session-record forj-session))))
+          (substring (secure-hash 'sha256 (format "%s%s%s" (random) (float-time)
+                                                  (length (forj-session-record forj-session))))
                      0 8)))
 
 ;;; The transcript
@@ -316,10 +319,10 @@ record keeps the order in which the view shows things."
   (let ((transcript (forj-session-transcript)))
     (forj-session-show
      (forj-session-record-add "notice" (concat (if (or (string-empty-p transcript)
-                                                     (string-suffix-p "\n" transcript))
-                                                 ""
-                                               "\n")
-                                             line)))))
+                                                       (string-suffix-p "\n" transcript))
+                                                   ""
+                                                 "\n")
+                                               line)))))
 
 (defun forj-session-flush-notices ()
   "Show the notices held while a reply streamed."
@@ -365,7 +368,8 @@ of its configuration."
 
 (defun forj-session-native-p ()
   "Return non-nil when this chat talks to the model through native functions."
-  (and (plist-get (forj-session-provider forj-session) :native-tools) (not (eq (forj-session-effective-tools-mode) 'disabled))))
+  (and (plist-get (forj-session-provider forj-session) :native-tools)
+       (not (eq (forj-session-effective-tools-mode) 'disabled))))
 
 ;;; What the model reads
 
@@ -456,7 +460,7 @@ Providers refuse a call left unanswered (a stopped turn leaves some)."
   "The tool-call blocks of the record's ENTRY, parsed in the transcript.
 Line numbers in error messages count from the start of the transcript."
   (let* ((before (forj-session-transcript (cl-subseq (forj-session-record forj-session) 0
-                                                   (cl-position entry (forj-session-record forj-session)))))
+                                                     (cl-position entry (forj-session-record forj-session)))))
          (text (plist-get entry :text)))
     (with-temp-buffer
       (insert before text)

@@ -53,7 +53,7 @@
               (let ((told (cl-remove-if (lambda (e) (memq e '(reply-text wait-over output output-to draft insert)))
                                         (reverse events))))
                 (should (equal told '(user-message reply-start reply-end results-start results-end
-                                                   reply-start reply-end))))))
+                                                   reply-start reply-end turn-end))))))
         (delete-file script)))))
 
 (provide 'forj-loop-test)

@@ -151,7 +151,7 @@ Each result the worker journaled is sent exactly as journaled."
       ;; The input takes text as usual, right after the prompt heading.
       (goto-char (point-max))
       (forj-render-test--keys "h i RET")
-      (should (equal (forj-chat--input-text) "hi\n"))
+      (should (equal (forj-session-draft) "hi\n"))
       (should (string-suffix-p "## User\n\nhi\n" (buffer-string))))))
 
 (ert-deftest forj-test-render-links-work-from-a-folded-result ()
@@ -234,7 +234,7 @@ Each result the worker journaled is sent exactly as journaled."
             (revert-buffer nil t)
             (should (eq major-mode 'forj-chat-mode))
             (should (equal (forj-session-transcript) record))
-            (should (equal (forj-chat--input-text) "a draft\nmore\n"))
+            (should (equal (forj-session-draft) "a draft\nmore\n"))
             (should (equal (get-text-property (forj-render-test--at "def greet") 'forj-raw) raw))
             (let ((reopened (let ((copy (make-temp-file "forj-chat-copy-" nil ".md")))
                               (copy-file file copy t)
@@ -244,7 +244,7 @@ Each result the worker journaled is sent exactly as journaled."
                     (should (eq major-mode 'forj-chat-mode))
                     (should (equal (forj-session-transcript) record))
                     (should (equal (forj-loop-messages) messages))
-                    (should (equal (forj-chat--input-text) "a draft\nmore\n"))
+                    (should (equal (forj-session-draft) "a draft\nmore\n"))
                     (should (equal (get-text-property (forj-render-test--at "def greet") 'forj-raw) raw))
                     (should (string-match-p "^✓ edit greet.py  · \\+1 −1" (buffer-string)))
                     (should (string-match-p "^→ read_file greet.py$" (buffer-string)))
@@ -264,7 +264,7 @@ Each result the worker journaled is sent exactly as journaled."
     (should-error (forj-edit-message (forj-render-test--at "Let me look around.")) :type 'user-error)
     (let ((before (length (forj-loop-messages))))
       (forj-edit-message (forj-render-test--at "Thanks."))
-      (should (equal (forj-chat--input-text) "Thanks."))
+      (should (equal (forj-session-draft) "Thanks."))
       (should (equal (current-kill 0) "unsent draft"))
       (let ((messages (forj-loop-messages)))
         (should (= (length messages) (- before 2)))
@@ -272,7 +272,7 @@ Each result the worker journaled is sent exactly as journaled."
       (should-not (string-match-p "You are welcome" (buffer-string)))
       ;; The first message: everything goes, its text (unescaped) comes back.
       (forj-edit-message (forj-render-test--at "Fix greet."))
-      (should (equal (forj-chat--input-text) "Fix greet.\n⚠ forj: typed by the user\n### Not a role heading"))
+      (should (equal (forj-session-draft) "Fix greet.\n⚠ forj: typed by the user\n### Not a role heading"))
       (should (null (forj-loop-messages)))
       (should (equal (mapcar (lambda (e) (plist-get e :role)) (forj-session-record forj-session)) '("meta"))))))
 
@@ -294,7 +294,7 @@ Each result the worker journaled is sent exactly as journaled."
     ;; In the input, n and p are letters; C-c C-p still moves.
     (goto-char (point-max))
     (forj-render-test--keys "n p")
-    (should (equal (forj-chat--input-text) "np"))
+    (should (equal (forj-session-draft) "np"))
     (forj-render-test--keys "C-c C-p")
     (should (looking-at "## User\n\nnp"))
     (forj-render-test--keys "C-c C-p")

@@ -197,7 +197,7 @@
                    (list (car turns))))
     (should-not (string-match-p "Wrote two" (forj-session-transcript)))
     (should (string-match-p "Wrote one" (forj-session-transcript)))
-    (should (equal (forj-chat--input-text) "Write two."))
+    (should (equal (forj-session-draft) "Write two."))
     (should (equal (forj-undo-test--read root "two.txt") "2"))
     (should (equal (forj-undo-test--read root "one.txt") "1"))))
 
@@ -213,7 +213,7 @@
     (should-not (file-exists-p (expand-file-name "one.txt" root)))
     (should-not (file-exists-p (expand-file-name "two.txt" root)))
     (should (equal (forj-undo-test--read root "keep.txt") "keep\n"))
-    (should (equal (forj-chat--input-text) "Write one."))
+    (should (equal (forj-session-draft) "Write one."))
     (should-not (string-match-p "Wrote one" (forj-session-transcript)))))
 
 (provide 'forj-undo-test)
