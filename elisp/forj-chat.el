@@ -441,6 +441,7 @@ prefix argument."
       (forj-loop-stop)
     (message "forj: nothing to stop")))
 
+;;;###autoload
 (defun forj-compact ()
   "Summarise this chat's conversation into one message now.
 The model writes the summary; from then on it reads the summary and
@@ -615,7 +616,6 @@ It shows above the reply and in the header line."
 
 (defvar-local forj-chat--fontify-original nil
   "The font-lock function that fontifies what forj did not draw itself.")
-
 (defvar-local forj-chat--unfontify-original nil
   "The font-lock function that unfontifies what forj did not draw itself.")
 
@@ -915,7 +915,6 @@ mouse follow links; `TAB' shows or hides a folded result or call.")
       (goto-char (nth (min (1- (max n 1)) (1- (length earlier))) earlier)))))
 
 (define-key forj-chat-mode-map (kbd "C-c C-n") #'forj-chat-next-turn)
-
 (define-key forj-chat-mode-map (kbd "C-c C-p") #'forj-chat-previous-turn)
 
 (defun forj-chat--section-summary (heading)
