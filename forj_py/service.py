@@ -412,6 +412,14 @@ class Worker:
         conversation = _conversation(caller.connection, session)
         reads = self.reads.of(caller.connection, session)
         if req.batch_id is not None:
+            if not caller.user:
+                # journal_calls is Emacs's: another client planning a batch it
+                # journaled would take the chat's calls over (and from it).
+                raise ProtocolError(
+                    "not-allowed",
+                    "planning a journaled batch is for the user's Emacs; send the calls",
+                    ["Plan with 'calls' instead of 'batch_id'"],
+                )
             batch_id = req.batch_id
             raw_calls = self._journaled_calls(batch_id, req.calls)
             if req.turn is not None:

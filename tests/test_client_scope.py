@@ -160,6 +160,18 @@ def test_attack_an_mcp_server_cannot_ask_a_review_of_an_emacs_batch(
         assert not (project / "src/a.py").exists()
 
 
+def test_attack_an_mcp_server_cannot_plan_a_batch_emacs_journaled(
+    proc: WorkerProcess, project: Path, home: Path
+) -> None:
+    with emacs(proc) as user, mcp(proc, project, home) as agent:
+        journaled = user.call("journal_calls", {"calls": [write("a.py")]})
+        with pytest.raises(RemoteError, match="not-allowed"):
+            agent.call("plan", {"batch_id": journaled["batch_id"]})
+        # The chat's batch is still the chat's to plan.
+        plan = user.call("plan", {"batch_id": journaled["batch_id"], "session": "chat-1"})
+        assert plan["items"][0]["disposition"] == "confirm"
+
+
 def _reviewer(grant: dict[str, Any]) -> Any:
     """Emacs's side of a review: approve, giving ``grant``."""
 
