@@ -128,9 +128,11 @@ def test_attack_an_mcp_session_grant_holds_for_its_connection_and_ends_with_it(
             assert done["grants"][0]["scope"] == "session"
             # Its own connection: the next such call runs unasked.
             assert disposition(agent, touch) == "execute"
-            # Emacs's chats, and another MCP connection, are still asked.
+            # Emacs's chats, even one named as the MCP connection's chat,
+            # and another MCP connection, are still asked.
             assert disposition(user, touch) == "confirm"
             assert disposition(user, touch, "chat-1") == "confirm"
+            assert disposition(user, touch, done["grants"][0]["session"]) == "confirm"
             with mcp(proc, project, home) as other:
                 assert disposition(other, touch) == "confirm"
             assert len(user.call("grants", {})["grants"]) == 1
