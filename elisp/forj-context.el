@@ -53,6 +53,7 @@
 (declare-function dired-get-marked-files "dired")
 (declare-function forj "forj-chat")
 (declare-function forj-chat-send "forj-chat")
+(declare-function forj-tools-session-id "forj-tools" ())
 
 
 (defcustom forj-context-max-bytes (* 200 1024)
@@ -167,12 +168,15 @@ and :truncated.")
          (not (equal (directory-file-name true) (directory-file-name true-root)))
          (file-relative-name true true-root))))
 
-(defun forj-context--worker-read (root path check-only then)
+(defun forj-context--worker-read (root path check-only then &optional chat)
   "Have ROOT's worker read PATH (relative) with `read_file'; call THEN.
 With CHECK-ONLY, the call is only planned: planning applies the
 worker's path rules (inside the project, denied patterns) without
 reading.  THEN gets (:ok t :content TEXT :truncated BOOL) or
-\(:error MESSAGE)."
+\(:error MESSAGE).  The read is made in the session of the CHAT
+buffer, if given: the worker keeps a record of what was read per
+chat, and the file is read for that chat's model (it sees the text),
+not for any other chat."
   (let ((fail (lambda (err)
                 (funcall then (list :error (or (plist-get err :message) (format "%s" err)))))))
     (forj-worker-ensure
@@ -182,9 +186,11 @@ reading.  THEN gets (:ok t :content TEXT :truncated BOOL) or
              (id "forj-context"))
          (forj-epc-call
           conn "plan"
-          (list :calls (vector (list :id id :name "read_file"
-                                     :args (list :path path :max_bytes (max 1 forj-context-max-bytes))))
-                :mode "enabled")
+          (append
+           (list :calls (vector (list :id id :name "read_file"
+                                      :args (list :path path :max_bytes (max 1 forj-context-max-bytes))))
+                 :mode "enabled")
+           (and chat (list :session (with-current-buffer chat (forj-tools-session-id)))))
           :success
           (lambda (plan)
             (let ((item (aref (plist-get plan :items) 0)))
@@ -243,7 +249,8 @@ with the new item, or nil if the file was refused."
                               (if (plist-get answer :truncated)
                                   "\n[… cut by the worker's read limit]"
                                 ""))))))
-         (when then (funcall then item)))))))
+         (when then (funcall then item))))
+     chat)))
 
 (defun forj-context--check-buffer (buffer root then)
   "Check that the text of BUFFER may go to the model of ROOT's chat; then THEN.

@@ -309,6 +309,8 @@ class Facts:
     notes: list[str]
     session: str
     probe: Probe | None
+    # The connection the call came over: its session and timed grants only.
+    owner: str = ""
 
 
 @dataclass
@@ -426,7 +428,7 @@ class Consent:
                 "confirm", f"reviewed: a requires_consent rule for {tool.name}", "requires-consent"
             )
         # 5. standing grants
-        grant = self.grants.find(subject, f.session)
+        grant = self.grants.find(subject, f.owner, f.session)
         if grant is not None:
             return Decision(
                 "execute",

@@ -71,6 +71,13 @@ class Batch:
     # Consent: the chat's mode, its turn's rules, and when the review was due.
     permission_mode: str = "ask"
     session: str = ""
+    # The connection that planned the batch (assigned by the worker at
+    # connect), and the read record of its chat on that connection.
+    owner: str = ""
+    reads: Session = field(default_factory=Session)
+    # Standing grants the user gave in Emacs's review of a call of this
+    # batch, as Emacs sent them to the worker: call id -> the grant.
+    reviewed_grants: dict[str, dict[str, Any]] = field(default_factory=dict)
     gate: Gate | None = None
     planned_at: float = 0.0
     review_timeout: float = 0.0
@@ -88,7 +95,6 @@ class Batch:
 class Runner:
     sandbox: Sandbox
     config: Any
-    session: Session
     journal: Journal
     backups: Backups | None = None
     commands: CommandSandbox | None = None
@@ -270,7 +276,7 @@ class Runner:
         ctx = ToolContext(
             sandbox=self.sandbox,
             config=self.config,
-            session=self.session,
+            session=batch.reads,
             batch_id=batch.batch_id,
             call_id=cid,
             working_dir=planned.working_dir,

@@ -122,6 +122,9 @@ class PlanContext:
     consent: Consent | None = None
     permission_mode: str = "ask"
     chat: str = ""  # the chat session (grants, deduplication)
+    # The connection the plan came over (assigned by the worker): session
+    # and timed grants hold for one chat of one connection.
+    owner: str = ""
     probe: Probe | None = None
     # The worker's state directory, for tools that keep state beside the journal.
     state_dir: Path | None = None
@@ -319,6 +322,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             mode=pc.permission_mode,
             notes=notes,
             session=pc.chat,
+            owner=pc.owner,
             probe=pc.probe,
         )
     )

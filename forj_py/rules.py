@@ -154,6 +154,13 @@ class RulesEngine:
                 out.append(f"After {rule.tool}, stop and wait for the user.")
         return out
 
+    def forget(self, session: str, prefix: bool = False) -> None:
+        """Drop a closed chat's turn and deduplication (every chat starting so, with ``prefix``)."""
+        with self._lock:
+            for table in (self._turns, self._dedupe):
+                for key in [k for k in table if k == session or (prefix and k.startswith(session))]:
+                    del table[key]
+
     # --- planning -------------------------------------------------------------------
 
     def probe(self, session: str, turn_id: str, available: set[str]) -> Probe:

@@ -17,8 +17,9 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -67,7 +68,7 @@ from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
 from .system import git
 from .tools.manual import manual_registry
-from .tools.registry import Registry, Session
+from .tools.registry import Conversations, Registry, Session
 from .undo import Undo
 from .watcher import Watcher
 
@@ -86,6 +87,31 @@ MAX_BATCHES = 256
 MAX_UNREDACTED = 64
 
 _MODE_ORDER = [ToolsMode.DISABLED, ToolsMode.PARSE_ONLY, ToolsMode.ENABLED]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request comes from, as the worker knows it: never as the client says.
+
+    ``kind`` is what the connection proved at ``hello``: ``emacs`` (the
+    token the worker was started with: the user), ``mcp`` (forj's MCP
+    server, by the rendezvous secret) or ``sdk``; ``connection`` is the id
+    the worker (or the host serving MCP or SDK in its own process) gave the
+    connection when it opened.  Session grants and read records belong to
+    one chat of one connection; only the user gives project grants.
+    """
+
+    kind: Literal["emacs", "mcp", "sdk"]
+    connection: str
+
+    @property
+    def user(self) -> bool:
+        return self.kind == "emacs"
+
+
+# Calls made in this process without naming a caller (tests, scripts)
+# speak for the user; the MCP and SDK hosts name theirs.
+IN_PROCESS = Caller("emacs", "in-process")
 
 
 def parse_request(model: type[R], body: Any) -> R:
@@ -145,7 +171,9 @@ class Worker:
         # in enabled mode when the user's file asks for it).
         self.configured = manual_registry(self.config.tools.definitions)
         self.journal = journal
-        self.session = Session()
+        # What each conversation (one chat of one connection) read: the
+        # stale-file rule holds per conversation.
+        self.reads = Conversations()
         b = self.config.tools.backups
         self.backups = Backups.for_project(
             state_dir, self.sandbox.project_root, b.max_age_days, b.max_total_mb
@@ -158,12 +186,10 @@ class Worker:
             write_paths=shell.sandbox_write_paths,
             max_processes=shell.max_processes,
         )
-        self.runner = Runner(
-            self.sandbox, self.config, self.session, journal, self.backups, self.commands
-        )
+        self.runner = Runner(self.sandbox, self.config, journal, self.backups, self.commands)
         self.watcher = Watcher(
             self.root,
-            self.session,
+            self.reads,
             on_change=self.commands.masks.changed,
             on_incomplete=self.commands.masks.unwatched,
         )
@@ -180,7 +206,7 @@ class Worker:
         # workers that died (recovery) or still run elsewhere.
         self.identity = worker_identity(uuid.uuid4().hex[:8])
         self.undoer = Undo(
-            self.sandbox, journal, self.backups, self.session, self.root, self.identity
+            self.sandbox, journal, self.backups, self.reads, self.root, self.identity
         )
         # Set once the first hello is answered: start-up housekeeping waits for it.
         self.greeted = threading.Event()
@@ -193,6 +219,20 @@ class Worker:
             registry,
             clock,
         )
+
+    @property
+    def session(self) -> Session:
+        """The read record of the in-process caller's default chat."""
+        return self.reads.of(IN_PROCESS.connection, "")
+
+    def forget_connection(self, connection: str, chat: str | None = None) -> None:
+        """A connection (or one chat of it) closed: its session grants and reads end."""
+        if chat is None:
+            self.consent.grants.forget_owner(connection)
+            self.consent.engine.forget(_conversation(connection, ""), prefix=True)
+        else:
+            self.consent.engine.forget(_conversation(connection, chat))
+        self.reads.forget(connection, chat)
 
     # --- methods ---------------------------------------------------------------
 
@@ -361,12 +401,25 @@ class Worker:
             self._unredacted.pop(batch_id, None)
         return journaled
 
-    def plan(self, body: Any) -> dict[str, Any]:
+    def plan(self, body: Any, caller: Caller = IN_PROCESS) -> dict[str, Any]:
         req = parse_request(PlanRequest, body)
         mode = min(req.mode, self.config.tools.mode, key=_MODE_ORDER.index)
         permission_mode, mode_note = self.consent.mode_for(req.permission_mode)
         session = req.session or ""
+        # Turn rules and deduplication, session grants and the read record
+        # belong to this chat on this connection: another client naming
+        # the same chat id gets its own.
+        conversation = _conversation(caller.connection, session)
+        reads = self.reads.of(caller.connection, session)
         if req.batch_id is not None:
+            if not caller.user:
+                # journal_calls is Emacs's: another client planning a batch it
+                # journaled would take the chat's calls over (and from it).
+                raise ProtocolError(
+                    "not-allowed",
+                    "planning a journaled batch is for the user's Emacs; send the calls",
+                    ["Plan with 'calls' instead of 'batch_id'"],
+                )
             batch_id = req.batch_id
             raw_calls = self._journaled_calls(batch_id, req.calls)
             if req.turn is not None:
@@ -384,18 +437,19 @@ class Worker:
         # Without a turn id every batch is a turn of its own.
         turn = req.turn or f"batch:{batch_id}"
         available = self.consent.available_names(permission_mode)
-        probe = self.consent.engine.probe(session, turn, available)
+        probe = self.consent.engine.probe(conversation, turn, available)
         pc = PlanContext(
             registry=self._planning_registry(mode),
             config=self.config,
             sandbox=self.sandbox,
-            session=self.session,
+            session=reads,
             batch_id=batch_id,
             output_limit=min(self.config.tools.output.max_bytes, DEFAULT_CAPACITY_BYTES),
             commands=self.commands,
             consent=self.consent,
             permission_mode=permission_mode,
             chat=session,
+            owner=caller.connection,
             probe=probe,
             state_dir=self.journal.path.parent,
         )
@@ -412,13 +466,15 @@ class Worker:
             [c.disposition.value for c in calls],
             {c.seq: c.result for c in calls if c.result is not None},
         )
-        gate = Gate(self.consent.engine, session, turn, available)
+        gate = Gate(self.consent.engine, conversation, turn, available)
         batch = Batch(
             batch_id=batch_id,
             mode=mode.value,
             calls=calls,
             permission_mode=permission_mode,
             session=session,
+            owner=caller.connection,
+            reads=reads,
             gate=gate,
             planned_at=self.clock(),
             review_timeout=self.consent.policy.timeout,
@@ -510,9 +566,15 @@ class Worker:
         except OSError:
             return False
 
-    def execute(self, body: Any, emit: EmitFn) -> dict[str, Any]:
+    def execute(self, body: Any, emit: EmitFn, caller: Caller = IN_PROCESS) -> dict[str, Any]:
         req = parse_request(ExecuteRequest, body)
         batch = self._batch(req.batch_id)
+        if not caller.user and batch.owner != caller.connection:
+            raise ProtocolError(
+                "not-allowed",
+                "that batch was planned by another client; an MCP or SDK client executes its own",
+                ["Plan the calls first, then execute the batch_id that plan returned"],
+            )
         with batch.lock:
             if batch.state != "planned":
                 raise ProtocolError(
@@ -534,7 +596,7 @@ class Worker:
             batch.review_expired = True
         try:
             self._check_modified(batch, req.modified, set(req.approved) & confirm)
-            given = self._check_grants(batch, req, set(req.approved) & confirm)
+            given = self._check_grants(batch, req, set(req.approved) & confirm, caller)
         except ProtocolError:
             with batch.lock:
                 batch.state = "planned"  # nothing ran: the caller may try again
@@ -686,9 +748,15 @@ class Worker:
     # --- grants -------------------------------------------------------------------
 
     def _check_grants(
-        self, batch: Batch, req: ExecuteRequest, approved: set[str]
+        self, batch: Batch, req: ExecuteRequest, approved: set[str], caller: Caller
     ) -> dict[str, tuple[str, str]]:
-        """Each standing grant asked for, checked before anything runs: id -> (rule, scope)."""
+        """Each standing grant asked for, checked before anything runs: id -> (rule, scope).
+
+        A grant from an MCP or SDK connection holds for that connection's
+        chat only: one for every chat of the project ("always") is the
+        user's word, refused unless the user gave exactly it in Emacs's
+        review of that call (the worker heard that answer from Emacs itself).
+        """
         given: dict[str, tuple[str, str]] = {}
         if batch.review_expired:
             return given
@@ -708,6 +776,20 @@ class Worker:
                     f"the grant for call {call_id!r} has scope 'minutes' but no minutes",
                     ['Send {"scope": "minutes", "minutes": 30}'],
                 )
+            if grant.scope == "project" and not caller.user:
+                said = batch.reviewed_grants.get(call_id)
+                if said != grant.model_dump(exclude_none=True):
+                    raise ProtocolError(
+                        "not-allowed",
+                        f"a grant for every chat of the project (call {call_id!r}) is the "
+                        f"user's to give, in Emacs; an {caller.kind.upper()} connection may "
+                        "give grants for its own chat only",
+                        [
+                            'Give {"scope": "session"} or {"scope": "minutes", ...}: it '
+                            "holds for this connection until it closes",
+                            "Or approve the call once",
+                        ],
+                    )
             planned = by_id[call_id]
             rule = grant.pattern or planned.grant_pattern
             if rule is None:
@@ -765,7 +847,7 @@ class Worker:
                 request = req.grants[cid]
                 network = bool(planned.subject and planned.subject.network)
                 grant = self.consent.grants.add(
-                    rule, scope, batch.session, request.minutes, network
+                    rule, scope, batch.session, request.minutes, network, owner=batch.owner
                 )
                 granted.append({"call_id": cid, **grant.wire()})
                 reasons[planned.seq] = f"approved by the user; grant {grant.id} {rule!r} ({scope})"
@@ -806,6 +888,16 @@ class Worker:
                 for s in planned.staged
             ]
         }
+
+    def note_reviewed_grant(self, batch_id: str, call_id: str, grant: dict[str, Any]) -> None:
+        """The user gave ``grant`` in Emacs's review of this call: the one a client may forward."""
+        self._batch(batch_id).reviewed_grants[call_id] = grant
+
+    def batch_owner(self, batch_id: str) -> str | None:
+        """The connection a live batch was planned over; None for one this worker does not hold."""
+        with self._lock:
+            batch = self._batches.get(batch_id)
+        return None if batch is None else batch.owner
 
     def review_item(self, batch_id: str, call_id: str) -> dict[str, Any]:
         """The plan item of a call awaiting review, as the worker planned it."""
@@ -877,12 +969,6 @@ class Worker:
         for batch in batches:
             if batch.state == "executing":
                 batch.request_cancel()
-
-    def batch_session(self, batch_id: str) -> str | None:
-        """The chat a live batch was planned in; None for a batch this worker does not hold."""
-        with self._lock:
-            batch = self._batches.get(batch_id)
-        return None if batch is None else batch.session
 
     def _batch(self, batch_id: str) -> Batch:
         with self._lock:
@@ -1140,3 +1226,8 @@ def _summarize(changes: list[FileChange]) -> list[dict[str, Any]]:
 
 def _named(calls: list[Any]) -> list[tuple[tuple[str, str], Any]]:
     return [(identify(seq, raw), raw) for seq, raw in enumerate(calls)]
+
+
+def _conversation(connection: str, chat: str) -> str:
+    """One chat of one connection, as the rules engine keys its turns."""
+    return f"{connection}\x1f{chat}"

@@ -40,7 +40,7 @@ from .safety.paths import SafePath, Sandbox
 from .store.backups import Backups
 from .store.journal import FileChange, Journal
 from .tools._edit import MAX_EDIT_BYTES, unified_diff
-from .tools.registry import Session
+from .tools.registry import Conversations
 
 # The diff of one file in a dry run; larger ones are summarized.
 MAX_DIFF_BYTES = 1 << 20
@@ -78,7 +78,7 @@ class Undo:
     sandbox: Sandbox
     journal: Journal
     backups: Backups
-    session: Session
+    records: Conversations
     root: str
     worker: str
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -281,9 +281,8 @@ class Undo:
             if plan.current is None:
                 ensure_parents(self.sandbox, sp)
             atomic_write(self.sandbox, dataclasses.replace(sp, ident=None), plan.target)
-        with self.session.lock:
-            # What the model read of this file is no longer what it holds.
-            self.session.file_reads.pop(plan.canonical, None)
+        # What any chat read of this file is no longer what it holds.
+        self.records.drop_read(plan.canonical)
         row = self.journal.record_file_change(
             undo_id,
             -1,

@@ -1,7 +1,8 @@
 """Notice files changed outside the worker, and forget what the model read of them.
 
 The stale-file rule already compares hashes when a writing tool runs; the
-watcher makes the worker forget at once, so the next edit of a file the
+watcher makes the worker forget at once, in every conversation's record
+(:class:`~forj_py.tools.registry.Conversations`), so the next edit of a file the
 user (or a build) changed asks the model to read it again instead of
 failing late.  Our own writes also produce events: a file whose content
 still hashes to what the worker recorded is left alone.
@@ -22,7 +23,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-from .tools.registry import Session
+from .tools.registry import Conversations
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +34,12 @@ class Watcher:
     def __init__(
         self,
         root: str,
-        session: Session,
+        records: Conversations,
         on_change: Callable[[str], None] | None = None,
         on_incomplete: Callable[[], None] | None = None,
     ) -> None:
         self.root = root
-        self.session = session
+        self.records = records
         # Told of every change (the command sandbox keeps its masks current).
         self.on_change = on_change
         # Told when changes may go unseen from now on: watching stopped, or
@@ -91,8 +92,10 @@ class Watcher:
 
     def _rescan(self) -> None:
         """After lost events: every file read is checked, every top-level entry told."""
-        with self.session.lock:
-            read = list(self.session.file_reads)
+        read: set[str] = set()
+        for record in self.records.all():
+            with record.lock:
+                read.update(record.file_reads)
         for path in read:
             self._changed(path)
         try:
@@ -105,16 +108,26 @@ class Watcher:
 
     def _changed(self, path: str) -> None:
         canonical = os.path.realpath(path)
-        with self.session.lock:
-            known = self.session.file_reads.get(canonical)
-        if known is None:
+        holders = []
+        for record in self.records.all():
+            with record.lock:
+                known = record.file_reads.get(canonical)
+            if known is not None:
+                holders.append((record, known))
+        if not holders:
             return
         current = _hash(canonical)
-        if current != known:
-            with self.session.lock:
-                if self.session.file_reads.get(canonical) == known:
-                    del self.session.file_reads[canonical]
-            log.info("%s changed outside forj; it must be read again before editing", path)
+        dropped = False
+        for record, known in holders:
+            # A record that holds what the file holds now (the chat whose
+            # write this event is) keeps it; every other one must read again.
+            if current != known:
+                with record.lock:
+                    if record.file_reads.get(canonical) == known:
+                        del record.file_reads[canonical]
+                        dropped = True
+        if dropped:
+            log.info("%s changed since it was read; it must be read again before editing", path)
 
 
 def _changes(

@@ -93,6 +93,38 @@
         (kill-buffer env)))
     (should-not forj-context-items)))
 
+(defun forj-context-test--edit (conn session)
+  "Plan and run on CONN, in SESSION, an edit of notes.txt; t, or the error message."
+  (let* ((plan (forj-epc-call-sync
+                conn "plan"
+                (list :calls (vector (list :id "e" :name "edit"
+                                           :args (list :path "notes.txt" :old_string "milk"
+                                                       :new_string "bread")))
+                      :session session)
+                :timeout 30))
+         (reply (forj-epc-call-sync conn "execute"
+                                    (list :batch_id (plist-get plan :batch_id) :approved ["e"])
+                                    :timeout 30))
+         (result (aref (plist-get reply :results) 0)))
+    (or (eq (plist-get result :ok) t)
+        (plist-get (plist-get result :error) :message))))
+
+(ert-deftest forj-test-context-an-added-file-is-read-for-its-chat-only ()
+  "A file added to a chat's context is read for that chat's edits, not another chat's."
+  (forj-usage-test-with-chat (forj-provider-test--provider 'anthropic "text")
+    (let ((done nil))
+      (forj-context-add-file (expand-file-name "notes.txt" root) (current-buffer)
+                             (lambda (_) (setq done t)))
+      (should (forj-test--wait-for (lambda () done) 30)))
+    (let ((conn (forj-worker-connection (forj-worker-get root))))
+      (should (equal (forj-context-test--edit conn "chat-elsewhere")
+                     "notes.txt was not read in this session; read it before changing it"))
+      (should (eq (forj-context-test--edit conn (forj-tools-session-id)) t))
+      (should (equal (with-temp-buffer
+                       (insert-file-contents (expand-file-name "notes.txt" root))
+                       (buffer-string))
+                     "remember the bread\n")))))
+
 (ert-deftest forj-test-context-buffer-and-region ()
   "A buffer and a region of a project file are added under their names."
   (forj-usage-test-with-chat (forj-provider-test--provider 'anthropic "text")

@@ -131,28 +131,19 @@ def test_fr_mcp_09_mcp_calls_go_through_the_running_worker(project: Path, home: 
         planned_by = {name: who for name, who in journal_workers(home)}
         assert planned_by["read_file"].startswith(f"{proc.proc.pid}:")
         assert planned_by["edit"].startswith(f"{proc.proc.pid}:")
-        # One record of reads for both sides: Emacs may edit what the MCP client
-        # read (and the MCP client's edit left), with no read of its own.
-        plan = emacs.call(
-            "plan",
-            {
-                "calls": [
-                    {
-                        "id": "e1",
-                        "name": "edit",
-                        "args": {
-                            "path": "src/main.py",
-                            "old_string": "line seven\n",
-                            "new_string": "line 7\n",
-                        },
-                    }
-                ],
-                "session": "chat-1",
-            },
-        )
-        assert plan["items"][0]["disposition"] == "execute", plan["items"][0]
-        done = emacs.call("execute", {"batch_id": plan["batch_id"]})
-        assert done["results"][0]["ok"] is True, done
+        # Each conversation has its own record of reads: what the MCP client
+        # read is not read for Emacs's chat, which reads it itself first.
+        edit = {
+            "id": "e1",
+            "name": "edit",
+            "args": {"path": "src/main.py", "old_string": "line seven\n", "new_string": "line 7\n"},
+        }
+        read = {"id": "r1", "name": "read_file", "args": {"path": "src/main.py"}}
+        for calls, ok in (([edit], False), ([read, edit], True)):
+            plan = emacs.call("plan", {"calls": calls, "session": "chat-1"})
+            done = emacs.call("execute", {"batch_id": plan["batch_id"]})
+            assert done["results"][-1]["ok"] is ok, done
+        assert "line 7\n" in (project / "src/main.py").read_text()
     assert "joined the worker" in (home / "mcp-stderr.log").read_text()
 
 
@@ -363,3 +354,90 @@ def test_t_sec_mcp_05_an_mcp_connection_runs_in_its_own_chat_and_never_looser_th
             done = mcp.call("execute", {"batch_id": named["batch_id"], "approved": ["w"]})
             assert done["results"][0]["ok"], done
             assert (project / "new.txt").read_text() == "x\n"
+
+
+def test_attack_what_emacs_read_is_not_read_for_an_mcp_client(project: Path, home: Path) -> None:
+    (home / "config.toml").write_text('[permissions]\nallow = ["edit(src/**)"]\n')
+
+    async def edit_unread(session: ClientSession) -> Any:
+        return await session.call_tool(
+            "edit", {"path": "src/main.py", "old_string": "line 7\n", "new_string": "line seven\n"}
+        )
+
+    with worker_for(project, home) as proc, Client(proc.port) as emacs:
+        emacs.call("hello", {"token": proc.token})
+        read = {"id": "r1", "name": "read_file", "args": {"path": "src/main.py"}}
+        plan = emacs.call("plan", {"calls": [read], "session": "chat-1"})
+        assert emacs.call("execute", {"batch_id": plan["batch_id"]})["results"][0]["ok"]
+        edit = mcp_session(project, home, edit_unread)
+    assert edit.is_error is True
+    assert "was not read in this session" in payload(edit)["message"]
+    assert "line 7\n" in (project / "src/main.py").read_text()
+
+
+class EmacsApproving:
+    """Emacs's side of reviews: approve every one, with ``grant``; count them."""
+
+    def __init__(self, grant: dict[str, Any]) -> None:
+        self.grant = grant
+        self.asked = 0
+
+    def __call__(self, method: str, body: Any) -> Any:
+        assert method == "review" and body["client"].startswith("mcp")
+        self.asked += 1
+        return {"decision": "approve", "grant": self.grant}
+
+
+async def write_twice(session: ClientSession) -> list[types.CallToolResult]:
+    return [
+        await session.call_tool("write_file", {"path": f"src/{n}.py", "content": "x\n"})
+        for n in ("a", "b")
+    ]
+
+
+def grants_when_settled(emacs: Client) -> list[dict[str, Any]]:
+    """The grants in force once the worker has seen a closed connection go (within 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        listed: list[dict[str, Any]] = emacs.call("grants", {})["grants"]
+        if not any(g["scope"] == "session" for g in listed) or time.monotonic() > deadline:
+            return listed
+        time.sleep(0.05)
+
+
+def test_attack_a_session_grant_given_in_emacs_for_an_mcp_call_ends_with_its_connection(
+    project: Path, home: Path
+) -> None:
+    (home / "config.toml").write_text("[mcp]\nreview_in_emacs = true\n")
+    reviewer = EmacsApproving({"scope": "session", "pattern": "write_file(src/**)"})
+    with worker_for(project, home) as proc, Client(proc.port, on_request=reviewer) as emacs:
+        emacs.call("hello", {"token": proc.token})
+        results = mcp_session(project, home, write_twice)
+        assert [r.is_error for r in results] == [False, False]
+        assert (project / "src/b.py").read_text() == "x\n"
+        assert reviewer.asked == 1  # the grant covered the second write
+        # It held for that MCP connection and ended with it; it never
+        # covered Emacs's chats.
+        assert grants_when_settled(emacs) == []
+        write = {"id": "w", "name": "write_file", "args": {"path": "src/c.py", "content": "x\n"}}
+        plan = emacs.call("plan", {"calls": [write], "session": "chat-1"})
+        assert plan["items"][0]["disposition"] == "confirm"
+
+
+def test_fr_mcp_19_a_project_grant_given_in_emacs_for_an_mcp_call_is_the_users(
+    project: Path, home: Path
+) -> None:
+    (home / "config.toml").write_text("[mcp]\nreview_in_emacs = true\n")
+    reviewer = EmacsApproving({"scope": "project", "pattern": "write_file(src/**)"})
+    with worker_for(project, home) as proc, Client(proc.port, on_request=reviewer) as emacs:
+        emacs.call("hello", {"token": proc.token})
+        results = mcp_session(project, home, write_twice)
+        assert [r.is_error for r in results] == [False, False]
+        assert reviewer.asked == 1
+        listed = emacs.call("grants", {})["grants"]
+        assert [(g["rule"], g["scope"], g["owner"]) for g in listed] == [
+            ("write_file(src/**)", "project", None)
+        ]
+        write = {"id": "w", "name": "write_file", "args": {"path": "src/c.py", "content": "x\n"}}
+        plan = emacs.call("plan", {"calls": [write], "session": "chat-1"})
+        assert plan["items"][0]["disposition"] == "execute"

@@ -351,3 +351,30 @@ def test_fr_sdk_12_seed_004_tool_names_answer_in_seed_004_shapes(host: Host, pro
         ("src/main.py", 41),
     ]
     assert host.close() == 0
+
+
+def test_attack_a_file_one_sdk_session_read_is_not_read_for_another(
+    project: Path, home: Path
+) -> None:
+    (home / "config.toml").write_text('[permissions]\nallow = ["edit(src/**)"]\n')
+    host = Host(project, home)
+    edit = {"path": "src/main.py", "old_string": "line 7\n", "new_string": "7\n"}
+    try:
+        host.open("a")
+        host.open("b")
+        assert host.call("r1", "read_file", session="a", path="src/main.py")["ok"] is True
+        reply = host.call("r2", "edit", session="b", **edit)
+        assert reply["ok"] is False
+        assert "was not read in this session" in reply["errors"][0]["message"]
+        # A session closed and opened again under the same id starts afresh.
+        host.send({"type": "SessionClose", "session_id": "a"})
+        host.expect(lambda m: m["type"] == "SessionClosed" and m["session_id"] == "a")
+        host.open("a")
+        reply = host.call("r3", "edit", session="a", **edit)
+        assert reply["ok"] is False
+        assert "was not read in this session" in reply["errors"][0]["message"]
+        assert "line 7\n" in (project / "src" / "main.py").read_text()
+        assert host.call("r4", "read_file", session="a", path="src/main.py")["ok"] is True
+        assert host.call("r5", "edit", session="a", **edit)["ok"] is True
+    finally:
+        host.close()

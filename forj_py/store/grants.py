@@ -3,11 +3,19 @@
 A grant is a permission rule (``run_shell(pytest *)``, ``edit(src/forj/**)``)
 with a scope:
 
-- ``session``: this chat, as long as the worker runs;
-- ``minutes``: this chat, until the time is up (the clock is injected, so
+- ``session``: this chat on this connection, as long as the connection lasts;
+- ``minutes``: the same, until the time is up (the clock is injected, so
   tests need not wait);
-- ``project``: every chat of this project, written to the user's state
-  directory (never into the project) and kept until revoked.
+- ``project``: every chat of this project ("always"), written to the
+  user's state directory (never into the project) and kept until revoked.
+
+A session or timed grant records its owner: the connection it was given
+over (the id the worker assigned at connect, never one a client names) and
+the chat on it.  It covers calls of that chat on that connection only, and
+is forgotten when the connection closes.  Only the user gives project
+grants (the worker refuses one from an MCP or SDK connection, see
+``service.py``); the file keeps project grants only, and an entry of any
+other scope found in it is ignored, never read as project-wide.
 
 "Once" is the review's ordinary approval and is never stored.  A grant is
 matched strictly (every part of a command, every path) and records whether
@@ -48,6 +56,9 @@ class Grant:
     created_at: float
     expires_at: float | None
     network: bool
+    # The connection a session or timed grant was given over; None for a
+    # project grant (the user's, for every chat).
+    owner: str | None = None
 
     def wire(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,10 +83,21 @@ class GrantStore:
     # --- giving and taking -------------------------------------------------------
 
     def add(
-        self, rule: str, scope: str, session: str | None, minutes: float | None, network: bool
+        self,
+        rule: str,
+        scope: str,
+        session: str | None,
+        minutes: float | None,
+        network: bool,
+        owner: str | None = None,
     ) -> Grant:
+        """Store a grant; ``owner`` (the connection) is required for session and timed ones."""
         if scope not in SCOPES:
             raise ValueError(f"unknown grant scope {scope!r}; use one of {', '.join(SCOPES)}")
+        if scope != "project" and owner is None:
+            raise ValueError(f"a {scope} grant needs the connection it was given over")
+        if scope == "minutes" and not minutes:
+            raise ValueError("a grant of scope 'minutes' needs its minutes")
         parse_rule(rule, "grant")
         now = self.clock()
         expires = now + minutes * 60 if scope == "minutes" and minutes else None
@@ -87,6 +109,7 @@ class GrantStore:
             created_at=now,
             expires_at=expires,
             network=network,
+            owner=None if scope == "project" else owner,
         )
         with self._lock, self._file_lock(scope == "project"):
             if scope == "project":
@@ -117,18 +140,30 @@ class GrantStore:
             self._save()
             return True
 
-    def active(self, session: str | None = None) -> list[Grant]:
-        """Grants in force: the project's, and the session's (all sessions if None)."""
+    def forget_owner(self, owner: str) -> None:
+        """A connection closed: the session and timed grants given over it end."""
+        with self._lock:
+            self._memory = [g for g in self._memory if g.owner != owner]
+
+    def active(self, session: str | None = None, owner: str | None = None) -> list[Grant]:
+        """Grants in force: the project's, and the session's (all sessions if None).
+
+        With ``owner``, only session grants given over that connection.
+        """
         now = self.clock()
         with self._lock:
             self._memory = [g for g in self._memory if g.expires_at is None or g.expires_at > now]
             self._reload()
-            memory = [g for g in self._memory if session is None or g.session == session]
+            memory = [
+                g
+                for g in self._memory
+                if (session is None or g.session == session) and (owner is None or g.owner == owner)
+            ]
             return [*self._project, *memory]
 
-    def find(self, subject: Subject, session: str | None) -> Grant | None:
-        """The first grant in force that covers this call, strictly."""
-        for grant in self.active(session):
+    def find(self, subject: Subject, owner: str, session: str | None) -> Grant | None:
+        """The first grant in force that covers this call of ``session`` on ``owner``, strictly."""
+        for grant in self.active(session or "", owner):
             if subject.network and not grant.network:
                 continue
             try:
@@ -175,12 +210,24 @@ class GrantStore:
         except (OSError, ValueError, TypeError) as exc:
             log.warning("%s: unreadable grants file, ignored: %s", self.path, exc)
             grants = []
+        # The file holds project grants only: an entry of another scope (or
+        # naming a chat or a connection) was not written by forj, and is
+        # never read as a grant for every chat.
+        strays = {g.id for g in grants if g.scope != "project" or g.session or g.owner}
+        if strays:
+            log.warning(
+                "%s: %d entries that are not project grants, ignored: %s",
+                self.path,
+                len(strays),
+                ", ".join(sorted(strays)[:5]),
+            )
+            grants = [g for g in grants if g.id not in strays]
         self._project, self._stamp = grants, stamp
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         text = json.dumps(
-            {"root": self.root, "grants": [g.wire() for g in self._project]},
+            {"root": self.root, "grants": [_stored(g) for g in self._project]},
             ensure_ascii=False,
             indent=1,
         )
@@ -198,3 +245,10 @@ class GrantStore:
             raise
         st = self.path.stat()
         self._stamp = (st.st_mtime_ns, st.st_size)
+
+
+def _stored(grant: Grant) -> dict[str, Any]:
+    """A project grant as the file keeps it (no owner: it is the user's)."""
+    out = grant.wire()
+    out.pop("owner", None)
+    return out

@@ -60,13 +60,17 @@ class Client:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         timeout: float = 10.0,
         json_frames: bool = True,
+        on_request: Callable[[str, Any], Any] | None = None,
     ) -> None:
         """Connect to a worker on ``host``:``port``.
 
         With ``json_frames`` (the default) the ``hello`` call asks for JSON
         frames (replies and events as raw JSON, see :mod:`.sexp`); without
         it the worker sends standard EPC frames only.  The reader handles
-        both either way.
+        both either way.  ``on_request(method, body)``, if given, answers
+        the worker's own calls other than events (a ``review``, as Emacs
+        answers it); its value goes back as JSON.  Without it they are
+        answered with nil.
         """
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.settimeout(None)
@@ -77,6 +81,7 @@ class Client:
         self._lock = threading.Lock()
         self._wlock = threading.Lock()
         self.on_event = on_event
+        self.on_request = on_request
         self.json_frames = json_frames
         self.closed = threading.Event()
         self._reader = threading.Thread(target=self._read_loop, name="forj-client", daemon=True)
@@ -146,8 +151,16 @@ class Client:
                 msg = sexp.loads(data.decode("utf-8"))
                 kind, uid = str(msg[0]), msg[1]
                 if kind == "call":
-                    if str(msg[2]) == "event" and self.on_event is not None:
+                    method = str(msg[2])
+                    if method == "event" and self.on_event is not None:
                         self.on_event(json.loads(msg[3][0]))
+                    if method != "event" and self.on_request is not None:
+                        # Answered on a thread of its own: the answer may wait
+                        # on replies this loop has yet to read.
+                        threading.Thread(
+                            target=self._answer, args=(uid, method, msg[3]), daemon=True
+                        ).start()
+                        continue
                     self.send_raw(sexp.frame([Symbol("return"), uid, []]))
                     continue
                 if not isinstance(uid, int):
@@ -168,6 +181,18 @@ class Client:
                 pending, self._pending = self._pending, {}
             for fut in pending.values():
                 fut.set_exception(ConnectionLost("the worker closed the connection"))
+
+    def _answer(self, uid: Any, method: str, args: Any) -> None:
+        assert self.on_request is not None
+        body = json.loads(args[0]) if isinstance(args, list) and args else None
+        try:
+            answer = json.dumps(self.on_request(method, body))
+        except Exception as exc:
+            frame = sexp.frame([Symbol("return-error"), uid, f"{type(exc).__name__}: {exc}"])
+        else:
+            frame = sexp.frame([Symbol("return"), uid, answer])
+        with contextlib.suppress(OSError):
+            self.send_raw(frame)
 
 
 def _json_event(header: list[Any], body: bytes) -> dict[str, Any]:

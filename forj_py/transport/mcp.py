@@ -5,8 +5,11 @@ then execute), so an MCP client's call meets exactly what a call from Emacs
 meets: schema validation, the sandbox, permission rules and modes, the
 stale-file rule, backups and the journal.  When Emacs runs a worker for the
 project, the calls go through that worker (found through the rendezvous
-file, see ``rendezvous.py``), so both share one record of what was read;
-otherwise this process runs a worker of its own over the same shared stores.
+file, see ``rendezvous.py``), which knows this server's connection as an
+MCP one (it proved the rendezvous secret, not Emacs's token): its reads
+and session grants are its own, and a grant for every chat of the project
+is the user's alone; otherwise this process runs a worker of its own over
+the same shared stores.
 
 A call the consent stage sends to review is put to the user in Emacs when
 the user's own config sets ``[mcp] review_in_emacs`` and an Emacs is
@@ -39,7 +42,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .. import __version__
 from ..errors import ProtocolError
 from ..protocol import Event
-from ..service import Worker
+from ..service import Caller, Worker
 from ..tools import builtin_registry
 from . import rendezvous, standalone
 from .client import Client, ConnectionLost, RemoteError
@@ -118,15 +121,17 @@ class LocalBackend:
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
+        # The one MCP client of this process: not the user, whatever it sends.
+        self.caller = Caller("mcp", f"mcp-{uuid.uuid4().hex[:12]}")
 
     def tool_definitions(self) -> dict[str, Any]:
         return self.worker.tool_definitions({})
 
     def plan(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.worker.plan(body)
+        return self.worker.plan(body, self.caller)
 
     def execute(self, body: dict[str, Any]) -> dict[str, Any]:
-        reply = self.worker.execute(body, _ignore_event)
+        reply = self.worker.execute(body, _ignore_event, self.caller)
         on_sent = getattr(reply, "on_sent", None)
         if on_sent is not None:
             on_sent()  # the journal notes that the result reached the client

@@ -7,7 +7,9 @@ The worker sends Emacs a ``review`` call carrying the plan item exactly as
 the worker planned it (never text from the MCP side), and Emacs answers
 as for its own batches: approve (perhaps with edited text or a standing
 grant) or deny with a reason.  The answer goes back to the MCP server,
-which executes the batch with it.
+which executes the batch with it; a standing grant the user gave is also
+kept by the worker, which takes a project-wide one from the MCP server
+only when it is the one the user gave.
 
 When the user's own config does not set ``[mcp] review_in_emacs``, when
 no Emacs is connected, or when Emacs does not answer in time, the answer
@@ -104,6 +106,10 @@ def review_in_emacs(server: ForjServer, body: Any) -> dict[str, Any]:
     reply: dict[str, Any] = {"outcome": "approved", "modified": answer.modified}
     if answer.grant is not None and answer.grant.scope != "once":
         reply["grant"] = answer.grant.model_dump(exclude_none=True)
+        # The worker keeps what the user said: the MCP server forwards the
+        # grant with its execute, and a project grant is taken from it only
+        # when it is exactly this one.
+        worker.note_reviewed_grant(req.batch_id, req.call_id, reply["grant"])
     return reply
 
 

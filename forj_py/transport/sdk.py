@@ -36,7 +36,7 @@ from .. import __version__
 from ..config import PERMISSION_MODES
 from ..errors import ProtocolError
 from ..protocol import ErrorCode, Event, PermissionMode
-from ..service import Worker
+from ..service import Caller, Worker
 from . import standalone
 
 log = logging.getLogger(__name__)
@@ -253,6 +253,8 @@ class SdkHost:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.worker = worker
+        # This host's one connection (stdin and stdout): never the user.
+        self.caller = Caller("sdk", f"sdk-{uuid.uuid4().hex[:12]}")
         self.out = out
         self.heartbeat_seconds = heartbeat_seconds
         self.clock = clock
@@ -343,6 +345,8 @@ class SdkHost:
         if isinstance(env, SessionClose):
             with self._lock:
                 self.sessions.pop(session.session_id, None)
+            # A session opened again under the same id starts with no reads.
+            self.worker.forget_connection(self.caller.connection, session.chat)
             self.write(
                 {
                     "type": "SessionClosed",
@@ -508,7 +512,7 @@ class SdkHost:
         if session.permission_mode is not None:
             body["permission_mode"] = session.permission_mode
         try:
-            plan = self.worker.plan(body)
+            plan = self.worker.plan(body, self.caller)
             item = plan["items"][0]
             denied = {}
             if item["disposition"] == "confirm":
@@ -516,6 +520,7 @@ class SdkHost:
             reply = self.worker.execute(
                 {"batch_id": plan["batch_id"], "approved": [], "denied": denied},
                 lambda event: self._event(session, req, event),
+                self.caller,
             )
         except ProtocolError as exc:  # parse_only mode, or a bug: say so, never hang
             code = ErrorCode.VALIDATION_FAIL if exc.type == "bad-request" else ErrorCode.INTERNAL

@@ -42,13 +42,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..config import PERMISSION_MODES
 from ..errors import ProtocolError
 from ..output import sanitize_value
 from ..protocol import Event, HelloRequest
-from ..service import Encoded, Worker, parse_request
+from ..service import Caller, Encoded, Worker, parse_request
 from . import sexp
 from .review import review_in_emacs
 from .sexp import Symbol
@@ -146,13 +146,11 @@ def _tool_definitions(handler: ForjHandler, body: Any) -> Any:
 def _plan(handler: ForjHandler, body: Any) -> Any:
     if handler.role == "mcp" and isinstance(body, dict):
         body = handler.as_mcp_plan(body)
-    return handler.server.worker.plan(body)
+    return handler.server.worker.plan(body, handler.caller)
 
 
 def _execute(handler: ForjHandler, body: Any) -> Any:
-    if handler.role == "mcp" and isinstance(body, dict):
-        handler.check_mcp_batch(body.get("batch_id"))
-    return handler.server.worker.execute(body, handler.emit_event)
+    return handler.server.worker.execute(body, handler.emit_event, handler.caller)
 
 
 def _proposal(handler: ForjHandler, body: Any) -> Any:
@@ -197,6 +195,16 @@ def _review(handler: ForjHandler, body: Any) -> Any:
             "bad-request",
             "review is for forj's MCP server; Emacs reviews its own batches",
             ["Open the review in Emacs from the plan's confirm items"],
+        )
+    batch_id = body.get("batch_id") if isinstance(body, dict) else None
+    owner = handler.server.worker.batch_owner(batch_id) if isinstance(batch_id, str) else None
+    if owner is not None and owner != handler.connection_id:
+        # Putting another client's call (an Emacs chat's) to the user under
+        # this client's name would hand this client the user's answer.
+        raise ProtocolError(
+            "not-allowed",
+            "that batch was planned by another client; an MCP server asks reviews of its own",
+            ["Plan the calls first, then ask the review of a confirm item of that plan"],
         )
     return review_in_emacs(handler.server, body)
 
@@ -268,7 +276,10 @@ class ForjHandler(socketserver.StreamRequestHandler):
         self.reject_after_reply = False
         self.stop_after_reply = False
         self.serial = next(_SERIALS)
-        self.role = "emacs"  # or "mcp": authenticated with the rendezvous secret
+        self.role: Literal["emacs", "mcp"] = "emacs"  # "mcp": proved the rendezvous secret
+        # Assigned here, never by the client: session grants and read records
+        # belong to one chat of this connection, and end when it closes.
+        self.connection_id = f"conn-{self.serial}-{secrets.token_hex(6)}"
         # An MCP server's chat: its batches, session grants and deduplication,
         # bound to its connection whatever session its requests name.
         self.mcp_session = ""
@@ -297,17 +308,10 @@ class ForjHandler(socketserver.StreamRequestHandler):
             out["permission_mode"] = configured
         return out
 
-    def check_mcp_batch(self, batch_id: Any) -> None:
-        """An MCP server executes only batches it planned itself."""
-        planned_in = (
-            self.server.worker.batch_session(batch_id) if isinstance(batch_id, str) else None
-        )
-        if planned_in is not None and planned_in != self.mcp_session:
-            raise ProtocolError(
-                "not-allowed",
-                "that batch was planned by another client; an MCP server executes its own",
-                ["Plan the calls first, then execute the batch_id that plan returned"],
-            )
+    @property
+    def caller(self) -> Caller:
+        """Who this connection is, as it proved at hello: Emacs (the token) or MCP (the secret)."""
+        return Caller(self.role, self.connection_id)
 
     def handle(self) -> None:
         try:
@@ -602,6 +606,9 @@ class ForjServer(socketserver.ThreadingTCPServer):
         with self._conn_lock:
             self._live.discard(handler)
             others = any(h.authenticated for h in self._live)
+        # Its session grants and what its chats read end with it: a client
+        # that connects again starts with none.
+        self.worker.forget_connection(handler.connection_id)
         if handler.role == "mcp":
             return  # an MCP server's batches are its own; Emacs's keep running
         if handler.authenticated and not others:
