@@ -329,7 +329,8 @@ ERROR is called with an error plist if the worker cannot be started."
       (cl-return-from forj-worker--start nil))
     ;; The token goes through the pipe, not the environment, which any
     ;; process of the user can read in /proc/<pid>/environ.
-    (process-send-string process (concat token "\n"))
+    ;; A worker that died at once is the sentinel's to report.
+    (ignore-errors (process-send-string process (concat token "\n")))
     (with-current-buffer log
       (let ((inhibit-read-only t))
         (goto-char (point-max))
