@@ -188,3 +188,63 @@ def test_attack_a_secret_printed_in_pieces_is_redacted_in_the_stream_and_the_res
     streamed = json.dumps(events)
     assert SECRET not in streamed and SECRET[:9] not in streamed and SECRET[9:] not in streamed
     assert "password is" in streamed  # the output did stream
+
+
+# --- sibling of test_hardening.py::test_a_nested_root_does_not_move_anchored_denied_patterns ---
+
+
+def test_attack_a_nested_root_does_not_move_anchored_denied_patterns_on_the_running_worker(
+    project: Path, start: Any
+) -> None:
+    (project / "private").mkdir()
+    (project / "private" / "secret.txt").write_text(SECRET + "\n")
+    (project / "docs").mkdir()
+    (project / "docs" / "alias").symlink_to(project / "private")
+    user_config(
+        '[tools.sandbox]\nallowed_roots = [".", "private"]\ndenied_patterns = ["private/**"]\n'
+    )
+    c = start()
+    out = plan_and_run(
+        c,
+        call("a", "read_file", path="private/secret.txt"),
+        call("b", "read_file", path="docs/alias/secret.txt"),
+        call("c", "list_files", directory="docs", follow_symlinks=True),
+        call("d", "search", query=SECRET),
+    )
+    first, second, listing, found = out["results"]
+    for r in (first, second):
+        assert not r["ok"] and r["error"]["details"]["pattern"] == "private/**", r
+    assert "docs/alias/secret.txt" not in {e["path"] for e in listing["result"]["files"]}
+    assert found["result"]["matches"] == []
+    assert SECRET not in json.dumps(out["results"])
+
+
+# --- sibling of test_sandbox.py::test_symlinks_out_of_the_root_are_rejected -------------------
+
+
+def test_attack_links_out_of_the_project_are_refused_by_the_running_worker(
+    project: Path, start: Any, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "notes.txt").write_text(SECRET + "\n")
+    (project / "out").symlink_to(outside)
+    (project / "out-file").symlink_to(outside / "notes.txt")
+    (project / "rel").symlink_to("../outside")
+    c = start()
+    out = plan_and_run(
+        c,
+        call("a", "read_file", path="out/notes.txt"),
+        call("b", "read_file", path="out-file"),
+        call("c", "read_file", path="rel/notes.txt"),
+        call("d", "write_file", path="out/new.txt", content="x"),
+        call("e", "list_files", directory=".", follow_symlinks=True),
+        call("f", "search", query=SECRET),
+    )
+    *refused, listing, found = out["results"]
+    for r in refused:
+        assert not r["ok"] and "outside the project" in r["error"]["message"], r
+    assert not any(e["path"].startswith("out/") for e in listing["result"]["files"])
+    assert found["result"]["matches"] == []
+    assert SECRET not in json.dumps(out["results"])
+    assert not (outside / "new.txt").exists()
