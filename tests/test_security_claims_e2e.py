@@ -248,3 +248,30 @@ def test_attack_links_out_of_the_project_are_refused_by_the_running_worker(
     assert found["result"]["matches"] == []
     assert SECRET not in json.dumps(out["results"])
     assert not (outside / "new.txt").exists()
+
+
+# --- sibling of test_permissions.py::test_fr_cns_03_links_are_matched_where_they_lead ---------
+
+
+def test_attack_permission_rules_match_a_link_where_it_leads_on_the_running_worker(
+    project: Path, start: Any
+) -> None:
+    """allow edit(src/**) does not cover src/link.py -> secrets/key.py; deny edit(secrets/**)
+    refuses it."""
+    (project / "secrets").mkdir()
+    (project / "secrets" / "key.py").write_text("KEY = 1\n")
+    (project / "src" / "link.py").symlink_to(project / "secrets" / "key.py")
+    user_config(
+        '[permissions]\nallow = ["edit(src/**)", "read_file"]\ndeny = ["edit(secrets/**)"]\n'
+    )
+    c = start()
+    reads = plan_and_run(
+        c, call("r1", "read_file", path="src/link.py"), call("r2", "read_file", path="src/main.py")
+    )
+    assert all(r["ok"] for r in reads["results"]), reads
+    edit = {"path": "src/link.py", "old_string": "KEY = 1", "new_string": "KEY = 2"}
+    out = plan_and_run(c, call("e", "edit", **edit), approve=False)
+    item = out["plan"]["items"][0]
+    assert item["disposition"] == "resolved", item  # denied, not merely reviewed
+    assert out["results"][0]["ok"] is False
+    assert (project / "secrets" / "key.py").read_text() == "KEY = 1\n"
