@@ -275,3 +275,34 @@ def test_attack_permission_rules_match_a_link_where_it_leads_on_the_running_work
     assert item["disposition"] == "resolved", item  # denied, not merely reviewed
     assert out["results"][0]["ok"] is False
     assert (project / "secrets" / "key.py").read_text() == "KEY = 1\n"
+
+
+# --- sibling of test_permissions.py::test_fr_cns_03_multi_file_calls_need_every_path_... -------
+
+
+def test_attack_a_multi_file_edit_needs_every_path_allowed_and_any_denied_refuses_it(
+    project: Path, start: Any
+) -> None:
+    (project / "secrets").mkdir()
+    (project / "secrets" / "b.py").write_text("B = 1\n")
+    (project / "src" / "a.py").write_text("A = 1\n")
+    both = [
+        {"path": "src/a.py", "start_line": 1, "end_line": 1, "new_content": "A = 2\n"},
+        {"path": "secrets/b.py", "start_line": 1, "end_line": 1, "new_content": "B = 2\n"},
+    ]
+    reads = [call("r1", "read_file", path="src/a.py"), call("r2", "read_file", path="secrets/b.py")]
+    user_config('[permissions]\nmode = "ask"\nallow = ["multi_edit(src/**)", "read_file"]\n')
+    c = start()
+    plan_and_run(c, *reads)
+    plan = c.call("plan", {"calls": [call("m", "multi_edit", edits=both)]})
+    assert plan["items"][0]["disposition"] == "confirm", plan["items"][0]  # not allowed by src/**
+    user_config(
+        '[permissions]\nmode = "auto"\nallow = ["read_file"]\ndeny = ["multi_edit(secrets/**)"]\n'
+    )
+    c = start()
+    plan_and_run(c, *reads)
+    out = plan_and_run(c, call("m", "multi_edit", edits=both))
+    assert out["plan"]["items"][0]["disposition"] == "resolved", out["plan"]["items"][0]
+    assert out["results"][0]["ok"] is False
+    assert (project / "src" / "a.py").read_text() == "A = 1\n"
+    assert (project / "secrets" / "b.py").read_text() == "B = 1\n"
