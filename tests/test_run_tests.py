@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeWorker, call, write_tree
+from conftest import MakeWorker, call, user_config, write_tree
 
 from forj_py.service import Worker
 from forj_py.tools.run_tests import junit_cases
@@ -362,3 +362,27 @@ def test_attack_run_tests_does_not_read_a_report_with_a_doctype(project: Path) -
     )
     r = run_tests_through_the_worker(project, command=pytest_cmd("tests"))
     assert "LAUGH-LAUGH-LAUGH" not in json.dumps(r)
+
+
+def test_attack_an_unsandboxed_run_that_moves_its_report_directory_is_not_followed(
+    project: Path, tmp_path: Path
+) -> None:
+    """Without the sandbox the tests can even swap the report directory itself for a
+    link to a directory holding a forged report: the report is read from the
+    directory forj made (held open from before the run), never through the link."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "junit.xml").write_text(SECRET_REPORT)
+    write_tree(project, PYTEST_PROJECT)
+    swap = (
+        "d = os.path.dirname(path)\n"
+        f"    os.rename(d, d + '-moved'); os.symlink({str(elsewhere)!r}, d)"
+    )
+    (project / "tests" / "conftest.py").write_text(PLANTER.format(keep="", plant=swap))
+    user_config('[tools.shell]\nsandbox = "none"\n')
+    r = run_tests_through_the_worker(project, command=pytest_cmd("tests"))
+    assert OUTSIDE_SECRET not in json.dumps(r)
+    # The report was removed from forj's own directory: no results, said plainly.
+    assert r["error"]["type"] == "process-error", r
+    assert "before it reported any results" in r["error"]["message"]
+    assert (elsewhere / "junit.xml").read_text() == SECRET_REPORT  # nothing removed there

@@ -28,6 +28,7 @@ with the output's tail and the exit status.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -37,6 +38,7 @@ import shutil
 import stat
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -293,7 +295,12 @@ class RunTests(Tool[RunTestsArgs]):
             )
         env = _shell.clean_environment(_shell.denylist(ctx))
         lim = _shell.limits(ctx, None)
-        with tempfile.TemporaryDirectory(prefix="forj-tests-") as tmp:
+        # Cleanup errors ignored: an unsandboxed run could have put anything in
+        # place of the directory, and no link is followed to remove it.
+        with (
+            tempfile.TemporaryDirectory(prefix="forj-tests-", ignore_cleanup_errors=True) as tmp,
+            _directory_fd(tmp) as tmp_fd,
+        ):
             report_path = os.path.join(tmp, "report.json" if plan.runner == "ert" else "junit.xml")
             driver = os.path.join(tmp, "forj-ert-driver.el")
             if plan.runner == "ert":
@@ -315,7 +322,7 @@ class RunTests(Tool[RunTestsArgs]):
             )
             refused: str | None = None
             try:
-                cases = _read_report(plan.runner, tmp, os.path.basename(report_path))
+                cases = _read_report(plan.runner, tmp_fd, os.path.basename(report_path))
             except ReportRefused as exc:
                 cases, refused = None, str(exc)
         if refused is not None:
@@ -517,7 +524,18 @@ class ReportRefused(Exception):
     """The report is not the plain file a runner writes: the message says what it is."""
 
 
-def _read_report(runner: str, directory: str, name: str) -> list[Case] | None:
+@contextlib.contextmanager
+def _directory_fd(path: str) -> Iterator[int]:
+    """The directory forj made, held open from before the run: whatever the run puts
+    at its path later (a link, another directory), the report is read from this one."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _read_report(runner: str, dir_fd: int, name: str) -> list[Case] | None:
     """The cases the runner reported, or None when it wrote no (usable) report.
 
     The report directory is the one place outside the project the command
@@ -530,7 +548,7 @@ def _read_report(runner: str, directory: str, name: str) -> list[Case] | None:
     """
     if runner == "command":
         return None
-    data = _read_plain_file(directory, name)
+    data = _read_plain_file(dir_fd, name)
     if data is None or not data or len(data) > MAX_REPORT_FILE:
         return None
     try:
@@ -539,42 +557,36 @@ def _read_report(runner: str, directory: str, name: str) -> list[Case] | None:
         return None
 
 
-def _read_plain_file(directory: str, name: str) -> bytes | None:
-    """Up to MAX_REPORT_FILE + 1 bytes of ``directory/name``; None if it is not there."""
+def _read_plain_file(dir_fd: int, name: str) -> bytes | None:
+    """Up to MAX_REPORT_FILE + 1 bytes of ``name`` in ``dir_fd``; None if it is not there."""
     nofollow = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | nofollow)
     try:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | nofollow, dir_fd=dir_fd)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            st = _lstat(name, dir_fd)
-            if st is not None and stat.S_ISLNK(st.st_mode):
-                raise ReportRefused(_link_said(name, dir_fd)) from None
-            if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP) and st is not None:
-                raise ReportRefused(
-                    f"the report {name} is {_kind(st.st_mode)}, not a file"
-                ) from None
-            return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ReportRefused(f"the report {name} is {_kind(st.st_mode)}, not a file")
-            if st.st_nlink != 1:
-                raise ReportRefused(
-                    f"the report {name} has {st.st_nlink} hard links; a runner's report has one"
-                )
-            chunks: list[bytes] = []
-            left = MAX_REPORT_FILE + 1
-            while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-                chunks.append(chunk)
-                left -= len(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | nofollow, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        st = _lstat(name, dir_fd)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise ReportRefused(_link_said(name, dir_fd)) from None
+        if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP) and st is not None:
+            raise ReportRefused(f"the report {name} is {_kind(st.st_mode)}, not a file") from None
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ReportRefused(f"the report {name} is {_kind(st.st_mode)}, not a file")
+        if st.st_nlink != 1:
+            raise ReportRefused(
+                f"the report {name} has {st.st_nlink} hard links; a runner's report has one"
+            )
+        chunks: list[bytes] = []
+        left = MAX_REPORT_FILE + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
