@@ -18,8 +18,10 @@
 ;;; Commentary:
 
 ;; One worker process per project root.  `forj-worker-ensure' starts it
-;; lazily (python -m forj_py --root ROOT, with a fresh random token in
-;; FORJ_TOKEN), reads its port from the first line of its stdout,
+;; lazily (python -m forj_py --root ROOT --token-stdin, with a fresh
+;; random token as the first line of its stdin, and without the
+;; variables of Emacs's environment named like secrets: see
+;; `forj-worker-secret-variables'), reads its port from the first line of its stdout,
 ;; connects with forj-epc.el and says hello; everything asynchronously,
 ;; so Emacs never waits.  The worker's stderr goes to a log buffer
 ;; (`forj-worker-log').  When a worker dies the user is told in one
@@ -193,6 +195,34 @@ ignored, whichever buffer starts the worker."
   (log-start nil :documentation "Where this worker's output begins in its log buffer.")
   (waiting nil :documentation "Callbacks (SUCCESS . ERROR) waiting for readiness."))
 
+(defconst forj-worker-secret-variables
+  '("*_KEY" "*_TOKEN" "*_SECRET" "*_PASSWORD" "*PASSWORD" "*PASSWD" "*_PAT"
+    "*APIKEY" "*_AUTH" "*_AUTH_CONFIG" "*_CREDENTIALS" "AWS_*" "ANTHROPIC_*"
+    "OPENAI_*" "GEMINI_*" "GOOGLE_API_KEY" "OPENROUTER_*" "*PASS" "*_PASS"
+    "*PWD" "*_DSN" "DATABASE_URL" "FORJ_TOKEN")
+  "Names of environment variables the worker is started without (globs).
+Matched without regard to case; PWD and OLDPWD are kept.  The same list
+as the worker's own (forj_py/safety/secretenv.py), which also removes
+variables whose value is a credential and those the user's config names,
+by starting itself again without them.  Provider keys stay in Emacs,
+which alone talks to the providers.")
+
+(defun forj-worker--secret-variable-p (entry)
+  "Whether the `process-environment' ENTRY (NAME=VALUE) is named like a secret."
+  (let ((name (upcase (car (split-string entry "="))))
+        (case-fold-search nil))
+    (and (not (member name '("PWD" "OLDPWD")))
+         (cl-some (lambda (glob)
+                    (string-match-p
+                     (concat "\\`" (mapconcat #'regexp-quote (split-string glob "\\*") ".*")
+                             "\\'")
+                     name))
+                  forj-worker-secret-variables))))
+
+(defun forj-worker--environment ()
+  "Return the environment to start the worker with: Emacs's, without secrets."
+  (cl-remove-if #'forj-worker--secret-variable-p process-environment))
+
 (defvar forj-worker--by-root (make-hash-table :test #'equal)
   "Project root -> `forj-worker'.")
 
@@ -270,7 +300,7 @@ ERROR is called with an error plist if the worker cannot be started."
   "Start a worker for ROOT; queue SUCCESS and ERROR for when it is ready."
   (let* ((token (forj-worker--token))
          (log (get-buffer-create (forj-worker--log-name root)))
-         (process-environment (cons (concat "FORJ_TOKEN=" token) process-environment))
+         (process-environment (forj-worker--environment))
          (default-directory root)
          (worker (forj-worker--make :root root :token token :started (float-time)
                                     :waiting (list (cons success error))))
@@ -279,7 +309,7 @@ ERROR is called with an error plist if the worker cannot be started."
               (make-process
                :name (format "forj-worker %s" (abbreviate-file-name root))
                :command (append (list (forj-worker-python-executable) "-m" "forj_py"
-                                      "--root" (directory-file-name root))
+                                      "--root" (directory-file-name root) "--token-stdin")
                                 (forj-worker--settings-arguments)
                                 forj-worker-arguments)
                :connection-type 'pipe
@@ -297,6 +327,10 @@ ERROR is called with an error plist if the worker cannot be started."
              nil))))
     (unless process
       (cl-return-from forj-worker--start nil))
+    ;; The token goes through the pipe, not the environment, which any
+    ;; process of the user can read in /proc/<pid>/environ.
+    ;; A worker that died at once is the sentinel's to report.
+    (ignore-errors (process-send-string process (concat token "\n")))
     (with-current-buffer log
       (let ((inhibit-read-only t))
         (goto-char (point-max))

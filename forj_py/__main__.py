@@ -4,8 +4,11 @@
 stdio instead; see ``transport/mcp.py``; ``python -m forj_py sdk --root DIR``
 serves them as JSON lines in seed 004's envelopes, see ``transport/sdk.py``.)
 
-Reads the token from ``FORJ_TOKEN`` (and removes it from the environment,
-so no command the worker runs inherits it), loads the configuration,
+Takes the token from the first line of stdin (``--token-stdin``, as Emacs
+starts it) or from ``FORJ_TOKEN``.  A worker started with the token or any
+other secret in its environment first starts itself again without them
+(``safety/secretenv.py``): nothing secret stays in the environment it
+runs with, which ``/proc/<pid>/environ`` shows.  Then it loads the configuration,
 becomes the child subreaper of the commands it runs (Linux),
 opens the journal, listens on 127.0.0.1 and prints the port as the first
 line of stdout.  It serves until ``shutdown``, until its stdin closes, or
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
-from .safety import bwrap_probe
+from .safety import bwrap_probe, secretenv
 
 if TYPE_CHECKING:
     from .service import Worker
@@ -59,6 +62,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         default=os.environ.get("FORJ_LOG_LEVEL", "WARNING"),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
     )
+    p.add_argument(
+        "--token-stdin",
+        action="store_true",
+        help="read the token from the first line of stdin instead of $FORJ_TOKEN",
+    )
     p.add_argument("--version", action="version", version=f"forj worker {__version__}")
     return p.parse_args(argv)
 
@@ -69,7 +77,15 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Serve; ``argv`` None means this is the program (``python -m forj_py``, ``forj-worker``)."""
+    if argv is None:
+        # Only the program itself may start again in its own place; a test
+        # that calls main() in its own process only has os.environ cleaned.
+        secretenv.allow_restart()
+        argv = sys.argv[1:]
+    secretenv.receive()
+    # Before anything else is imported: a restart costs one interpreter start.
+    secretenv.enforce(secretenv.BUILTIN_ENV_DENYLIST)
     if argv[:1] == ["mcp"]:
         # Imported here: the MCP SDK is an optional extra, and the EPC worker
         # must not pay for importing it.
@@ -88,9 +104,16 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    token = os.environ.pop("FORJ_TOKEN", "")
+    # Read once: a restart hands it over with the rest (stdin has moved on).
+    if args.token_stdin and not secretenv.has_token():
+        secretenv.keep_token(_read_token_line())
+    token = secretenv.take_token()
     if not token:
-        return _fail("FORJ_TOKEN is not set; the worker will not serve without a token")
+        return _fail(
+            "no token on stdin's first line"
+            if args.token_stdin
+            else "FORJ_TOKEN is not set; the worker will not serve without a token"
+        )
     root = Path(args.root).expanduser()
     if not root.is_dir():
         return _fail(f"--root {args.root}: not a directory")
@@ -110,6 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load(root, args.config, settings)
     except ConfigError as exc:
         return _fail(f"configuration error:\n{exc}")
+    # Names the configuration adds to the denylist: a second restart, after
+    # the sandbox probe (a child of this process) has finished.
+    secretenv.keep_token(token)
+    secretenv.enforce(
+        [*secretenv.BUILTIN_ENV_DENYLIST, *loaded.config.tools.environment.denylist],
+        before_restart=bwrap.outcome,
+    )
+    token = secretenv.take_token()
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
     try:
         journal = Journal(state_dir / "journal.sqlite3")
@@ -155,6 +186,23 @@ def main(argv: list[str] | None = None) -> int:
         server.server_close()
         journal.close()
     return 0
+
+
+MAX_TOKEN_LINE = 256
+
+
+def _read_token_line() -> str:
+    """The first line of stdin, read a byte at a time: the rest is the stdin watch's."""
+    line = b""
+    while len(line) <= MAX_TOKEN_LINE:
+        try:
+            byte = os.read(0, 1)
+        except OSError:
+            return ""
+        if not byte or byte == b"\n":
+            break
+        line += byte
+    return line.decode("ascii", "replace").strip()
 
 
 def _housekeeping(worker: Worker, server: ForjServer) -> None:

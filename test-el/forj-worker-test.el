@@ -76,5 +76,60 @@
                "\\`forj worker: .*forj-worker-max-output-bytes (tools.output.max_bytes): got 5"
                (plist-get failure :message))))))
 
+;;; The worker's own environment
+
+(defconst forj-worker-test--secrets
+  '(("OPENAI_API_KEY" . "sk-proj-oooooooooooooooooooooooooooooooo")
+    ("ANTHROPIC_API_KEY" . "sk-ant-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+    ("GEMINI_API_KEY" . "AIzagggggggggggggggggggggggggggggggggg")
+    ("GITHUB_TOKEN" . "ghp_hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh")
+    ("AWS_SECRET_ACCESS_KEY" . "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    ("MYSQL_PWD" . "correct-horse-battery")
+    ("FORJ_TOKEN" . "ffffffffffffffffffffffffffffffff"))
+  "Secrets in Emacs's environment, by name.")
+
+(ert-deftest forj-test-worker-holds-no-secret-in-its-own-environ ()
+  "Emacs starts the worker without secrets, the token on its stdin.
+The program Emacs starts sees no variable named like a secret, and the
+running worker's /proc/<pid>/environ holds no provider key, no token,
+and no credential under an innocent name (the worker drops that one)."
+  (skip-unless (file-readable-p "/proc/self/environ"))
+  (forj-test-with-project '(("README.md" . "# demo\n"))
+    (let* ((started-with (expand-file-name "started-with.env" home))
+           (wrapper (expand-file-name "python" home))
+           (innocent "sk-iiiiiiiiiiiiiiiiiiiiiiiiiiiiii")
+           (process-environment
+            (append (cons (concat "INNOCENT_SETTING=" innocent)
+                          (mapcar (lambda (s) (concat (car s) "=" (cdr s)))
+                                  forj-worker-test--secrets))
+                    process-environment))
+           (forj-worker-python wrapper))
+      ;; What Emacs starts records its environment, then runs the worker.
+      (with-temp-file wrapper
+        (insert "#!/bin/sh\nenv > " (shell-quote-argument started-with) "\n"
+                "exec " (shell-quote-argument (expand-file-name forj-test--python)) " \"$@\"\n"))
+      (set-file-modes wrapper #o700)
+      (let* ((worker (forj-test--worker root))
+             (pid (process-id (forj-worker-process worker)))
+             (environ (with-temp-buffer
+                        (set-buffer-multibyte nil)
+                        (insert-file-contents-literally (format "/proc/%d/environ" pid))
+                        (buffer-string)))
+             (given (with-temp-buffer
+                      (insert-file-contents started-with)
+                      (buffer-string))))
+        (dolist (secret forj-worker-test--secrets)
+          (should-not (string-match-p (regexp-quote (cdr secret)) given))
+          (should-not (string-match-p (concat "^" (car secret) "=") given))
+          (should-not (string-match-p (regexp-quote (cdr secret)) environ))
+          (should-not (string-match-p (concat "\\(?:\\`\\|\0\\)" (car secret) "=")
+                                      environ)))
+        (should-not (string-match-p (regexp-quote (forj-worker-token worker)) given))
+        (should-not (string-match-p (regexp-quote (forj-worker-token worker)) environ))
+        (should-not (string-match-p (regexp-quote innocent) environ))
+        ;; The rest of the environment is kept, and the worker answers.
+        (should (string-match-p "FORJ_STATE_DIR=" environ))
+        (should (null (forj-test--call worker "ping" nil)))))))
+
 (provide 'forj-worker-test)
 ;;; forj-worker-test.el ends here

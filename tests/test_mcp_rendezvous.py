@@ -205,23 +205,35 @@ def test_t_sec_mcp_01_a_rendezvous_others_can_read_is_refused(project: Path, hom
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 def test_t_sec_mcp_02_a_rendezvous_of_another_user_is_refused(project: Path, home: Path) -> None:
-    with worker_for(project, home):
+    (home / "config.toml").write_text('[permissions]\nallow = ["edit(src/**)"]\n')
+    with worker_for(project, home) as proc:
         path = rendezvous_file(project, home)
         os.chown(path, 4242, -1)
         with pytest.raises(rendezvous.RendezvousRefused, match="belongs to uid 4242"):
             rendezvous.find(home / "state", os.path.realpath(project))
+        # The real MCP server refuses it too, and runs its own worker.
+        _, edit = mcp_session(project, home, read_then_edit)
+        assert edit.is_error is False
+        assert "belongs to uid 4242" in (home / "mcp-stderr.log").read_text()
+        assert not any(who.startswith(f"{proc.proc.pid}:") for _, who in journal_workers(home))
 
 
 def test_t_sec_mcp_03_a_link_in_place_of_the_rendezvous_is_refused(
     project: Path, home: Path, tmp_path: Path
 ) -> None:
-    with worker_for(project, home):
+    (home / "config.toml").write_text('[permissions]\nallow = ["edit(src/**)"]\n')
+    with worker_for(project, home) as proc:
         path = rendezvous_file(project, home)
         real = tmp_path / "elsewhere.json"
         path.rename(real)
         path.symlink_to(real)
         with pytest.raises(rendezvous.RendezvousRefused, match="symbolic link"):
             rendezvous.find(home / "state", os.path.realpath(project))
+        # The real MCP server refuses it too, and runs its own worker.
+        _, edit = mcp_session(project, home, read_then_edit)
+        assert edit.is_error is False
+        assert "symbolic link" in (home / "mcp-stderr.log").read_text()
+        assert not any(who.startswith(f"{proc.proc.pid}:") for _, who in journal_workers(home))
 
 
 def test_t_sec_mcp_04_without_the_secret_the_worker_serves_nothing(

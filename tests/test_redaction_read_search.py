@@ -134,9 +134,14 @@ def engine_worker(request: pytest.FixtureRequest, make_worker: MakeWorker) -> Wo
 def test_attack_search_match_and_context_credentials_are_redacted(
     engine_worker: Worker, secrets_project: Path
 ) -> None:
-    r = _one(engine_worker, "search", query="github.com/acme", include_paths=[".git/**"])
-    # .git is never searched, whatever the globs say; the settings file is.
-    assert r["matches"] == []
+    _, refused = run(
+        engine_worker,
+        [call("x", "search", query="github.com/acme", include_paths=[".git/**"])],
+    )
+    # .git is never searched: a glob naming it is refused; the settings file is searched.
+    assert "names .git" in refused["results"][0]["error"]["message"]
+    assert "github.com/acme" not in str(refused["results"][0])
+    assert _one(engine_worker, "search", query="github.com/acme")["matches"] == []
     r = _one(engine_worker, "search", query="db.internal")
     (m,) = r["matches"]
     assert m["path"] == "settings.py" and m["line"] == 2

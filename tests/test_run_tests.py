@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeWorker, call, write_tree
+from conftest import MakeWorker, call, user_config, write_tree
 
 from forj_py.service import Worker
 from forj_py.tools.run_tests import junit_cases
+from forj_py.transport.client import Client, WorkerProcess
 
 HANG = 120
 
@@ -245,3 +246,143 @@ def test_junit_reports_with_a_doctype_are_not_read() -> None:
         ("m::ok", "passed", ""),
         ("m::bad", "failed", "no\ntrace"),
     ]
+
+
+# --- the report directory is the command's: planted links and special files ----------------
+
+OUTSIDE_SECRET = "OUTSIDE-SECRET-7f3a"
+SECRET_REPORT = (
+    '<testsuites><testsuite><testcase classname="leak" name="x">'
+    f'<failure message="{OUTSIDE_SECRET}">{OUTSIDE_SECRET}</failure>'
+    "</testcase></testsuite></testsuites>\n"
+)
+# A conftest.py hook that runs after pytest has written its JUnit report
+# (pytest_sessionfinish) and puts something else in its place.
+PLANTER = (
+    "import os\n\n"
+    "def pytest_unconfigure(config):\n"
+    "    path = config.option.xmlpath\n"
+    "    if not path or not os.path.exists(path):\n"
+    "        return\n"
+    "{keep}"
+    "    os.remove(path)\n"
+    "    {plant}\n"
+)
+
+
+def run_tests_through_the_worker(project: Path, **args: Any) -> dict[str, Any]:
+    """Plan, approve and execute one run_tests call on a real worker process, over EPC."""
+    with WorkerProcess(project) as proc, Client(proc.port) as c:
+        c.call("hello", {"token": proc.token})
+        plan = c.call("plan", {"calls": [call("t", "run_tests", **args)]})
+        assert plan["items"][0]["disposition"] == "confirm", plan
+        done = c.call("execute", {"batch_id": plan["batch_id"], "approved": ["t"]}, timeout=HANG)
+        result = dict(done["results"][0])
+        c.call("ping", None)  # the worker still serves
+        return result
+
+
+@pytest.mark.parametrize(
+    ("case", "keep", "plant", "said"),
+    [
+        ("link-to-etc-passwd", "", "os.symlink('/etc/passwd', path)", "symbolic link"),
+        ("link-outside-the-project", "", "os.symlink({outside!r}, path)", "symbolic link"),
+        ("link-to-a-denied-file", "", "os.symlink({denied!r}, path)", "symbolic link"),
+        ("relative-link", "", "os.symlink('../' * 12 + {outside!r}[1:], path)", "symbolic link"),
+        ("fifo", "", "os.mkfifo(path)", "a FIFO"),
+        ("directory", "", "os.mkdir(path)", "a directory"),
+        (
+            "hard-link",
+            "    os.link(path, path + '.2')\n",
+            "os.link(path + '.2', path)",
+            "hard links",
+        ),
+    ],
+)
+def test_attack_run_tests_never_reads_a_report_the_tests_replaced(
+    project: Path, tmp_path: Path, case: str, keep: str, plant: str, said: str
+) -> None:
+    """The tests replace pytest's JUnit report with a link to a file outside the
+    project (or to /etc/passwd, or to the project's denied .env), a FIFO that
+    would block the read forever, a directory or a second hard link: nothing
+    is read through it, and the call is a process-error naming the report."""
+    outside = tmp_path / "outside-report.xml"
+    outside.write_text(SECRET_REPORT)
+    denied = project / ".env"
+    denied.write_text(SECRET_REPORT)
+    write_tree(project, PYTEST_PROJECT)
+    planted = plant.format(outside=str(outside), denied=str(denied))
+    (project / "tests" / "conftest.py").write_text(PLANTER.format(keep=keep, plant=planted))
+    r = run_tests_through_the_worker(project, command=pytest_cmd("tests"))
+    assert not r["ok"], r
+    err = r["error"]
+    assert err["type"] == "process-error"
+    assert "junit.xml" in err["message"] and said in err["message"], err["message"]
+    assert "nothing of it was read" in err["message"]
+    assert OUTSIDE_SECRET not in json.dumps(r)
+    assert "root:x:0:0" not in json.dumps(r)
+    if case.startswith("link") or case == "relative-link":
+        assert "/etc/passwd" in err["message"] or str(tmp_path.name) in err["message"]
+
+
+@pytest.mark.skipif(shutil.which("emacs") is None, reason="needs emacs")
+def test_attack_run_tests_never_reads_an_ert_report_the_tests_replaced(
+    project: Path, tmp_path: Path
+) -> None:
+    """An ERT test file swaps forj's JSON report for a link as Emacs exits."""
+    outside = tmp_path / "outside-report.json"
+    outside.write_text(json.dumps([{"name": OUTSIDE_SECRET, "status": "passed"}]))
+    write_tree(project, ERT_PROJECT)
+    (project / "test" / "swap-test.el").write_text(
+        ";;; swap-test.el  -*- lexical-binding: t -*-\n"
+        "(require 'ert)\n"
+        "(ert-deftest swap-ok () (should t))\n"
+        "(add-hook 'kill-emacs-hook\n"
+        '  (lambda () (let ((out (getenv "FORJ_ERT_OUT")))\n'
+        "    (delete-file out)\n"
+        f"    (make-symbolic-link {json.dumps(str(outside))} out))))\n"
+    )
+    r = run_tests_through_the_worker(project)
+    assert not r["ok"], r
+    assert "report.json is a symbolic link" in r["error"]["message"]
+    assert OUTSIDE_SECRET not in json.dumps(r)
+
+
+def test_attack_run_tests_does_not_read_a_report_with_a_doctype(project: Path) -> None:
+    """A report with entities (a 'billion laughs' in small) is not read: the
+    entity's text never reaches the result."""
+    write_tree(project, PYTEST_PROJECT)
+    bomb = (
+        '<?xml version="1.0"?><!DOCTYPE t [<!ENTITY a "LAUGH-LAUGH-LAUGH">'
+        '<!ENTITY b "&a;&a;&a;&a;">]><testsuite><testcase classname="m" name="&b;">'
+        '<failure message="&b;">&b;</failure></testcase></testsuite>'
+    )
+    (project / "tests" / "conftest.py").write_text(
+        PLANTER.format(keep="", plant=f"open(path, 'w').write({bomb!r})")
+    )
+    r = run_tests_through_the_worker(project, command=pytest_cmd("tests"))
+    assert "LAUGH-LAUGH-LAUGH" not in json.dumps(r)
+
+
+def test_attack_an_unsandboxed_run_that_moves_its_report_directory_is_not_followed(
+    project: Path, tmp_path: Path
+) -> None:
+    """Without the sandbox the tests can even swap the report directory itself for a
+    link to a directory holding a forged report: the report is read from the
+    directory forj made (held open from before the run), never through the link."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "junit.xml").write_text(SECRET_REPORT)
+    write_tree(project, PYTEST_PROJECT)
+    swap = (
+        "d = os.path.dirname(path)\n"
+        f"    os.rename(d, d + '-moved'); os.symlink({str(elsewhere)!r}, d)"
+    )
+    (project / "tests" / "conftest.py").write_text(PLANTER.format(keep="", plant=swap))
+    user_config('[tools.shell]\nsandbox = "none"\n')
+    r = run_tests_through_the_worker(project, command=pytest_cmd("tests"))
+    assert OUTSIDE_SECRET not in json.dumps(r)
+    # The report was removed from forj's own directory: no results, said plainly.
+    assert r["error"]["type"] == "process-error", r
+    assert "before it reported any results" in r["error"]["message"]
+    assert (elsewhere / "junit.xml").read_text() == SECRET_REPORT  # nothing removed there

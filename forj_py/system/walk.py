@@ -15,8 +15,9 @@ way, so both searches see the same files:
   is a git repository, and ignore files above the root or the user's global
   excludes do not (rg: ``--no-require-git --no-ignore-parent
   --no-ignore-global``).
-- hidden names (a leading ``.``) are skipped unless asked for; ``.git`` is
-  always skipped;
+- hidden names (a leading ``.``) are skipped unless asked for; ``.git`` (in
+  any case, a directory or a gitfile, at any depth) is always skipped, and a
+  symlinked directory that leads into one is not followed;
 - paths matching the sandbox's denied patterns are never listed;
 - symlinks are listed but not followed unless asked, and never out of the
   project.
@@ -266,7 +267,9 @@ class Walker:
             if name[0] == ".":
                 if name in IGNORE_FILES:
                     ignore_files.append(name)
-                if not include_hidden or name == ".git":
+                # .git in any case: git's own store is never listed (on a
+                # case-insensitive volume .GIT is the same directory).
+                if not include_hidden or name.lower() == ".git":
                     continue
             if not name.isascii():
                 try:
@@ -395,7 +398,10 @@ class Walker:
         real = os.path.realpath(path)
         if not (real == self.root or real.startswith(self.root.rstrip(os.sep) + os.sep)):
             return False
-        if self.sandbox.denied_pattern(self.sandbox.display(real)) is not None:
+        shown = self.sandbox.display(real)
+        if self.sandbox.denied_pattern(shown) is not None:
+            return False
+        if ".git" in shown.lower().split("/"):  # a link into a .git: never listed
             return False
         try:
             st = os.stat(real)

@@ -1,10 +1,13 @@
 """What ``run_shell`` and ``run_tests`` share: environment, working directory, limits, output.
 
 - **Environment**: the worker's own, minus every
-  variable whose name matches the denylist (the built-in patterns below plus
-  ``[tools.environment] denylist``), matched without regard to case on every
-  platform.  Values of removed variables (8 characters or more) are redacted
-  wherever they show up in the output, streamed or final.
+  variable whose name matches the denylist (the built-in patterns of
+  ``safety/secretenv.py`` plus ``[tools.environment] denylist``), matched
+  without regard to case on every platform, or whose value is a credential.
+  The worker dropped those it was started with (it starts itself again
+  without them); they are still named as removed.  Values of removed
+  variables (8 characters or more) are redacted wherever they show up in
+  the output, streamed or final.
 - **Working directory**: through the sandbox, and inside the project root,
   like every path the model names.
 - **Time limits**: the command's own limit stays inside the executor's, so a
@@ -18,10 +21,8 @@
 from __future__ import annotations
 
 import base64
-import fnmatch
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -32,66 +33,19 @@ from typing import Any
 
 from .. import errors
 from ..output import sanitize
+from ..safety import secretenv
 from ..safety.commands import ProcessCap, Request
 from ..safety.paths import SafePath
 from ..system import process
 from ..system.process import Capture, Channel, Outcome, redact_values
 from .registry import ToolContext
 
-# The usual names of secrets, the Gemini / Google names forj's providers use,
-# and spellings that suffix patterns alone miss (PGPASSWORD, GITHUB_PAT,
-# AZURE_OPENAI_APIKEY, DOCKER_AUTH_CONFIG).
-BUILTIN_ENV_DENYLIST = (
-    "*_KEY",
-    "*_TOKEN",
-    "*_SECRET",
-    "*_PASSWORD",
-    "*PASSWORD",
-    "*PASSWD",
-    "*_PAT",
-    "*APIKEY",
-    "*_AUTH",
-    "*_AUTH_CONFIG",
-    "*_CREDENTIALS",
-    "AWS_*",
-    "ANTHROPIC_*",
-    "OPENAI_*",
-    "GEMINI_*",
-    "GOOGLE_API_KEY",
-    "OPENROUTER_*",
-    # Passwords under short names (MYSQL_PWD, DB_PASS, SMTP_PASS) and
-    # connection strings, which carry them inline.
-    "*PASS",
-    "*_PASS",
-    "*PWD",
-    "*_DSN",
-    "DATABASE_URL",
-    "FORJ_TOKEN",
-)
-# The working directory's variables end in PWD but hold no secret.
-ENV_ALLOWED_NAMES = frozenset({"PWD", "OLDPWD"})
-# Values that are secrets whatever the variable is called: a URL with
-# user:password@, and the shapes of well-known provider keys.
-_SECRET_VALUE_RE = re.compile(
-    r"""
-      \b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@
-    | \bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}
-    | \bAKIA[0-9A-Z]{16}\b
-    | \bgh[pousr]_[A-Za-z0-9]{20,}
-    | \bgithub_pat_[A-Za-z0-9_]{20,}
-    | \bglpat-[A-Za-z0-9_-]{20,}
-    | \bxox[abprs]-[A-Za-z0-9-]{10,}
-    | \bAIza[0-9A-Za-z_-]{30,}
-    | \bhf_[A-Za-z0-9]{30,}
-    | -----BEGIN\ [A-Z\ ]*PRIVATE\ KEY-----
-    """,
-    re.VERBOSE,
-)
-# Secret values the worker itself was started with and removed from its own
-# environment at start (see scrub_own_environment): still redacted from output.
-_WORKER_SECRETS: list[str] = []
-# Shorter values ("json", "us-east-1", "default") would blank out ordinary output.
-MIN_REDACTED_VALUE = 8
+# What counts as a secret in an environment lives with the worker's start-up,
+# which removes them from its own before anything else is imported.
+BUILTIN_ENV_DENYLIST = secretenv.BUILTIN_ENV_DENYLIST
+ENV_ALLOWED_NAMES = secretenv.ENV_ALLOWED_NAMES
+is_secret = secretenv.is_secret
+MIN_REDACTED_VALUE = secretenv.MIN_REDACTED_VALUE
 # Room left in a result for its JSON skeleton beyond what is measured.
 SLACK_BYTES = 96
 # The executor's own reserve when it fits a result (executor._finish).
@@ -122,8 +76,10 @@ def clean_environment(
     source = dict(os.environ if base is None else base)
     extra = extra or {}
     env: dict[str, str] = {}
-    removed: list[str] = []
-    secrets: list[str] = [] if base is not None else list(_WORKER_SECRETS)
+    # The worker's own secrets left its environment at start: still removed,
+    # as the review says, and their values still redacted.
+    removed: list[str] = [] if base is not None else secretenv.held_names()
+    secrets: list[str] = [] if base is not None else secretenv.held_values()
     for name, value in source.items():
         if is_secret(name, value, patterns):
             removed.append(name)
@@ -134,34 +90,7 @@ def clean_environment(
     env.update(extra)
     # A value the caller set on purpose is not a secret to hide from it.
     secrets = [s for s in secrets if s not in extra.values()]
-    return CleanEnv(env, sorted(removed), secrets)
-
-
-def is_secret(name: str, value: str, patterns: list[str]) -> bool:
-    """Whether a variable is removed: by its name, or by a value that is a credential."""
-    upper = name.upper()
-    if upper not in ENV_ALLOWED_NAMES and any(
-        fnmatch.fnmatchcase(upper, p.upper()) for p in patterns
-    ):
-        return True
-    return _SECRET_VALUE_RE.search(value) is not None
-
-
-def scrub_own_environment(patterns: list[str]) -> list[str]:
-    """Remove secrets from the worker's own environment; the names removed.
-
-    Nothing the worker runs needs them, and a process that could read the
-    worker's memory or ``/proc/<pid>/environ`` would find them there.  Their
-    values are kept (in memory only) so output that shows them is redacted.
-    """
-    removed = []
-    for name, value in list(os.environ.items()):
-        if is_secret(name, value, patterns):
-            if len(value) >= MIN_REDACTED_VALUE and value not in _WORKER_SECRETS:
-                _WORKER_SECRETS.append(value)
-            del os.environ[name]
-            removed.append(name)
-    return sorted(removed)
+    return CleanEnv(env, sorted(set(removed)), secrets)
 
 
 def resolve_cwd(ctx: ToolContext, path: str | None, base: str | None = None) -> SafePath:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
 from ..output import dumps
+from ..protocol import DenialReason, ErrorKind, ErrorType
 from ..system.walk import Entry, Excludes, Walker
 from .registry import Tool, ToolContext
 
@@ -45,7 +46,8 @@ class ListFiles(Tool[ListFilesArgs]):
     name = "list_files"
     description = (
         "List files and directories under a directory of the project, honouring "
-        ".gitignore/.ignore. Entries are {path, size, mtime, type}."
+        ".gitignore/.ignore; never .git (use the git tools). Entries are "
+        "{path, size, mtime, type}."
     )
     Args = ListFilesArgs
     timeout_kind = "file"
@@ -57,7 +59,13 @@ class ListFiles(Tool[ListFilesArgs]):
         return [args.directory]
 
     def execute(self, args: ListFilesArgs, ctx: ToolContext) -> Any:
+        if names_git_dir(args.directory):
+            raise git_dir_refused("list_files", f"directory {args.directory!r}")
         sp = ctx.sandbox.resolve(args.directory, ctx.working_dir)
+        if names_git_dir(sp.display):  # a link to it, or a working directory inside it
+            raise git_dir_refused(
+                "list_files", f"directory {args.directory!r} (it is {sp.display!r})"
+            )
         if not sp.exists or not os.path.isdir(sp.canonical):
             raise errors.file_error(
                 f"{sp.display} is not a directory"
@@ -222,7 +230,8 @@ class Glob(Tool[GlobArgs]):
     name = "glob"
     description = (
         "Find files and directories whose project-relative path matches any of the glob "
-        "patterns ('src/**/*.py', '*.md', 'test_*.{py,el}'), honouring .gitignore/.ignore."
+        "patterns ('src/**/*.py', '*.md', 'test_*.{py,el}'), honouring .gitignore/.ignore; "
+        "never inside .git."
     )
     Args = GlobArgs
     timeout_kind = "file"
@@ -237,6 +246,8 @@ class Glob(Tool[GlobArgs]):
                 raise errors.bad_args(
                     f"Pattern {pattern!r} must be relative to the project root, without '..'"
                 )
+            if any(names_git_dir(p) for p in _expand_braces(pattern) or [pattern]):
+                raise git_dir_refused("glob", f"pattern {pattern!r}")
             if pattern.count("**") > MAX_GLOBSTARS:
                 raise errors.bad_args(
                     f"Pattern {pattern!r} has more than {MAX_GLOBSTARS} '**'; each one "
@@ -352,6 +363,29 @@ def _expand_braces(text: str) -> list[str] | None:
         return list(bracex.expand(text, limit=1000))
     except Exception:  # too many alternatives, or malformed: no shortcut
         return None
+
+
+def names_git_dir(path: str) -> bool:
+    """Whether ``path`` (or a glob) has a ``.git`` component, in any case."""
+    return any(part.lower() == ".git" for part in path.replace("\\", "/").split("/"))
+
+
+def git_dir_refused(tool: str, what: str) -> errors.ToolFailure:
+    """The error for a request naming a ``.git``: never listed, globbed or searched."""
+    return errors.ToolFailure(
+        ErrorType.VALIDATION,
+        f"{tool}: {what} names .git, git's own store (objects, refs, config, hooks), "
+        "which list_files, glob and search never show, in the project or in a nested "
+        "repository",
+        kind=ErrorKind.SANDBOX_VIOLATION,
+        reason=DenialReason.DENIED_PATTERN_MATCHED.value,
+        pattern=".git/",
+        recovery=[
+            "For the repository's state use the git tools: git_status, git_log, git_diff",
+            "read_file still reads one named file in it, e.g. '.git/HEAD'",
+            "Leave .git out of the request: list_files directory='.', glob '**/*.py'",
+        ],
+    )
 
 
 def default_excludes(ctx: ToolContext) -> Excludes:

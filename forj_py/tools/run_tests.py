@@ -28,13 +28,17 @@ with the output's tail and the exit status.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
 import shlex
 import shutil
+import stat
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -291,7 +295,12 @@ class RunTests(Tool[RunTestsArgs]):
             )
         env = _shell.clean_environment(_shell.denylist(ctx))
         lim = _shell.limits(ctx, None)
-        with tempfile.TemporaryDirectory(prefix="forj-tests-") as tmp:
+        # Cleanup errors ignored: an unsandboxed run could have put anything in
+        # place of the directory, and no link is followed to remove it.
+        with (
+            tempfile.TemporaryDirectory(prefix="forj-tests-", ignore_cleanup_errors=True) as tmp,
+            _directory_fd(tmp) as tmp_fd,
+        ):
             report_path = os.path.join(tmp, "report.json" if plan.runner == "ert" else "junit.xml")
             driver = os.path.join(tmp, "forj-ert-driver.el")
             if plan.runner == "ert":
@@ -311,7 +320,29 @@ class RunTests(Tool[RunTestsArgs]):
                 network=args.allow_network,
                 scratch=(tmp,),
             )
-            cases = _read_report(plan.runner, report_path)
+            refused: str | None = None
+            try:
+                cases = _read_report(plan.runner, tmp_fd, os.path.basename(report_path))
+            except ReportRefused as exc:
+                cases, refused = None, str(exc)
+        if refused is not None:
+            self._fail(
+                errors.process_error(
+                    f"run_tests: {refused}; forj reads a report only as the plain file the "
+                    "runner writes in the report directory it made, so nothing of it was read",
+                    recovery=[
+                        "The tests themselves replaced the report: look for code that writes "
+                        "links or special files where the runner writes its report (a conftest.py "
+                        "hook, a kill-emacs-hook, an --junitxml of its own)",
+                        "Run the command with run_shell to see its output without a report",
+                    ],
+                    runner=plan.runner,
+                    **_shell.exit_status(outcome.returncode),
+                    duration_ms=round(outcome.duration * 1000),
+                ),
+                _output_tail(outcome, env.secrets),
+                ctx,
+            )
         return self._result(plan, outcome, cases, env, lim, ctx, args.allow_network)
 
     def _result(
@@ -489,21 +520,104 @@ def _elisp_files(ctx: ToolContext) -> tuple[list[str], list[str]]:
 # --- reading the results ------------------------------------------------------------------
 
 
-def _read_report(runner: str, path: str) -> list[Case] | None:
-    """The cases the runner reported, or None when it wrote no (usable) report."""
+class ReportRefused(Exception):
+    """The report is not the plain file a runner writes: the message says what it is."""
+
+
+@contextlib.contextmanager
+def _directory_fd(path: str) -> Iterator[int]:
+    """The directory forj made, held open from before the run: whatever the run puts
+    at its path later (a link, another directory), the report is read from this one."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _read_report(runner: str, dir_fd: int, name: str) -> list[Case] | None:
+    """The cases the runner reported, or None when it wrote no (usable) report.
+
+    The report directory is the one place outside the project the command
+    may write, so what is in it is the command's doing: a symbolic link
+    (to ``/etc/passwd``, a file outside the project, a denied file in it),
+    a FIFO that would block the read forever, a directory, a hard link to
+    a file with other names.  Read only a regular file of one link, opened
+    without following any link (``O_NOFOLLOW`` from the directory's own
+    descriptor) and without blocking; anything else is refused.
+    """
     if runner == "command":
         return None
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_REPORT_FILE + 1)
-    except OSError:
-        return None
-    if not data or len(data) > MAX_REPORT_FILE:
+    data = _read_plain_file(dir_fd, name)
+    if data is None or not data or len(data) > MAX_REPORT_FILE:
         return None
     try:
         return _ert_cases(data) if runner == "ert" else junit_cases(data)
     except (ValueError, ET.ParseError):
         return None
+
+
+def _read_plain_file(dir_fd: int, name: str) -> bytes | None:
+    """Up to MAX_REPORT_FILE + 1 bytes of ``name`` in ``dir_fd``; None if it is not there."""
+    nofollow = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | nofollow, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        st = _lstat(name, dir_fd)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise ReportRefused(_link_said(name, dir_fd)) from None
+        if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP) and st is not None:
+            raise ReportRefused(f"the report {name} is {_kind(st.st_mode)}, not a file") from None
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ReportRefused(f"the report {name} is {_kind(st.st_mode)}, not a file")
+        if st.st_nlink != 1:
+            raise ReportRefused(
+                f"the report {name} has {st.st_nlink} hard links; a runner's report has one"
+            )
+        chunks: list[bytes] = []
+        left = MAX_REPORT_FILE + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def _link_said(name: str, dir_fd: int) -> str:
+    try:
+        target = os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        target = "?"
+    # The target is the command's text: shown escaped and cut, like its output.
+    shown = json.dumps(target[:200], ensure_ascii=False)
+    return f"the report {name} is a symbolic link (to {visible_controls(shown)})"
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return kind
+    return "something other than a regular file"
 
 
 def _ert_cases(data: bytes) -> list[Case]:

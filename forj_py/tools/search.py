@@ -57,7 +57,7 @@ from ..output import URL_CREDENTIAL_MARK, credential_spans, redact_url_credentia
 from ..patterns import PatternTooComplex, gitignore_spec
 from ..protocol import ErrorKind, ErrorType
 from ..system.walk import Excludes, Walker
-from .listing import default_excludes
+from .listing import default_excludes, git_dir_refused, names_git_dir
 from .registry import Tool, ToolContext
 
 SIDE_CONTEXT = 200
@@ -94,7 +94,7 @@ class Search(Tool[SearchArgs]):
     name = "search"
     description = (
         "Search the project's files for text (or a regex with is_regex), honouring "
-        ".gitignore/.ignore and skipping binary and huge files. Returns matches "
+        ".gitignore/.ignore, never inside .git, skipping binary and huge files. Returns matches "
         "{path, line, column, match_text, before, after}."
     )
     Args = SearchArgs
@@ -119,6 +119,9 @@ class Search(Tool[SearchArgs]):
                         "Instead of {a,b}, list each pattern separately",
                     ],
                 )
+        for glob in args.include_paths or []:
+            if names_git_dir(glob):
+                raise git_dir_refused("search", f"include_paths entry {glob!r}")
         engine = ctx.config.tools.search.engine
         rg = find_rg() if engine in ("auto", "ripgrep") else None
         if engine == "ripgrep" and rg is None:

@@ -223,7 +223,13 @@ def _offer_json_frames(body: Any) -> Any:
 
 
 class WorkerProcess:
-    """Start ``python -m forj_py`` for ``root`` with a fresh token; stop it on exit."""
+    """Start ``python -m forj_py`` for ``root`` with a fresh token; stop it on exit.
+
+    The token goes as Emacs sends it, on the first line of stdin
+    (``--token-stdin``), when stdin is a pipe; else (or with
+    ``token_in_env``) in ``FORJ_TOKEN``, and the worker starts itself
+    again without it.
+    """
 
     def __init__(
         self,
@@ -235,11 +241,16 @@ class WorkerProcess:
         python: str = sys.executable,
         env: dict[str, str] | None = None,
         stdin: int | None = subprocess.PIPE,
+        token_in_env: bool = False,
     ) -> None:
         self.token = secrets.token_hex(16)
         full_env = dict(os.environ if env is None else env)
-        full_env["FORJ_TOKEN"] = self.token
+        on_stdin = stdin == subprocess.PIPE and not token_in_env
+        if not on_stdin:
+            full_env["FORJ_TOKEN"] = self.token
         cmd = [python, "-m", "forj_py", "--root", str(root)]
+        if on_stdin:
+            cmd.append("--token-stdin")
         if config is not None:
             cmd += ["--config", str(config)]
         if state_dir is not None:
@@ -253,6 +264,10 @@ class WorkerProcess:
             stderr=subprocess.PIPE,
             env=full_env,
         )
+        if on_stdin:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(f"{self.token}\n".encode())
+            self.proc.stdin.flush()
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.strip().isdigit():

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigError, LoadedConfig, load
+from ..safety import secretenv
 from ..service import Worker
 from ..store.journal import Journal, JournalError, default_state_dir
 from ..system import process
@@ -64,6 +65,9 @@ def setup(args: argparse.Namespace) -> Setup:
         raise StartError(f"configuration error:\n{exc}") from None
     for warning in loaded.warnings:
         log.warning("%s", warning)
+    # Secrets only the configuration names: the program starts again without
+    # them (the built-in ones are gone already, see __main__.main).
+    secretenv.enforce([*secretenv.BUILTIN_ENV_DENYLIST, *loaded.config.tools.environment.denylist])
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
     return Setup(root, loaded, state_dir)
 
