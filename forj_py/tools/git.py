@@ -1089,8 +1089,6 @@ class GitPush(_RemoteTool[GitPushArgs]):
         argv = [
             *hooks.args,
             "-c",
-            f"remote.{args.remote}.mirror=false",
-            "-c",
             "push.default=simple",
             "push",
             programs["push"],
@@ -1105,7 +1103,10 @@ class GitPush(_RemoteTool[GitPushArgs]):
             spec = spec[1:]
         argv += [args.remote, spec or "HEAD"]
         try:
-            V.run_git(repo, ctx, argv, "git push")
+            # The remote's name goes whole into its own variable: a name
+            # holding '=' would split a -c and leave the mirror setting on.
+            mirror = (f"remote.{args.remote}.mirror", "false")
+            V.run_git(repo, ctx, argv, "git push", config=[mirror])
         finally:
             hooks.close()
         result = {"pushed": True, "remote": args.remote, "forced": args.forces()}
