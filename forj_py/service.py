@@ -157,6 +157,8 @@ class Worker:
             read_paths=shell.sandbox_read_paths,
             write_paths=shell.sandbox_write_paths,
             max_processes=shell.max_processes,
+            tmpfs_size_mib=shell.tmpfs_size_mib,
+            tmpfs_total_mib=shell.tmpfs_total_mib,
         )
         self.runner = Runner(
             self.sandbox, self.config, self.session, journal, self.backups, self.commands

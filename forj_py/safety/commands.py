@@ -11,14 +11,24 @@ confined by the kernel instead.  Each one runs under ``bwrap`` with:
   network and the user allowed it;
 - a filesystem built from nothing: the system directories (``/usr``,
   ``/bin``, ``/lib*``, ``/etc``, ``/opt``, ...) and the toolchains on
-  ``PATH`` read-only, a private ``/tmp``, an empty private ``$HOME``, the
-  project read-write (read-only for commands that run unasked), and
-  nothing else of the user's files;
+  ``PATH`` read-only, a private ``/tmp``, ``/var/tmp``, ``/dev/shm`` and an
+  empty private ``$HOME``, the project read-write (read-only for commands
+  that run unasked), and nothing else of the user's files.  The private
+  directories are tmpfs, which live in memory, so each has a size cap
+  (``[tools.shell] tmpfs_size_mib``, all together ``tmpfs_total_mib``):
+  a command that fills them gets ENOSPC, and the host's memory, with
+  Emacs in it, is not the out-of-memory killer's to reclaim.  The root and
+  ``/dev`` (tmpfs too) are read-only;
 - inside the project, every ``.git`` and ``.forj`` read-only (hooks and
-  configuration are code), ``.git/config`` replaced by a copy with its
-  credentials redacted, and every denied file (``.env``, keys, ``.ssh/``,
-  the configured patterns) masked: an empty file or an empty read-only
-  directory, whatever flags the command uses;
+  configuration are code), and so is every git directory a ``.git`` file
+  or link names (a submodule's, a linked worktree's, any ``gitdir:``) and
+  the common directory a git directory's ``commondir`` names, when it lies
+  in the project or in a writable path (:func:`git_dirs_named_by`): the
+  user's own git, run there later, would run the hooks and the
+  configuration's programs a command planted.  Each such ``config`` is
+  replaced by a copy with its credentials redacted, and every denied file
+  (``.env``, keys, ``.ssh/``, the configured patterns) masked: an empty
+  file or an empty read-only directory, whatever flags the command uses;
 - ``--die-with-parent`` and a process cap (a ``pids`` cgroup where one can
   be made, else ``RLIMIT_NPROC``).
 
@@ -90,6 +100,9 @@ class Availability:
     reason: str = ""
     silenced: bool = False  # the user's own config said sandbox = "none"
     bwrap: str | None = None
+    # Whether this bwrap caps a tmpfs's size (--size: bubblewrap 0.7 or
+    # later, and not installed setuid).
+    tmpfs_sizes: bool = True
 
     @property
     def sandboxed(self) -> bool:
@@ -101,9 +114,17 @@ class Availability:
             "network": "off",
             "silenced": self.silenced,
             "reason": self.reason,
+            "tmpfs_capped": self.sandboxed and self.tmpfs_sizes,
         }
 
     def warning(self) -> str | None:
+        if self.sandboxed and not self.tmpfs_sizes:
+            return (
+                "This bubblewrap cannot cap the size of the sandbox's /tmp, /var/tmp, $HOME "
+                "and /dev/shm (its --size option needs bubblewrap 0.7 or later, not "
+                "installed setuid): a command can fill them until the host runs out of "
+                "memory. Upgrade bubblewrap to have [tools.shell] tmpfs_size_mib applied."
+            )
         if self.sandboxed or self.silenced:
             return None
         return (
@@ -130,11 +151,17 @@ def probe(setting: str = "auto", started: bwrap_probe.Started | None = None) -> 
     done = started.outcome() if started is not None else bwrap_probe.run(path)
     if done is None or isinstance(done, Exception):
         return Availability("none", f"bwrap could not be started: {done}")
-    if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        first = why[-1] if why else f"exit {done.returncode}"
-        return Availability("none", f"bwrap cannot create namespaces here ({first})")
-    return Availability("bwrap", bwrap=path)
+    if done.returncode == 0:
+        return Availability("bwrap", bwrap=path)
+    # Perhaps only --size is refused (an old or setuid bwrap): the sandbox
+    # still works, with tmpfs mounts it cannot cap (warned about).
+    plain = bwrap_probe.run(path, sizes=False)
+    if not isinstance(plain, Exception) and plain.returncode == 0:
+        log.warning("bwrap refuses --size: the sandbox's tmpfs mounts are not capped")
+        return Availability("bwrap", bwrap=path, tmpfs_sizes=False)
+    why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    first = why[-1] if why else f"exit {done.returncode}"
+    return Availability("none", f"bwrap cannot create namespaces here ({first})")
 
 
 # --- what is masked inside the project -----------------------------------------------
@@ -244,12 +271,13 @@ class MaskIndex:
                 is_dir = stat.S_ISDIR(st.st_mode)
         except OSError:
             return None
+        name = rel.rsplit("/", 1)[-1]
         if is_link:
             # A link is not masked itself: what it points at inside the
             # project is masked under its own name, and outside the project
-            # there is nothing to point at.
-            return None
-        name = rel.rsplit("/", 1)[-1]
+            # there is nothing to point at.  A .git link is kept: the git
+            # directory it names is made read-only.
+            return "readonly" if name == ".git" else None
         if name in (".git", ".forj"):
             return "readonly"
         try:
@@ -289,7 +317,8 @@ class MaskIndex:
             files: set[str] = set()
             dirs: set[str] = set()
             readonly: set[str] = set()
-            self._scan(rel, files, dirs, readonly)
+            if not os.path.islink(path):  # a .git link: what it names is not the project's
+                self._scan(rel, files, dirs, readonly)
             if kind == "readonly":
                 readonly.add(rel)
             with self._lock:
@@ -339,7 +368,7 @@ class MaskIndex:
         out.dirs.sort()
         for rel in readonly:
             full = os.path.join(self.root, rel)
-            if _is(full, stat.S_ISDIR) or _is(full, stat.S_ISREG):
+            if _is(full, stat.S_ISDIR) or _is(full, stat.S_ISREG) or _is(full, stat.S_ISLNK):
                 out.readonly.append(rel)
         return out
 
@@ -406,8 +435,12 @@ class CommandSandbox:
         write_paths: Iterable[str] = (),
         max_processes: int = 512,
         state_dir: str | None = None,
+        tmpfs_size_mib: int = 512,
+        tmpfs_total_mib: int = 2048,
     ) -> None:
         self.sandbox = sandbox
+        self.tmpfs_size_mib = tmpfs_size_mib
+        self.tmpfs_total_mib = tmpfs_total_mib
         self.root = sandbox.project_root
         self.availability = availability
         self.read_paths = [os.path.realpath(os.path.expanduser(p)) for p in read_paths]
@@ -472,13 +505,21 @@ class CommandSandbox:
             resolv = os.path.realpath("/etc/resolv.conf")
             if resolv.startswith("/run/") and os.path.isfile(resolv):
                 args.extend(["--ro-bind", resolv, resolv])
-        # Fresh, private tmpfs mounts inside the sandbox, not the host's /tmp.
+        # Fresh, private tmpfs mounts inside the sandbox, not the host's /tmp,
+        # each capped (see tmpfs_bytes).  /dev is a tmpfs of bwrap's: read-only
+        # at the end, with its own capped /dev/shm (POSIX shared memory,
+        # semaphores) mounted on it.
         args += ["--proc", "/proc", "--dev", "/dev"]
-        args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]  # noqa: S108
+        scratch = ["/dev/shm", "/tmp", "/var/tmp"]  # noqa: S108
         # An empty private home at the real path: configuration that names
         # $HOME still resolves, and nothing of the user's is there.
         if self.home and self.home != "/" and not _covered(self.home, bound):
-            args += ["--tmpfs", self.home]
+            scratch.append(self.home)
+        size = self.tmpfs_bytes(len(scratch))
+        for path in scratch:
+            if self.availability.tmpfs_sizes:
+                args += ["--size", str(size)]
+            args += ["--tmpfs", path]
         for path in self._toolchains(request.env):
             ro(path)
         for path in self.read_paths:
@@ -489,21 +530,47 @@ class CommandSandbox:
         root = self.root
         args += ["--bind" if request.writable else "--ro-bind", root, root]
         masks = self.masks.current()
+        # Every git directory a .git names, where a command could write to
+        # it: read-only.  (Outside every writable path no command can change
+        # one, and it is not made visible.)
+        writable = [root, *(p for p in (*self.write_paths, *request.scratch) if os.path.isdir(p))]
+        git_dirs: list[str] = []
+        for rel in masks.readonly:
+            if rel.rsplit("/", 1)[-1] == ".git":
+                for git_dir in git_dirs_named_by(os.path.join(root, rel)):
+                    if git_dir not in git_dirs and _covered(git_dir, writable):
+                        git_dirs.append(git_dir)
+        # Bound first, parents first, so that none covers the binds after it
+        # (the redacted configs, the masks), even one holding the project.
+        for git_dir in sorted(git_dirs, key=lambda p: (p.count("/"), p)):
+            args += ["--ro-bind", git_dir, git_dir]
         for rel in masks.readonly:
             full = os.path.join(root, rel)
-            args += ["--ro-bind", full, full]
-            if rel.rsplit("/", 1)[-1] == ".git" and os.path.isdir(full):
-                config = os.path.join(full, "config")
-                if _is(config, stat.S_ISREG):
-                    args += ["--ro-bind", self._redacted_config(config), config]
+            # A link cannot be mounted on (its target is among git_dirs).
+            if full not in git_dirs and not os.path.islink(full):
+                args += ["--ro-bind", full, full]
+        for git_dir in git_dirs:
+            config = os.path.join(git_dir, "config")
+            if _is(config, stat.S_ISREG):
+                args += ["--ro-bind", self._redacted_config(config), config]
         for rel in masks.files:
             full = os.path.join(root, rel)
             args += ["--ro-bind", "/dev/null", full]
         for rel in masks.dirs:
             full = os.path.join(root, rel)
             args += ["--tmpfs", full, "--remount-ro", full]
+        # Last, once every mount point exists: the root (bwrap's own tmpfs,
+        # which holds the mount points) and /dev read-only, so that nothing
+        # but the capped mounts and the bound paths can be written.
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", request.cwd, "--"]
         return args + command
+
+    def tmpfs_bytes(self, count: int) -> int:
+        """The cap of each of ``count`` writable tmpfs mounts: the size setting, or an
+        equal share of the total when the sizes would add up to more."""
+        each = self.tmpfs_size_mib << 20
+        return max(1 << 20, min(each, (self.tmpfs_total_mib << 20) // max(count, 1)))
 
     def _toolchains(self, env: Mapping[str, str]) -> list[str]:
         """Real paths of the ``PATH`` entries and of Python's base prefix, outside the project."""
@@ -553,6 +620,64 @@ class CommandSandbox:
             os.replace(tmp, copy)
             self._configs[digest] = copy
         return copy
+
+
+def git_dirs_named_by(dotgit: str) -> list[str]:
+    """The git directories git uses for the ``.git`` at ``dotgit``, canonical.
+
+    A ``.git`` directory (or a link to one) is one itself; a ``.git`` file
+    (or a link to one) names one as git reads it: ``gitdir: PATH``, the
+    path relative to the directory holding the ``.git``, cut at a NUL and
+    trailing line ends dropped.  A git directory with a ``commondir`` file
+    (a linked worktree's) takes its hooks and most of its configuration
+    from the directory that file names (read the same way, relative to the
+    git directory), so that one is listed too.  Only directories are listed.
+    """
+    real = os.path.realpath(dotgit)
+    first: str | None = None
+    if os.path.isdir(real):
+        first = real
+    else:
+        text = _small_text(dotgit)
+        if text is not None and text.startswith("gitdir: "):
+            named = _git_path_text(text[len("gitdir: ") :])
+            if named:
+                first = os.path.realpath(os.path.join(os.path.dirname(dotgit), named))
+    if first is None or not os.path.isdir(first):
+        return []
+    found = [first]
+    common = _small_text(os.path.join(first, "commondir"))
+    if common is not None and _git_path_text(common):
+        other = os.path.realpath(os.path.join(first, _git_path_text(common)))
+        if os.path.isdir(other) and other != first:
+            found.append(other)
+    return found
+
+
+def _git_path_text(text: str) -> str:
+    """A path as git reads it from a gitfile or commondir: up to a NUL, line ends dropped."""
+    return text.split("\0", 1)[0].rstrip("\r\n")
+
+
+def _small_text(path: str) -> str | None:
+    """The start of a regular file (links followed, as git does), or None.
+
+    Never a FIFO or a device: reading one could block or never end.
+    """
+    try:
+        # O_NONBLOCK: a FIFO swapped in after any check must not hang the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _PATH_MAX + 64)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _covered(path: str, bound: list[str]) -> bool:
