@@ -328,3 +328,102 @@ def test_attack_dotgit_link_to_a_gitfile_names_a_read_only_directory(
     assert not (project / "gd" / "hooks" / "pre-commit").exists()
     assert "fsmonitor" not in (project / "gd" / "config").read_text()
     users_own_git_runs_nothing(project / "s", marker)
+
+
+# --- moving the protected directory aside, or repointing what names it ---------------------
+
+
+def _planted_repo(path: str, marker: Path) -> str:
+    """Shell text making ``path`` a git directory with a planted hook and fsmonitor."""
+    return (
+        f"mkdir -p {path}/hooks {path}/objects {path}/refs && "
+        f"echo 'ref: refs/heads/main' > {path}/HEAD && "
+        f"printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {marker}\\n' "
+        f"> {path}/config && "
+        f"printf '#!/bin/sh\\ntouch {marker}\\n' > {path}/hooks/pre-commit && "
+        f"chmod +x {path}/hooks/pre-commit"
+    )
+
+
+def test_attack_renaming_a_directory_above_a_gitfile_target_swaps_nothing_in(
+    shell: Callable[[], Shell], project: Path, tmp_path: Path
+) -> None:
+    """Not the read-only directory itself but its parent is renamed, and a planted
+    git directory put at the name the gitfile gives."""
+    repo_with_commit(project / "sub")
+    (project / "meta" / "deep").mkdir(parents=True)
+    (project / "sub" / ".git").rename(project / "meta" / "deep" / "sub-repo")
+    (project / "sub" / ".git").write_text("gitdir: ../meta/deep/sub-repo\n")
+    marker = tmp_path / "PLANTED"
+    run = shell()
+    for moved in ("meta/deep", "meta"):
+        result = run(f"mv {moved} {moved}.old && {_planted_repo('meta/deep/sub-repo', marker)}")
+        assert not result["ok"], result
+    assert (project / "meta" / "deep" / "sub-repo" / "objects").is_dir()
+    assert run("echo ok > meta/deep/note.txt && echo ok > meta/note.txt")["ok"]
+    users_own_git_runs_nothing(project / "sub", marker)
+
+
+def test_attack_renaming_a_nested_repositorys_directory_swaps_nothing_in(
+    shell: Callable[[], Shell], project: Path, tmp_path: Path
+) -> None:
+    """A nested repository (its .git a directory, or a gitfile): its directory, or
+    one above, moved aside and a planted repository made at its name."""
+    repo_with_commit(project / "lib" / "inner")
+    repo_with_commit(project / "lib" / "other")
+    (project / "lib" / "other" / ".git").rename(project / "lib" / "other.gitdir")
+    (project / "lib" / "other" / ".git").write_text("gitdir: ../other.gitdir\n")
+    marker = tmp_path / "PLANTED"
+    run = shell()
+    for moved, work in (
+        ("lib/inner", "lib/inner"),
+        ("lib", "lib/inner"),
+        ("lib/other", "lib/other"),
+    ):
+        plant = _planted_repo(f"{work}/.git", marker)
+        result = run(f"mv {moved} {moved}.old && mkdir -p {work} && {plant}")
+        assert not result["ok"], result
+    assert run("echo ok > lib/inner/new.txt && echo ok > lib/other/new.txt")["ok"]
+    users_own_git_runs_nothing(project / "lib" / "inner", marker)
+    users_own_git_runs_nothing(project / "lib" / "other", marker)
+
+
+def test_attack_repointing_a_dotgit_link_or_a_link_on_the_gitdir_path_fails(
+    shell: Callable[[], Shell], project: Path, tmp_path: Path
+) -> None:
+    """A link cannot be made read-only alone: the directory holding it is."""
+    repo_with_commit(project / "lnk")
+    (project / "lnk" / ".git").rename(project / "real-git")
+    (project / "lnk" / ".git").symlink_to("../real-git")
+    repo_with_commit(project / "via")
+    (project / "store").mkdir()
+    (project / "via" / ".git").rename(project / "store" / "gd")
+    (project / "links").mkdir()
+    (project / "links" / "here").symlink_to("../store")
+    (project / "via" / ".git").write_text("gitdir: ../links/here/gd\n")
+    git(project / "via", "status")
+    marker = tmp_path / "PLANTED"
+    run = shell()
+    run(_planted_repo("evil", marker))
+    assert not run("rm lnk/.git && ln -s ../evil lnk/.git")["ok"]
+    assert not run("rm links/here && ln -s ../evil links/here")["ok"]
+    assert not run("mv links links.old && mkdir links && ln -s ../evil links/here")["ok"]
+    users_own_git_runs_nothing(project / "lnk", marker)
+    users_own_git_runs_nothing(project / "via", marker)
+
+
+def test_attack_rewriting_the_gitfile_a_dotgit_link_points_at_fails(
+    shell: Callable[[], Shell], project: Path, tmp_path: Path
+) -> None:
+    repo_with_commit(project / "s")
+    (project / "s" / ".git").rename(project / "gd")
+    (project / "pointers").mkdir()
+    (project / "pointers" / "p").write_text("gitdir: ../gd\n")
+    (project / "s" / ".git").symlink_to("../pointers/p")
+    git(project / "s", "status")
+    marker = tmp_path / "PLANTED"
+    run = shell()
+    run(_planted_repo("evil", marker))
+    assert not run("echo 'gitdir: ../evil' > pointers/p")["ok"]
+    assert (project / "pointers" / "p").read_text() == "gitdir: ../gd\n"
+    users_own_git_runs_nothing(project / "s", marker)

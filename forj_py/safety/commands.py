@@ -23,12 +23,15 @@ confined by the kernel instead.  Each one runs under ``bwrap`` with:
   configuration are code), and so is every git directory a ``.git`` file
   or link names (a submodule's, a linked worktree's, any ``gitdir:``) and
   the common directory a git directory's ``commondir`` names, when it lies
-  in the project or in a writable path (:func:`git_dirs_named_by`): the
-  user's own git, run there later, would run the hooks and the
-  configuration's programs a command planted.  Each such ``config`` is
-  replaced by a copy with its credentials redacted, and every denied file
-  (``.env``, keys, ``.ssh/``, the configured patterns) masked: an empty
-  file or an empty read-only directory, whatever flags the command uses;
+  in the project or in a writable path (:func:`git_paths`,
+  :meth:`CommandSandbox._git_binds`): the user's own git, run there
+  later, would run the hooks and the configuration's programs a command
+  planted.  The directories above each are bound onto themselves, so that
+  none can be renamed and replaced by a planted one.  Each git
+  directory's ``config`` is replaced by a copy with its credentials
+  redacted, and every denied file (``.env``, keys, ``.ssh/``, the
+  configured patterns) masked: an empty file or an empty read-only
+  directory, whatever flags the command uses;
 - ``--die-with-parent`` and a process cap (a ``pids`` cgroup where one can
   be made, else ``RLIMIT_NPROC``).
 
@@ -530,29 +533,7 @@ class CommandSandbox:
         root = self.root
         args += ["--bind" if request.writable else "--ro-bind", root, root]
         masks = self.masks.current()
-        # Every git directory a .git names, where a command could write to
-        # it: read-only.  (Outside every writable path no command can change
-        # one, and it is not made visible.)
-        writable = [root, *(p for p in (*self.write_paths, *request.scratch) if os.path.isdir(p))]
-        git_dirs: list[str] = []
-        for rel in masks.readonly:
-            if rel.rsplit("/", 1)[-1] == ".git":
-                for git_dir in git_dirs_named_by(os.path.join(root, rel)):
-                    if git_dir not in git_dirs and _covered(git_dir, writable):
-                        git_dirs.append(git_dir)
-        # Bound first, parents first, so that none covers the binds after it
-        # (the redacted configs, the masks), even one holding the project.
-        for git_dir in sorted(git_dirs, key=lambda p: (p.count("/"), p)):
-            args += ["--ro-bind", git_dir, git_dir]
-        for rel in masks.readonly:
-            full = os.path.join(root, rel)
-            # A link cannot be mounted on (its target is among git_dirs).
-            if full not in git_dirs and not os.path.islink(full):
-                args += ["--ro-bind", full, full]
-        for git_dir in git_dirs:
-            config = os.path.join(git_dir, "config")
-            if _is(config, stat.S_ISREG):
-                args += ["--ro-bind", self._redacted_config(config), config]
+        self._git_binds(args, request, masks)
         for rel in masks.files:
             full = os.path.join(root, rel)
             args += ["--ro-bind", "/dev/null", full]
@@ -565,6 +546,66 @@ class CommandSandbox:
         args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", request.cwd, "--"]
         return args + command
+
+    def _git_binds(self, args: list[str], request: Request, masks: Masks) -> None:
+        """Bind the project's ``.git`` and ``.forj`` entries, and what each ``.git`` names.
+
+        Where a command could write (the project when the call may change
+        it, the writable paths), everything deciding which git directory
+        git uses is made read-only: each git directory a ``.git`` names,
+        its common directory, the gitfile and ``commondir`` files read on
+        the way, and the directory holding each symbolic link met on the
+        way (a link itself cannot be mounted on, so its directory is; a
+        ``.git`` link makes its whole directory read-only).  Each
+        directory between a writable path's top and any of these is bound
+        onto itself: a mount point cannot be renamed, so no command can
+        move one aside and put a planted one at its name.
+        """
+        root = self.root
+        extra = [p for p in (*self.write_paths, *request.scratch) if os.path.isdir(p)]
+        writable = ([root] if request.writable else []) + extra
+        visible = [root, *extra, *self.read_paths]
+        frozen: list[str] = []  # read-only: git dirs, files read, directories of links
+        configs: list[str] = []
+        dotgits = [
+            os.path.join(root, rel) for rel in masks.readonly if rel.rsplit("/", 1)[-1] == ".git"
+        ]
+        for dotgit in dotgits:
+            found = git_paths(dotgit)
+            for path in (*found.dirs, *found.files):
+                if _covered(path, writable) and path not in frozen:
+                    frozen.append(path)
+            for link in found.links:
+                holder = os.path.dirname(link)
+                if _covered(link, writable) and holder not in frozen:
+                    frozen.append(holder)
+                    if holder == root:
+                        log.warning(
+                            "%s is a symbolic link: the project is read-only to commands "
+                            "(a link cannot be made read-only alone)",
+                            link,
+                        )
+            configs += [d for d in found.dirs if _covered(d, visible) and d not in configs]
+        pinned: list[str] = []
+        for path in (*frozen, *(d for d in dotgits if _covered(d, writable))):
+            top = next(w for w in sorted(writable, key=len, reverse=True) if _covered(path, [w]))
+            here = os.path.dirname(path)
+            while here != top and _covered(here, [top]) and here not in pinned:
+                if not _covered(here, frozen):
+                    pinned.append(here)
+                here = os.path.dirname(here)
+        # Parents first, so that no bind covers one made after it (the
+        # redacted configs and the masks come later still).
+        for path in sorted({*pinned, *frozen}, key=lambda p: (p.count("/"), p)):
+            args += ["--bind" if path in pinned else "--ro-bind", path, path]
+        for rel in masks.readonly:
+            full = os.path.join(root, rel)
+            if full not in frozen and not os.path.islink(full):
+                args += ["--ro-bind", full, full]
+        for git_dir in configs:
+            config = os.path.join(git_dir, "config")
+            if _is(config, stat.S_ISREG):
+                args += ["--ro-bind", self._redacted_config(config), config]
 
     def tmpfs_bytes(self, count: int) -> int:
         """The cap of each of ``count`` writable tmpfs mounts: the size setting, or an
@@ -622,36 +663,91 @@ class CommandSandbox:
         return copy
 
 
-def git_dirs_named_by(dotgit: str) -> list[str]:
-    """The git directories git uses for the ``.git`` at ``dotgit``, canonical.
+@dataclass
+class GitPaths:
+    """What decides which git directory git uses for one ``.git``; canonical paths."""
+
+    dirs: list[str] = field(default_factory=list)  # the git directory, its common directory
+    files: list[str] = field(default_factory=list)  # gitfile and commondir files read
+    links: list[str] = field(default_factory=list)  # symbolic links met on the way
+
+
+def git_paths(dotgit: str) -> GitPaths:
+    """The git directories git uses for the ``.git`` at ``dotgit``, and how it gets there.
 
     A ``.git`` directory (or a link to one) is one itself; a ``.git`` file
     (or a link to one) names one as git reads it: ``gitdir: PATH``, the
-    path relative to the directory holding the ``.git``, cut at a NUL and
+    path relative to the directory holding the ``.git``, cut at a NUL,
     trailing line ends dropped.  A git directory with a ``commondir`` file
     (a linked worktree's) takes its hooks and most of its configuration
     from the directory that file names (read the same way, relative to the
-    git directory), so that one is listed too.  Only directories are listed.
+    git directory), so that one is listed too.  Only directories are
+    listed in ``dirs``.
     """
-    real = os.path.realpath(dotgit)
+    found = GitPaths()
+    budget = [_MAX_LINKS]
+    real = _resolve(dotgit, found.links, budget)
     first: str | None = None
     if os.path.isdir(real):
         first = real
     else:
-        text = _small_text(dotgit)
-        if text is not None and text.startswith("gitdir: "):
-            named = _git_path_text(text[len("gitdir: ") :])
+        text = _small_text(real)
+        if text is not None:
+            found.files.append(real)
+            named = _git_path_text(text[len("gitdir: ") :]) if text.startswith("gitdir: ") else ""
             if named:
-                first = os.path.realpath(os.path.join(os.path.dirname(dotgit), named))
+                where = os.path.join(os.path.dirname(dotgit), named)
+                first = _resolve(where, found.links, budget)
     if first is None or not os.path.isdir(first):
-        return []
-    found = [first]
-    common = _small_text(os.path.join(first, "commondir"))
-    if common is not None and _git_path_text(common):
-        other = os.path.realpath(os.path.join(first, _git_path_text(common)))
-        if os.path.isdir(other) and other != first:
-            found.append(other)
+        return found
+    found.dirs.append(first)
+    commondir = _resolve(os.path.join(first, "commondir"), found.links, budget)
+    text = _small_text(commondir)
+    if text is not None:
+        found.files.append(commondir)
+        named = _git_path_text(text)
+        if named:
+            other = _resolve(os.path.join(first, named), found.links, budget)
+            if os.path.isdir(other) and other != first:
+                found.dirs.append(other)
     return found
+
+
+def git_dirs_named_by(dotgit: str) -> list[str]:
+    """The git directories git uses for the ``.git`` at ``dotgit`` (see git_paths)."""
+    return git_paths(dotgit).dirs
+
+
+# How many symbolic links one resolution follows (the kernel's own limit).
+_MAX_LINKS = 40
+
+
+def _resolve(path: str, links: list[str], budget: list[int]) -> str:
+    """``path`` (absolute) resolved as the kernel would; each link met is added to ``links``.
+
+    ``budget``: links left to follow, shared by the whole resolution; past
+    it the rest is taken as it is (git would fail there too).
+    """
+    here = "/"
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = os.path.dirname(here)
+            continue
+        step = os.path.join(here, part)
+        try:
+            target = os.readlink(step)
+        except OSError:  # not a link, or not there: taken as it is
+            here = step
+            continue
+        if budget[0] <= 0:
+            here = step
+            continue
+        budget[0] -= 1
+        links.append(step)
+        here = _resolve(os.path.join(here, target), links, budget)
+    return here
 
 
 def _git_path_text(text: str) -> str:
