@@ -386,3 +386,28 @@ def test_config_override_builder_overrides_a_filter_of_any_name(name: str, kind:
     assert pairs == [(key, "")] and env == {}
     built = sysgit.config_environment(pairs)
     assert built == {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": key, "GIT_CONFIG_VALUE_0": ""}
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://example.com/x.y=z", "https://example.com/a=b", "https://u=v@example.com", "=", ""],
+)
+def test_attack_git_credential_helper_for_a_url_holding_equals_does_not_run(
+    project: Path, tmp_path: Path, url: str
+) -> None:
+    """A repository-set helper for a URL (a subsection) holding '=': git asked for
+    credentials, as a fetch would ask it, runs none of the repository's helpers.
+    (A guard: git percent-encodes '=' in the URL it matches, and a split '-c' of
+    these names is not a valid key, so here the old '-c' failed closed too.)"""
+    marks = Marks(tmp_path)
+    git(project, "init", "-q", "-b", "main")
+    with (project / ".git" / "config").open("a", encoding="utf-8") as fh:
+        fh.write(
+            f"[credential {_quoted(url)}]\n\thelper = !{marks.program} helper-url\n"
+            f"[credential]\n\thelper = !{marks.program} helper\n\tuseHttpPath = true\n"
+        )
+    repo = sysgit.open_repo(str(project))
+    for path in ("x.y=z", "a=b"):
+        query = f"protocol=https\nhost=example.com\npath={path}\nusername=u=v\n\n".encode()
+        repo.run(["credential", "fill"], timeout=10, stdin=query)
+    assert marks.ran() == []
