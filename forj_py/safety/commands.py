@@ -586,6 +586,9 @@ class CommandSandbox:
                             link,
                         )
             configs += [d for d in found.dirs if _covered(d, visible) and d not in configs]
+        # What lies in a directory bound read-only already needs no bind of its
+        # own (a submodule's git directory under .git/modules).
+        frozen = [p for p in frozen if not any(q != p and _covered(p, [q]) for q in frozen)]
         pinned: list[str] = []
         for path in (*frozen, *(d for d in dotgits if _covered(d, writable))):
             top = next(w for w in sorted(writable, key=len, reverse=True) if _covered(path, [w]))

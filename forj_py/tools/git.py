@@ -744,7 +744,7 @@ class GitCommit(_GitTool[GitCommitArgs]):
     def preview(self, args: GitCommitArgs, ctx: ToolContext) -> str | None:
         repo = repo_of(ctx)
         done = repo.run(
-            ["diff", "--cached", "--stat", "--no-color", "--no-ext-diff"],
+            ["diff", "--cached", "--stat", "--no-color", "--no-ext-diff", "--no-textconv"],
             timeout=ctx.config.tools.git.timeout_seconds,
         )
         rules = [f"{v.rule} ({V.level_of(v)})" for v in _validators(ctx, V.ON_COMMIT)]
