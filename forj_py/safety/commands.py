@@ -565,37 +565,42 @@ class CommandSandbox:
         extra = [p for p in (*self.write_paths, *request.scratch) if os.path.isdir(p)]
         writable = ([root] if request.writable else []) + extra
         visible = [root, *extra, *self.read_paths]
-        frozen: list[str] = []  # read-only: git dirs, files read, directories of links
-        configs: list[str] = []
+        # Read-only: git dirs, the files read on the way, directories of links
+        # (dicts: ordered sets).
+        wanted: dict[str, None] = {}
+        configs: dict[str, None] = {}
         dotgits = [
             os.path.join(root, rel) for rel in masks.readonly if rel.rsplit("/", 1)[-1] == ".git"
         ]
         for dotgit in dotgits:
             found = git_paths(dotgit)
             for path in (*found.dirs, *found.files):
-                if _covered(path, writable) and path not in frozen:
-                    frozen.append(path)
+                if _covered(path, writable):
+                    wanted[path] = None
             for link in found.links:
-                holder = os.path.dirname(link)
-                if _covered(link, writable) and holder not in frozen:
-                    frozen.append(holder)
-                    if holder == root:
+                if _covered(link, writable):
+                    wanted[os.path.dirname(link)] = None
+                    if os.path.dirname(link) == root:
                         log.warning(
                             "%s is a symbolic link: the project is read-only to commands "
                             "(a link cannot be made read-only alone)",
                             link,
                         )
-            configs += [d for d in found.dirs if _covered(d, visible) and d not in configs]
+            configs.update((d, None) for d in found.dirs if _covered(d, visible))
         # What lies in a directory bound read-only already needs no bind of its
-        # own (a submodule's git directory under .git/modules).
-        frozen = [p for p in frozen if not any(q != p and _covered(p, [q]) for q in frozen)]
-        pinned: list[str] = []
+        # own (a submodule's git directory under .git/modules), nor can it move.
+        every = set(wanted)
+        frozen = {p: None for p in wanted if not _under_any(p, every)}
+        frozen_dirs = set(frozen)
+        pinned: set[str] = set()
+        tops = sorted(writable, key=len, reverse=True)
         for path in (*frozen, *(d for d in dotgits if _covered(d, writable))):
-            top = next(w for w in sorted(writable, key=len, reverse=True) if _covered(path, [w]))
+            if path not in frozen_dirs and _under_any(path, frozen_dirs):
+                continue
+            top = next(w for w in tops if _covered(path, [w]))
             here = os.path.dirname(path)
-            while here != top and _covered(here, [top]) and here not in pinned:
-                if not _covered(here, frozen):
-                    pinned.append(here)
+            while here != top and here.startswith(top) and here not in pinned:
+                pinned.add(here)
                 here = os.path.dirname(here)
         # Parents first, so that no bind covers one made after it (the
         # redacted configs and the masks come later still).
@@ -678,10 +683,11 @@ class GitPaths:
 def git_paths(dotgit: str) -> GitPaths:
     """The git directories git uses for the ``.git`` at ``dotgit``, and how it gets there.
 
-    A ``.git`` directory (or a link to one) is one itself; a ``.git`` file
-    (or a link to one) names one as git reads it: ``gitdir: PATH``, the
-    path relative to the directory holding the ``.git``, cut at a NUL,
-    trailing line ends dropped.  A git directory with a ``commondir`` file
+    ``dotgit`` is canonical but for its last name.  A ``.git`` directory
+    (or a link to one) is one itself; a ``.git`` file (or a link to one)
+    names one as git reads it: ``gitdir: PATH``, the path relative to the
+    directory holding the ``.git``, cut at a NUL, trailing line ends
+    dropped.  A git directory with a ``commondir`` file
     (a linked worktree's) takes its hooks and most of its configuration
     from the directory that file names (read the same way, relative to the
     git directory), so that one is listed too.  Only directories are
@@ -689,7 +695,7 @@ def git_paths(dotgit: str) -> GitPaths:
     """
     found = GitPaths()
     budget = [_MAX_LINKS]
-    real = _resolve(dotgit, found.links, budget)
+    real = _resolve_in(dotgit, found.links, budget)
     first: str | None = None
     if os.path.isdir(real):
         first = real
@@ -704,7 +710,7 @@ def git_paths(dotgit: str) -> GitPaths:
     if first is None or not os.path.isdir(first):
         return found
     found.dirs.append(first)
-    commondir = _resolve(os.path.join(first, "commondir"), found.links, budget)
+    commondir = _resolve_in(os.path.join(first, "commondir"), found.links, budget)
     text = _small_text(commondir)
     if text is not None:
         found.files.append(commondir)
@@ -723,6 +729,13 @@ def git_dirs_named_by(dotgit: str) -> list[str]:
 
 # How many symbolic links one resolution follows (the kernel's own limit).
 _MAX_LINKS = 40
+
+
+def _resolve_in(path: str, links: list[str], budget: list[int]) -> str:
+    """:func:`_resolve` for a name in a canonical directory: only the name can be a link."""
+    if not os.path.islink(path):
+        return path
+    return _resolve(path, links, budget)
 
 
 def _resolve(path: str, links: list[str], budget: list[int]) -> str:
@@ -777,6 +790,18 @@ def _small_text(path: str) -> str | None:
     finally:
         os.close(fd)
     return data.decode("utf-8", "surrogateescape")
+
+
+def _under_any(path: str, dirs: set[str]) -> bool:
+    """Whether a directory strictly above ``path`` is one of ``dirs``."""
+    here = os.path.dirname(path)
+    while True:
+        if here in dirs:
+            return True
+        parent = os.path.dirname(here)
+        if parent == here:
+            return False
+        here = parent
 
 
 def _covered(path: str, bound: list[str]) -> bool:
