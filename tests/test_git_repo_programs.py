@@ -411,3 +411,25 @@ def test_attack_git_credential_helper_for_a_url_holding_equals_does_not_run(
         query = f"protocol=https\nhost=example.com\npath={path}\nusername=u=v\n\n".encode()
         repo.run(["credential", "fill"], timeout=10, stdin=query)
     assert marks.ran() == []
+
+
+def test_attack_git_auto_stage_runs_no_program_of_the_repository(
+    worker: Any, project: Path, tmp_path: Path
+) -> None:
+    """Emacs's forj-git-auto-stage has the worker stage the files forj wrote
+    (``stage``): git add reads each file through its clean filter, and none of the
+    repository's runs; a denied file is never staged."""
+    marks = Marks(tmp_path)
+    files = hostile_repo(project, marks)
+    for f in files:
+        (project / f).write_text("written by forj\n")
+    (project / ".env").write_text("SECRET=1\n")
+    client = worker()
+    reply = client.call("stage", {"paths": [*files, ".env", "../outside.txt"]})
+    assert "error" not in reply, reply
+    assert sorted(reply["staged"]) == sorted(files)
+    assert {s["path"] for s in reply["skipped"]} == {".env", "../outside.txt"}
+    assert marks.ran() == []
+    # (The index against HEAD: git reads no file of the work tree for it.)
+    staged = git(project, "-c", "core.fsmonitor=false", "diff", "--cached", "--name-only", "-z")
+    assert sorted(p for p in staged.split("\0") if p) == sorted(files)
