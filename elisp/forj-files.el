@@ -20,7 +20,8 @@
 ;; What Emacs does once the worker has changed files of the project:
 ;; every buffer visiting a changed file is reverted (point kept), and,
 ;; with `forj-git-auto-stage', the files are staged with `git add',
-;; run asynchronously in the project root.  The paths come from tool
+;; which the worker runs (asynchronously) the way it runs every git of
+;; its own.  The paths come from tool
 ;; results (every shape a writing tool answers with: `path', `files',
 ;; multi_edit's `details'), from undo and rewind replies, and from
 ;; recovered batches.
@@ -30,6 +31,8 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'forj)
+(require 'forj-epc)
+(require 'forj-worker)
 
 (defcustom forj-git-auto-stage nil
   "Non-nil: stage the files forj changed (`git add') after they are applied.
@@ -94,26 +97,23 @@ its text is the user's, and the file on disk is forj's now."
                (string-join (nreverse kept) ", ")))))
 
 (defun forj-files-stage (root paths)
-  "With `forj-git-auto-stage', run `git add' on PATHS in ROOT in the background.
-Return the process, or nil when nothing is staged."
-  (when (and forj-git-auto-stage paths (executable-find "git")
+  "With `forj-git-auto-stage', stage PATHS of ROOT with `git add -A'.
+The worker runs git, as it runs every git of its own: none of the
+repository's programs (filters, fsmonitor, hooks) runs.  Return non-nil
+when staging was asked for."
+  (when (and forj-git-auto-stage paths
              (file-exists-p (expand-file-name ".git" root)))
-    (let ((default-directory (file-name-as-directory root))
-          (output (generate-new-buffer " *forj-git-add*")))
-      (make-process
-       :name "forj-git-add"
-       :buffer output
-       :noquery t
-       :connection-type 'pipe
-       ;; -A stages deletions too; -- ends the options: no path is an option.
-       :command (append (list "git" "add" "-A" "--") paths)
-       :sentinel (lambda (process _event)
-                   (unless (process-live-p process)
-                     (unless (eq (process-exit-status process) 0)
-                       (message "forj: git add failed: %s"
-                                (with-current-buffer (process-buffer process)
-                                  (string-trim (buffer-string)))))
-                     (kill-buffer (process-buffer process))))))))
+    (forj-worker-ensure
+     root
+     (lambda (worker)
+       (forj-epc-call (forj-worker-connection worker) "stage" (list :paths (vconcat paths))
+                      :success (lambda (reply)
+                                 (when (stringp (plist-get reply :error))
+                                   (message "forj: git add failed: %s" (plist-get reply :error))))
+                      :error (lambda (err)
+                               (message "forj: git add failed: %s" (plist-get err :message)))))
+     (lambda (err) (message "forj: git add failed: %s" (plist-get err :message))))
+    t))
 
 (defun forj-files-applied (root paths)
   "Files PATHS of ROOT were changed by forj: revert their buffers, maybe stage."

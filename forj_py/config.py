@@ -136,6 +136,12 @@ class ShellConfig(_Section):
     sandbox_write_paths: list[str] = Field(default_factory=list)
     # Processes one command may have at once (a fork bomb's ceiling).
     max_processes: int = Field(default=512, ge=16, le=1_000_000)
+    # The sandbox's writable tmpfs mounts (/tmp, /var/tmp, /dev/shm, $HOME)
+    # live in memory: each holds at most tmpfs_size_mib, and all of them at
+    # most tmpfs_total_mib together (an equal share each when the sizes
+    # would add up to more).  Past that a write fails with ENOSPC.
+    tmpfs_size_mib: int = Field(default=512, ge=1, le=1 << 20)
+    tmpfs_total_mib: int = Field(default=2048, ge=4, le=1 << 22)
     # Commands that may have network without a forced review, as globs over
     # the command text ("npm install *"); the user's own file only.
     network_commands: list[str] = Field(default_factory=list)
@@ -931,6 +937,14 @@ _USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     ("tools", "shell", "sandbox_write_paths"): _subset,
     ("tools", "shell", "network_commands"): _subset,
     ("tools", "shell", "max_processes"): lambda user, project: (
+        (project, True) if project <= user else (user, False)
+    ),
+    # Memory a command may fill through its tmpfs mounts: a project may
+    # lower the caps, never raise them.
+    ("tools", "shell", "tmpfs_size_mib"): lambda user, project: (
+        (project, True) if project <= user else (user, False)
+    ),
+    ("tools", "shell", "tmpfs_total_mib"): lambda user, project: (
         (project, True) if project <= user else (user, False)
     ),
     ("tools", "approval", "read_only_commands"): _stricter_of(["prompt", "auto"]),

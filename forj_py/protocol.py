@@ -264,6 +264,12 @@ class CheckpointsRequest(_Strict):
     limit: int = Field(default=100, ge=1, le=10_000)
 
 
+class StageRequest(_Strict):
+    """Files forj changed, to stage (``git add -A``): project paths, as results name them."""
+
+    paths: list[str] = Field(min_length=1, max_length=10_000)
+
+
 class UndoRequest(_Strict):
     batch_id: str | None = None
     turn: str | None = Field(default=None, min_length=1, max_length=256)

@@ -51,6 +51,7 @@ from .protocol import (
     ResolveBatchRequest,
     RevokeGrantRequest,
     RewindRequest,
+    StageRequest,
     ToolDefinitionsRequest,
     ToolError,
     ToolResult,
@@ -185,6 +186,8 @@ class Worker:
             read_paths=shell.sandbox_read_paths,
             write_paths=shell.sandbox_write_paths,
             max_processes=shell.max_processes,
+            tmpfs_size_mib=shell.tmpfs_size_mib,
+            tmpfs_total_mib=shell.tmpfs_total_mib,
         )
         self.runner = Runner(self.sandbox, self.config, journal, self.backups, self.commands)
         self.watcher = Watcher(
@@ -1088,6 +1091,41 @@ class Worker:
                 }
             )
         return {"checkpoints": out}
+
+    def stage(self, body: Any) -> dict[str, Any]:
+        """``git add -A`` of files forj changed (Emacs's ``forj-git-auto-stage``).
+
+        git runs as every git of the worker does (:mod:`forj_py.system.git`):
+        none of the repository's programs (filters, fsmonitor, hooks) runs.
+        A path outside the project or denied (``.env``) is not staged.
+        """
+        req = parse_request(StageRequest, body)
+        specs: list[str] = []
+        staged: list[str] = []
+        skipped: list[dict[str, str]] = []
+        for path in req.paths:
+            try:
+                safe = self.sandbox.resolve(path)
+            except ToolFailure as failure:
+                skipped.append({"path": path, "reason": failure.error.message})
+                continue
+            if safe.root != self.sandbox.project_root or safe.rel == ".":
+                skipped.append({"path": path, "reason": "not a file of the project"})
+                continue
+            specs.append(":(literal)" + safe.rel)
+            staged.append(safe.display)
+        if not specs:
+            return {"staged": [], "skipped": skipped}
+        timeout = self.config.tools.git.timeout_seconds
+        try:
+            repo = git.open_repo(self.root, timeout=timeout)
+            done = repo.run(["add", "-A", "--", *specs], timeout=timeout)
+        except git.GitError as exc:
+            return {"staged": [], "skipped": skipped, "error": str(exc)}
+        if not done.ok:
+            why = "timed out" if done.timed_out else done.err() or f"exit {done.returncode}"
+            return {"staged": [], "skipped": skipped, "error": f"git add failed: {why}"}
+        return {"staged": staged, "skipped": skipped}
 
     def _idle(self) -> None:
         """Undo only between batches: a running call may be writing the same files."""

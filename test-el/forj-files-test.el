@@ -147,6 +147,42 @@
                                 (call-process "git" nil t nil "-C" root "status" "--porcelain")
                                 (buffer-string)))))))
 
+(ert-deftest forj-test-files-git-auto-stage-runs-no-program-of-the-repository ()
+  "Auto-staging runs none of the repository's programs: a clean filter (its
+driver's name holding `=') and an fsmonitor the repository's own config names."
+  (skip-unless (executable-find "git"))
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (should (eq 0 (call-process "git" nil nil nil "-C" root "init" "-q")))
+    (let ((marker (expand-file-name "PLANTED" (make-temp-file "forj-marks-" t))))
+      (with-temp-file (expand-file-name ".git/info/attributes" root)
+        (insert "* filter=a=b\n"))
+      (with-temp-buffer
+        (insert-file-contents (expand-file-name ".git/config" root))
+        (goto-char (point-max))
+        (insert (format "[filter \"a=b\"]\n\tclean = \"touch %s; cat\"\n" marker)
+                (format "[core]\n\tfsmonitor = \"touch %s\"\n" marker))
+        (write-region nil nil (expand-file-name ".git/config" root)))
+      (let* ((forj-git-auto-stage t)
+             (run (forj-flow-test--run root "```tool-call
+{\"id\": \"w\", \"name\": \"write_file\", \"args\": {\"path\": \"new.txt\", \"content\": \"new\\n\"}}
+```
+")))
+        (with-current-buffer (forj-flow-test--review-buffer)
+          (forj-review-approve-all)
+          (forj-review-commit))
+        (should (eq (plist-get (car (forj-files-test--results run)) :ok) t))
+        ;; The index against HEAD's (empty) tree: git reads no file of the work tree.
+        (should (forj-test--wait-for
+                 (lambda ()
+                   (string-match-p "^new.txt$"
+                                   (with-temp-buffer
+                                     (call-process "git" nil t nil "-C" root
+                                                   "-c" "core.fsmonitor=false"
+                                                   "ls-files" "--cached")
+                                     (buffer-string))))
+                 10))
+        (should-not (file-exists-p marker))))))
+
 (ert-deftest forj-test-files-review-says-uncommitted-changes ()
   "A call writing a file with uncommitted changes made outside forj says so in the review."
   (skip-unless (executable-find "git"))

@@ -298,12 +298,9 @@ def test_overrides_keep_the_users_own_helpers() -> None:
     ]
     pairs, env = sysgit.overrides_for(entries)
     assert pairs == [
-        "-c",
-        "credential.helper=",
-        "-c",
-        "credential.helper=store",
-        "-c",
-        "filter.lfs.clean=git-lfs clean -- %f",
+        ("credential.helper", ""),
+        ("credential.helper", "store"),
+        ("filter.lfs.clean", "git-lfs clean -- %f"),
     ]
     assert env == {"GIT_SSH_COMMAND": "ssh"}
 

@@ -74,6 +74,7 @@ def test_the_users_own_sandbox_none_silences_the_warning_and_the_forced_review(
         "network": "off",
         "silenced": True,
         "reason": 'your config sets [tools.shell] sandbox = "none"',
+        "tmpfs_capped": False,
     }
     assert not any("unsandboxed" in w for w in hello["warnings"])
     assert plan["items"][0]["disposition"] == "execute"

@@ -20,8 +20,14 @@ import threading
 PROBE_SECONDS = 10.0
 
 
-def argv(path: str) -> list[str]:
-    """bwrap running ``true`` with every namespace a command gets, the root read-only."""
+def argv(path: str, *, sizes: bool = True) -> list[str]:
+    """bwrap running ``true`` with every namespace a command gets, the root read-only.
+
+    ``sizes``: with a size-capped tmpfs, as every command's are.  A bwrap
+    older than 0.7, or one installed setuid, refuses ``--size``; the probe
+    then runs again without it (see ``commands.probe``).
+    """
+    capped = ["--size", str(1 << 20), "--tmpfs", "/tmp"] if sizes else []  # noqa: S108
     return [
         path,
         "--unshare-all",
@@ -33,6 +39,7 @@ def argv(path: str) -> list[str]:
         "/proc",
         "--dev",
         "/dev",
+        *capped,
         "true",
     ]
 
@@ -44,11 +51,11 @@ def find() -> str | None:
     return shutil.which("bwrap")
 
 
-def run(path: str) -> subprocess.CompletedProcess[bytes] | Exception:
+def run(path: str, *, sizes: bool = True) -> subprocess.CompletedProcess[bytes] | Exception:
     """Run the probe now; an OSError or a timeout is returned, not raised."""
     try:
         return subprocess.run(
-            argv(path),
+            argv(path, sizes=sizes),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=PROBE_SECONDS,

@@ -11,13 +11,26 @@ confined by the kernel instead.  Each one runs under ``bwrap`` with:
   network and the user allowed it;
 - a filesystem built from nothing: the system directories (``/usr``,
   ``/bin``, ``/lib*``, ``/etc``, ``/opt``, ...) and the toolchains on
-  ``PATH`` read-only, a private ``/tmp``, an empty private ``$HOME``, the
-  project read-write (read-only for commands that run unasked), and
-  nothing else of the user's files;
+  ``PATH`` read-only, a private ``/tmp``, ``/var/tmp``, ``/dev/shm`` and an
+  empty private ``$HOME``, the project read-write (read-only for commands
+  that run unasked), and nothing else of the user's files.  The private
+  directories are tmpfs, which live in memory, so each has a size cap
+  (``[tools.shell] tmpfs_size_mib``, all together ``tmpfs_total_mib``):
+  a command that fills them gets ENOSPC, and the host's memory, with
+  Emacs in it, is not the out-of-memory killer's to reclaim.  The root and
+  ``/dev`` (tmpfs too) are read-only;
 - inside the project, every ``.git`` and ``.forj`` read-only (hooks and
-  configuration are code), ``.git/config`` replaced by a copy with its
-  credentials redacted, and every denied file (``.env``, keys, ``.ssh/``,
-  the configured patterns) masked: an empty file or an empty read-only
+  configuration are code), and so is every git directory a ``.git`` file
+  or link names (a submodule's, a linked worktree's, any ``gitdir:``) and
+  the common directory a git directory's ``commondir`` names, when it lies
+  in the project or in a writable path (:func:`git_paths`,
+  :meth:`CommandSandbox._git_binds`): the user's own git, run there
+  later, would run the hooks and the configuration's programs a command
+  planted.  The directories above each are bound onto themselves, so that
+  none can be renamed and replaced by a planted one.  Each git
+  directory's ``config`` is replaced by a copy with its credentials
+  redacted, and every denied file (``.env``, keys, ``.ssh/``, the
+  configured patterns) masked: an empty file or an empty read-only
   directory, whatever flags the command uses;
 - ``--die-with-parent`` and a process cap (a ``pids`` cgroup where one can
   be made, else ``RLIMIT_NPROC``).
@@ -90,6 +103,9 @@ class Availability:
     reason: str = ""
     silenced: bool = False  # the user's own config said sandbox = "none"
     bwrap: str | None = None
+    # Whether this bwrap caps a tmpfs's size (--size: bubblewrap 0.7 or
+    # later, and not installed setuid).
+    tmpfs_sizes: bool = True
 
     @property
     def sandboxed(self) -> bool:
@@ -101,9 +117,17 @@ class Availability:
             "network": "off",
             "silenced": self.silenced,
             "reason": self.reason,
+            "tmpfs_capped": self.sandboxed and self.tmpfs_sizes,
         }
 
     def warning(self) -> str | None:
+        if self.sandboxed and not self.tmpfs_sizes:
+            return (
+                "This bubblewrap cannot cap the size of the sandbox's /tmp, /var/tmp, $HOME "
+                "and /dev/shm (its --size option needs bubblewrap 0.7 or later, not "
+                "installed setuid): a command can fill them until the host runs out of "
+                "memory. Upgrade bubblewrap to have [tools.shell] tmpfs_size_mib applied."
+            )
         if self.sandboxed or self.silenced:
             return None
         return (
@@ -130,11 +154,17 @@ def probe(setting: str = "auto", started: bwrap_probe.Started | None = None) -> 
     done = started.outcome() if started is not None else bwrap_probe.run(path)
     if done is None or isinstance(done, Exception):
         return Availability("none", f"bwrap could not be started: {done}")
-    if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        first = why[-1] if why else f"exit {done.returncode}"
-        return Availability("none", f"bwrap cannot create namespaces here ({first})")
-    return Availability("bwrap", bwrap=path)
+    if done.returncode == 0:
+        return Availability("bwrap", bwrap=path)
+    # Perhaps only --size is refused (an old or setuid bwrap): the sandbox
+    # still works, with tmpfs mounts it cannot cap (warned about).
+    plain = bwrap_probe.run(path, sizes=False)
+    if not isinstance(plain, Exception) and plain.returncode == 0:
+        log.warning("bwrap refuses --size: the sandbox's tmpfs mounts are not capped")
+        return Availability("bwrap", bwrap=path, tmpfs_sizes=False)
+    why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    first = why[-1] if why else f"exit {done.returncode}"
+    return Availability("none", f"bwrap cannot create namespaces here ({first})")
 
 
 # --- what is masked inside the project -----------------------------------------------
@@ -244,12 +274,13 @@ class MaskIndex:
                 is_dir = stat.S_ISDIR(st.st_mode)
         except OSError:
             return None
+        name = rel.rsplit("/", 1)[-1]
         if is_link:
             # A link is not masked itself: what it points at inside the
             # project is masked under its own name, and outside the project
-            # there is nothing to point at.
-            return None
-        name = rel.rsplit("/", 1)[-1]
+            # there is nothing to point at.  A .git link is kept: the git
+            # directory it names is made read-only.
+            return "readonly" if name == ".git" else None
         if name in (".git", ".forj"):
             return "readonly"
         try:
@@ -289,7 +320,8 @@ class MaskIndex:
             files: set[str] = set()
             dirs: set[str] = set()
             readonly: set[str] = set()
-            self._scan(rel, files, dirs, readonly)
+            if not os.path.islink(path):  # a .git link: what it names is not the project's
+                self._scan(rel, files, dirs, readonly)
             if kind == "readonly":
                 readonly.add(rel)
             with self._lock:
@@ -339,7 +371,7 @@ class MaskIndex:
         out.dirs.sort()
         for rel in readonly:
             full = os.path.join(self.root, rel)
-            if _is(full, stat.S_ISDIR) or _is(full, stat.S_ISREG):
+            if _is(full, stat.S_ISDIR) or _is(full, stat.S_ISREG) or _is(full, stat.S_ISLNK):
                 out.readonly.append(rel)
         return out
 
@@ -406,8 +438,12 @@ class CommandSandbox:
         write_paths: Iterable[str] = (),
         max_processes: int = 512,
         state_dir: str | None = None,
+        tmpfs_size_mib: int = 512,
+        tmpfs_total_mib: int = 2048,
     ) -> None:
         self.sandbox = sandbox
+        self.tmpfs_size_mib = tmpfs_size_mib
+        self.tmpfs_total_mib = tmpfs_total_mib
         self.root = sandbox.project_root
         self.availability = availability
         self.read_paths = [os.path.realpath(os.path.expanduser(p)) for p in read_paths]
@@ -472,13 +508,21 @@ class CommandSandbox:
             resolv = os.path.realpath("/etc/resolv.conf")
             if resolv.startswith("/run/") and os.path.isfile(resolv):
                 args.extend(["--ro-bind", resolv, resolv])
-        # Fresh, private tmpfs mounts inside the sandbox, not the host's /tmp.
+        # Fresh, private tmpfs mounts inside the sandbox, not the host's /tmp,
+        # each capped (see tmpfs_bytes).  /dev is a tmpfs of bwrap's: read-only
+        # at the end, with its own capped /dev/shm (POSIX shared memory,
+        # semaphores) mounted on it.
         args += ["--proc", "/proc", "--dev", "/dev"]
-        args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]  # noqa: S108
+        scratch = ["/dev/shm", "/tmp", "/var/tmp"]  # noqa: S108
         # An empty private home at the real path: configuration that names
         # $HOME still resolves, and nothing of the user's is there.
         if self.home and self.home != "/" and not _covered(self.home, bound):
-            args += ["--tmpfs", self.home]
+            scratch.append(self.home)
+        size = self.tmpfs_bytes(len(scratch))
+        for path in scratch:
+            if self.availability.tmpfs_sizes:
+                args += ["--size", str(size)]
+            args += ["--tmpfs", path]
         for path in self._toolchains(request.env):
             ro(path)
         for path in self.read_paths:
@@ -489,21 +533,93 @@ class CommandSandbox:
         root = self.root
         args += ["--bind" if request.writable else "--ro-bind", root, root]
         masks = self.masks.current()
-        for rel in masks.readonly:
-            full = os.path.join(root, rel)
-            args += ["--ro-bind", full, full]
-            if rel.rsplit("/", 1)[-1] == ".git" and os.path.isdir(full):
-                config = os.path.join(full, "config")
-                if _is(config, stat.S_ISREG):
-                    args += ["--ro-bind", self._redacted_config(config), config]
+        self._git_binds(args, request, masks)
         for rel in masks.files:
             full = os.path.join(root, rel)
             args += ["--ro-bind", "/dev/null", full]
         for rel in masks.dirs:
             full = os.path.join(root, rel)
             args += ["--tmpfs", full, "--remount-ro", full]
+        # Last, once every mount point exists: the root (bwrap's own tmpfs,
+        # which holds the mount points) and /dev read-only, so that nothing
+        # but the capped mounts and the bound paths can be written.
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", request.cwd, "--"]
         return args + command
+
+    def _git_binds(self, args: list[str], request: Request, masks: Masks) -> None:
+        """Bind the project's ``.git`` and ``.forj`` entries, and what each ``.git`` names.
+
+        Where a command could write (the project when the call may change
+        it, the writable paths), everything deciding which git directory
+        git uses is made read-only: each git directory a ``.git`` names,
+        its common directory, the gitfile and ``commondir`` files read on
+        the way, and the directory holding each symbolic link met on the
+        way (a link itself cannot be mounted on, so its directory is; a
+        ``.git`` link makes its whole directory read-only).  Each
+        directory between a writable path's top and any of these is bound
+        onto itself: a mount point cannot be renamed, so no command can
+        move one aside and put a planted one at its name.
+        """
+        root = self.root
+        extra = [p for p in (*self.write_paths, *request.scratch) if os.path.isdir(p)]
+        writable = ([root] if request.writable else []) + extra
+        visible = [root, *extra, *self.read_paths]
+        # Read-only: git dirs, the files read on the way, directories of links
+        # (dicts: ordered sets).
+        wanted: dict[str, None] = {}
+        configs: dict[str, None] = {}
+        dotgits = [
+            os.path.join(root, rel) for rel in masks.readonly if rel.rsplit("/", 1)[-1] == ".git"
+        ]
+        for dotgit in dotgits:
+            found = git_paths(dotgit)
+            for path in (*found.dirs, *found.files):
+                if _covered(path, writable):
+                    wanted[path] = None
+            for link in found.links:
+                if _covered(link, writable):
+                    wanted[os.path.dirname(link)] = None
+                    if os.path.dirname(link) == root:
+                        log.warning(
+                            "%s is a symbolic link: the project is read-only to commands "
+                            "(a link cannot be made read-only alone)",
+                            link,
+                        )
+            configs.update((d, None) for d in found.dirs if _covered(d, visible))
+        # What lies in a directory bound read-only already needs no bind of its
+        # own (a submodule's git directory under .git/modules), nor can it move.
+        every = set(wanted)
+        frozen = {p: None for p in wanted if not _under_any(p, every)}
+        frozen_dirs = set(frozen)
+        pinned: set[str] = set()
+        tops = sorted(writable, key=len, reverse=True)
+        for path in (*frozen, *(d for d in dotgits if _covered(d, writable))):
+            if path not in frozen_dirs and _under_any(path, frozen_dirs):
+                continue
+            top = next(w for w in tops if _covered(path, [w]))
+            here = os.path.dirname(path)
+            while here != top and here.startswith(top) and here not in pinned:
+                pinned.add(here)
+                here = os.path.dirname(here)
+        # Parents first, so that no bind covers one made after it (the
+        # redacted configs and the masks come later still).
+        for path in sorted({*pinned, *frozen}, key=lambda p: (p.count("/"), p)):
+            args += ["--bind" if path in pinned else "--ro-bind", path, path]
+        for rel in masks.readonly:
+            full = os.path.join(root, rel)
+            if full not in frozen and not os.path.islink(full):
+                args += ["--ro-bind", full, full]
+        for git_dir in configs:
+            config = os.path.join(git_dir, "config")
+            if _is(config, stat.S_ISREG):
+                args += ["--ro-bind", self._redacted_config(config), config]
+
+    def tmpfs_bytes(self, count: int) -> int:
+        """The cap of each of ``count`` writable tmpfs mounts: the size setting, or an
+        equal share of the total when the sizes would add up to more."""
+        each = self.tmpfs_size_mib << 20
+        return max(1 << 20, min(each, (self.tmpfs_total_mib << 20) // max(count, 1)))
 
     def _toolchains(self, env: Mapping[str, str]) -> list[str]:
         """Real paths of the ``PATH`` entries and of Python's base prefix, outside the project."""
@@ -553,6 +669,139 @@ class CommandSandbox:
             os.replace(tmp, copy)
             self._configs[digest] = copy
         return copy
+
+
+@dataclass
+class GitPaths:
+    """What decides which git directory git uses for one ``.git``; canonical paths."""
+
+    dirs: list[str] = field(default_factory=list)  # the git directory, its common directory
+    files: list[str] = field(default_factory=list)  # gitfile and commondir files read
+    links: list[str] = field(default_factory=list)  # symbolic links met on the way
+
+
+def git_paths(dotgit: str) -> GitPaths:
+    """The git directories git uses for the ``.git`` at ``dotgit``, and how it gets there.
+
+    ``dotgit`` is canonical but for its last name.  A ``.git`` directory
+    (or a link to one) is one itself; a ``.git`` file (or a link to one)
+    names one as git reads it: ``gitdir: PATH``, the path relative to the
+    directory holding the ``.git``, cut at a NUL, trailing line ends
+    dropped.  A git directory with a ``commondir`` file
+    (a linked worktree's) takes its hooks and most of its configuration
+    from the directory that file names (read the same way, relative to the
+    git directory), so that one is listed too.  Only directories are
+    listed in ``dirs``.
+    """
+    found = GitPaths()
+    budget = [_MAX_LINKS]
+    real = _resolve_in(dotgit, found.links, budget)
+    first: str | None = None
+    if os.path.isdir(real):
+        first = real
+    else:
+        text = _small_text(real)
+        if text is not None:
+            found.files.append(real)
+            named = _git_path_text(text[len("gitdir: ") :]) if text.startswith("gitdir: ") else ""
+            if named:
+                where = os.path.join(os.path.dirname(dotgit), named)
+                first = _resolve(where, found.links, budget)
+    if first is None or not os.path.isdir(first):
+        return found
+    found.dirs.append(first)
+    commondir = _resolve_in(os.path.join(first, "commondir"), found.links, budget)
+    text = _small_text(commondir)
+    if text is not None:
+        found.files.append(commondir)
+        named = _git_path_text(text)
+        if named:
+            other = _resolve(os.path.join(first, named), found.links, budget)
+            if os.path.isdir(other) and other != first:
+                found.dirs.append(other)
+    return found
+
+
+def git_dirs_named_by(dotgit: str) -> list[str]:
+    """The git directories git uses for the ``.git`` at ``dotgit`` (see git_paths)."""
+    return git_paths(dotgit).dirs
+
+
+# How many symbolic links one resolution follows (the kernel's own limit).
+_MAX_LINKS = 40
+
+
+def _resolve_in(path: str, links: list[str], budget: list[int]) -> str:
+    """:func:`_resolve` for a name in a canonical directory: only the name can be a link."""
+    if not os.path.islink(path):
+        return path
+    return _resolve(path, links, budget)
+
+
+def _resolve(path: str, links: list[str], budget: list[int]) -> str:
+    """``path`` (absolute) resolved as the kernel would; each link met is added to ``links``.
+
+    ``budget``: links left to follow, shared by the whole resolution; past
+    it the rest is taken as it is (git would fail there too).
+    """
+    here = "/"
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = os.path.dirname(here)
+            continue
+        step = os.path.join(here, part)
+        try:
+            target = os.readlink(step)
+        except OSError:  # not a link, or not there: taken as it is
+            here = step
+            continue
+        if budget[0] <= 0:
+            here = step
+            continue
+        budget[0] -= 1
+        links.append(step)
+        here = _resolve(os.path.join(here, target), links, budget)
+    return here
+
+
+def _git_path_text(text: str) -> str:
+    """A path as git reads it from a gitfile or commondir: up to a NUL, line ends dropped."""
+    return text.split("\0", 1)[0].rstrip("\r\n")
+
+
+def _small_text(path: str) -> str | None:
+    """The start of a regular file (links followed, as git does), or None.
+
+    Never a FIFO or a device: reading one could block or never end.
+    """
+    try:
+        # O_NONBLOCK: a FIFO swapped in after any check must not hang the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _PATH_MAX + 64)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _under_any(path: str, dirs: set[str]) -> bool:
+    """Whether a directory strictly above ``path`` is one of ``dirs``."""
+    here = os.path.dirname(path)
+    while True:
+        if here in dirs:
+            return True
+        parent = os.path.dirname(here)
+        if parent == here:
+            return False
+        here = parent
 
 
 def _covered(path: str, bound: list[str]) -> bool:

@@ -13,9 +13,14 @@ unsandboxed.  Every run therefore gets:
 - for every program-naming key the repository's own configuration sets
   (credential helpers, filter drivers, merge drivers, textconv and diff
   commands, gpg programs, ``remote.*.uploadpack`` / ``receivepack``,
-  protocol policies, ...) an override on the command line: the value from
-  the user's global or system configuration when there is one, else a
-  value that names no program (:data:`_PROGRAM_KEYS`);
+  protocol policies, ...) an override: the value from the user's global or
+  system configuration when there is one, else a value that names no
+  program (:data:`_PROGRAM_KEYS`).  These overrides go to git as
+  ``GIT_CONFIG_COUNT`` / ``GIT_CONFIG_KEY_<n>`` / ``GIT_CONFIG_VALUE_<n>``
+  (:func:`config_environment`), never as ``-c key=value``: git cuts a
+  ``-c`` at its first ``=``, and a subsection name may hold one
+  (``[filter "a=b"]``), so ``-c filter.a=b.clean=`` would set a key
+  ``filter.a`` and leave the repository's filter in place;
 - for push and pull, ``--receive-pack`` / ``--upload-pack`` given on the
   command line (:data:`TRANSPORT_PROGRAMS`): for these two keys git keeps
   the *first* value it reads, so a ``-c`` would not replace the
@@ -132,19 +137,21 @@ _REFUSE = object()  # a key the tools do not work with at all
 
 # (key pattern, neutral value): a repository-local key matching the pattern
 # is overridden with the user's own value, or with the neutral one.  Keys
-# are matched lowercased (git lowercases section and variable names).
+# are matched lowercased (git lowercases section and variable names).  A
+# subsection may be empty (``[filter ""]`` is the driver of ``filter=``),
+# hence ``.*`` there.
 _PROGRAM_KEYS: list[tuple[re.Pattern[str], object]] = [
-    (re.compile(r"credential(\..+)?\.helper"), _RESET),
+    (re.compile(r"credential(\..*)?\.helper"), _RESET),
     (re.compile(r"core\.fsmonitor"), "false"),
     (re.compile(r"core\.hookspath"), "/dev/null"),
     (re.compile(r"core\.alternaterefscommand"), ""),
     (re.compile(r"core\.worktree"), _REFUSE),
     (re.compile(r"pager\..+"), "false"),
     (re.compile(r"diff\.external"), ""),
-    (re.compile(r"diff\..+\.(textconv|command)"), ""),
-    (re.compile(r"merge\..+\.driver"), "false"),  # /bin/false: the merge conflicts
-    (re.compile(r"filter\..+\.(clean|smudge|process)"), ""),
-    (re.compile(r"filter\..+\.required"), "false"),
+    (re.compile(r"diff\..*\.(textconv|command)"), ""),
+    (re.compile(r"merge\..*\.driver"), "false"),  # /bin/false: the merge conflicts
+    (re.compile(r"filter\..*\.(clean|smudge|process)"), ""),
+    (re.compile(r"filter\..*\.required"), "false"),
     (re.compile(r"gpg\.program"), "gpg"),
     (re.compile(r"gpg\.openpgp\.program"), "gpg"),
     (re.compile(r"gpg\.x509\.program"), "gpgsm"),
@@ -153,7 +160,7 @@ _PROGRAM_KEYS: list[tuple[re.Pattern[str], object]] = [
     (re.compile(r"(commit|tag)\.gpgsign"), "false"),
     (re.compile(r"protocol\.allow"), "user"),
     (re.compile(r"protocol\.ext\.allow"), "never"),
-    (re.compile(r"protocol\..+\.allow"), "user"),
+    (re.compile(r"protocol\..*\.allow"), "user"),
     (re.compile(r"uploadpack\.packobjectshook"), ""),
 ]
 # Sections whose keys decide where fetch, pull and push connect, whom they
@@ -224,6 +231,28 @@ class GitRun:
 
     def err(self) -> str:
         return self.stderr.decode("utf-8", "replace").strip()
+
+
+def config_environment(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The environment that gives git the settings ``pairs`` (key, value), in order.
+
+    Each key and value travels whole in a variable of its own, so no
+    character of a name (``=``, ``.``, quotes, newlines, any Unicode) can
+    move the boundary between them, as it can in ``-c key=value``.  git
+    reads these after the repository's configuration (scope ``command``),
+    and its own child processes inherit them.
+    """
+    env: dict[str, str] = {}
+    count = 0
+    for key, value in pairs:
+        if "\0" in key or "\0" in value:
+            # No environment variable can hold NUL; no git key or value does either.
+            raise GitError(f"a git setting holds NUL and cannot be passed: {key!r}")
+        env[f"GIT_CONFIG_KEY_{count}"] = key
+        env[f"GIT_CONFIG_VALUE_{count}"] = value
+        count += 1
+    env["GIT_CONFIG_COUNT"] = str(count)
+    return env
 
 
 def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -300,7 +329,9 @@ class Repo:
     cwd: str  # where commands run: the project root
     toplevel: str  # the work tree's top (the project root or one of its parents)
     git_dir: str
-    overrides: tuple[str, ...]
+    # (key, value) settings every run gets, after the repository's own
+    # configuration (see config_environment).
+    overrides: tuple[tuple[str, str], ...]
     env: dict[str, str]
     # Repository-local keys a network run may not honour (see network_guard).
     network_keys: tuple[str, ...] = ()
@@ -334,9 +365,16 @@ class Repo:
         timeout: float,
         stdin: bytes | None = None,
         cancel: threading.Event | None = None,
+        config: Iterable[tuple[str, str]] = (),
     ) -> GitRun:
-        argv = ["git", *_SAFE, *self.overrides, *args]
-        return _run(self.cwd, argv, self.env, timeout=timeout, stdin=stdin, cancel=cancel)
+        """Run git with ``args``; ``config``: settings for this run only, after the overrides.
+
+        Settings whose key holds a name (a remote's, a driver's) go in
+        ``config``, never as ``-c`` in ``args`` (see config_environment).
+        """
+        argv = ["git", *_SAFE, *args]
+        env = {**self.env, **config_environment([*self.overrides, *config])}
+        return _run(self.cwd, argv, env, timeout=timeout, stdin=stdin, cancel=cancel)
 
 
 def _config_entries(cwd: str, env: dict[str, str], timeout: float) -> list[tuple[str, str, str]]:
@@ -380,15 +418,22 @@ def network_keys_of(entries: Iterable[tuple[str, str, str]]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def overrides_for(entries: Iterable[tuple[str, str, str]]) -> tuple[list[str], dict[str, str]]:
-    """The ``-c`` pairs and environment that undo the repository's program-naming keys."""
+def overrides_for(
+    entries: Iterable[tuple[str, str, str]],
+) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The (key, value) settings and environment that undo the repository's program-naming keys.
+
+    The settings are for :func:`config_environment`, in order: for a
+    multi-valued key the empty value first (git then forgets the values
+    read so far), then the user's own.
+    """
     entries = list(entries)
     local = [key for scope, key, _ in entries if scope in ("local", "worktree")]
     users: dict[str, list[str]] = {}
     for scope, key, value in entries:
         if scope in ("system", "global"):
             users.setdefault(key, []).append(value)
-    pairs: list[str] = []
+    pairs: list[tuple[str, str]] = []
     env: dict[str, str] = {}
     for key in dict.fromkeys(local):
         if _ENV_PINNED.fullmatch(key):
@@ -406,12 +451,13 @@ def overrides_for(entries: Iterable[tuple[str, str, str]]) -> tuple[list[str], d
                 "tree elsewhere; the git tools do not work in such a repository"
             )
         if neutral is _RESET:
-            pairs += ["-c", f"{key}="]
-            pairs += [p for value in users.get(key, []) for p in ("-c", f"{key}={value}")]
+            pairs.append((key, ""))
+            pairs += [(key, value) for value in users.get(key, [])]
         elif key in users:
-            pairs += ["-c", f"{key}={users[key][-1]}"]
+            pairs.append((key, users[key][-1]))
         else:
-            pairs += ["-c", f"{key}={neutral}"]
+            assert isinstance(neutral, str)
+            pairs.append((key, neutral))
     return pairs, env
 
 

@@ -744,7 +744,7 @@ class GitCommit(_GitTool[GitCommitArgs]):
     def preview(self, args: GitCommitArgs, ctx: ToolContext) -> str | None:
         repo = repo_of(ctx)
         done = repo.run(
-            ["diff", "--cached", "--stat", "--no-color", "--no-ext-diff"],
+            ["diff", "--cached", "--stat", "--no-color", "--no-ext-diff", "--no-textconv"],
             timeout=ctx.config.tools.git.timeout_seconds,
         )
         rules = [f"{v.rule} ({V.level_of(v)})" for v in _validators(ctx, V.ON_COMMIT)]
@@ -1089,8 +1089,6 @@ class GitPush(_RemoteTool[GitPushArgs]):
         argv = [
             *hooks.args,
             "-c",
-            f"remote.{args.remote}.mirror=false",
-            "-c",
             "push.default=simple",
             "push",
             programs["push"],
@@ -1105,7 +1103,10 @@ class GitPush(_RemoteTool[GitPushArgs]):
             spec = spec[1:]
         argv += [args.remote, spec or "HEAD"]
         try:
-            V.run_git(repo, ctx, argv, "git push")
+            # The remote's name goes whole into its own variable: a name
+            # holding '=' would split a -c and leave the mirror setting on.
+            mirror = (f"remote.{args.remote}.mirror", "false")
+            V.run_git(repo, ctx, argv, "git push", config=[mirror])
         finally:
             hooks.close()
         result = {"pushed": True, "remote": args.remote, "forced": args.forces()}

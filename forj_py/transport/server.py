@@ -169,6 +169,10 @@ def _checkpoints(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.checkpoints(body)
 
 
+def _stage(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.stage(body)
+
+
 def _undo(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.undo(body)
 
@@ -243,6 +247,9 @@ METHODS: dict[str, Method] = {
     ),
     "checkpoints": Method(_checkpoints, False, "The batches that changed files, newest first."),
     "undo": Method(_undo, False, "Put back the files a batch or a turn changed (dry run first)."),
+    "stage": Method(
+        _stage, False, "git add -A the files forj changed; the repository's programs never run."
+    ),
     "rewind": Method(_rewind, False, "Put back every file forj changed from a turn on."),
     "cancel": Method(_cancel, True, "Cancel a batch: the running call and all later ones."),
     "grants": Method(_grants, True, "The standing grants in force for this project."),
