@@ -40,20 +40,40 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import json
 import re
 import socket
 import ssl
 import threading
 import time
 from typing import Any, Literal
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import (
+    parse_qsl,
+    quote,
+    quote_plus,
+    unquote,
+    unquote_plus,
+    urlencode,
+    urljoin,
+    urlsplit,
+    urlunsplit,
+)
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import errors
 from ..config import Config
 from ..errors import ToolFailure
-from ..output import REDACTED, redact, redact_url_credentials, sanitize
+from ..output import (
+    REDACTED,
+    credential_spans,
+    credential_values,
+    quoted_block,
+    redact,
+    redact_url_credentials,
+    sanitize,
+    shown_line,
+)
 from ..protocol import DenialReason, ErrorKind, ErrorType, RiskLevel
 from ..safety.network import DomainPolicy, Target, host_of
 from ..safety.permissions import network_rule_covers
@@ -265,18 +285,26 @@ class Curl(Tool[CurlArgs]):
     def preview(self, args: CurlArgs, ctx: ToolContext) -> str | None:
         url = shown_url(args.url)
         limits = _limits(args, ctx)
-        lines = [f"{args.method} {url}"]
+        lines = [shown_line(f"{args.method} {url}")]
         if args.headers:
             lines.append("headers:")
-            lines += [f"  {k}: {v}" for k, v in shown_headers(args.headers).items()]
+            lines += [
+                "  " + shown_line(f"{k}: {v}") for k, v in shown_headers(args.headers).items()
+            ]
         else:
             lines.append("headers: (none besides User-Agent)")
         if args.body is None:
             lines.append("body: none")
         else:
+            # The whole body, every line behind the mark; what redaction
+            # hides is counted.
+            shown = redact_body(args.body)
             size = len(args.body.encode("utf-8", "surrogatepass"))
-            lines.append(f"body: {size} bytes")
-            lines += ["  " + line for line in redact_body(args.body).splitlines()[:20]]
+            hidden = shown.count(REDACTED) - args.body.count(REDACTED)
+            about = f"{size} bytes sent"
+            if hidden > 0:
+                about += f"; {hidden} credential value(s) shown as {REDACTED}"
+            lines += quoted_block("body", shown, about)
         lines.append(
             f"limits: {limits[0]:g} s, {limits[1]} bytes, at most {MAX_REDIRECTS} redirects "
             "(each checked against [network] allowed_domains)"
@@ -358,7 +386,7 @@ class Curl(Tool[CurlArgs]):
                     )
                 # Headers were written for the first origin: only content ones go on.
                 headers = {k: v for k, v in headers.items() if k.lower() in _CROSS_ORIGIN_HEADERS}
-        return _result(target, response, chain, max_bytes, method, _sent_secrets(args.headers))
+        return _result(target, response, chain, max_bytes, method, sent_secrets(args))
 
 
 def _policy(ctx: ToolContext) -> DomainPolicy:
@@ -590,14 +618,117 @@ def _read(
     }
 
 
-def _sent_secrets(headers: dict[str, str]) -> list[str]:
-    """The credential values the request carried: a response echoing one shows it redacted."""
-    found: list[str] = []
-    for name, value in headers.items():
+def sent_secrets(args: CurlArgs) -> list[str]:
+    """Every credential the request carries, in each form a server may echo it back.
+
+    Wherever it was sent: a header named like a credential (and the user
+    and password inside ``Basic``), credential-looking text in any other
+    header, the URL's ``user:password@`` and its credential-named query
+    parameters, and the body's credential-named JSON members or form
+    fields and credential-looking text.  Each value also counts
+    percent-encoded, percent-decoded and JSON-escaped.  Longest first, so
+    a value holding another is hidden whole.
+    """
+    found: set[str] = set()
+    for name, value in args.headers.items():
         if credential_header(name):
-            found.append(value)
-            found += [part for part in value.split() if len(part) >= 8]
-    return sorted(set(found), key=len, reverse=True)
+            found.add(value)
+            words = value.split()
+            found.update(w for w in words if len(w) >= 8)
+            if len(words) == 2 and words[0].lower() == "basic":
+                found.update(_basic_credentials(words[1]))
+        found.update(credential_values(value))
+    found.update(_url_secrets(args.url))
+    if args.body:
+        found.update(_body_secrets(args.body))
+    forms: set[str] = set()
+    for value in found:
+        for plain in (value, unquote_plus(value), unquote(value)):
+            forms.update(
+                (
+                    plain,
+                    quote(plain, safe=""),
+                    quote_plus(plain),
+                    json.dumps(plain)[1:-1],
+                    json.dumps(plain, ensure_ascii=False)[1:-1],
+                )
+            )
+    # Shorter values would blank out ordinary words of every reply.
+    return sorted((f for f in forms if len(f) >= 4 and f != REDACTED), key=len, reverse=True)
+
+
+def _basic_credentials(token: str) -> list[str]:
+    try:
+        decoded = base64.b64decode(token, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return []
+    password = decoded.partition(":")[2]
+    return [decoded, password] if password else [decoded]
+
+
+def _url_secrets(url: str) -> list[str]:
+    found = [url[a:b] for a, b in credential_spans(url)]
+    found += credential_values(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return found
+    for piece in (parts.query, parts.fragment):
+        for name, value in parse_qsl(piece, keep_blank_values=True):
+            if _credential_param(name) and value:
+                found.append(value)
+        for raw in piece.split("&"):
+            name, _, value = raw.partition("=")
+            if _credential_param(unquote_plus(name)) and value:
+                found.append(value)
+    return found
+
+
+def _body_secrets(body: str) -> list[str]:
+    found = credential_values(body)
+    found += [m.group(2).strip('"') for m in _JSON_SECRET.finditer(body)]
+    with contextlib.suppress(ValueError, RecursionError):  # not JSON: the other forms hold
+        _json_secrets(json.loads(body), False, found)
+    if "=" in body:
+        for name, value in parse_qsl(body.strip(), keep_blank_values=True):
+            if _credential_param(name) and value:
+                found.append(value)
+    return [f for f in found if f]
+
+
+def _json_secrets(value: Any, secret: bool, found: list[str]) -> None:
+    """The values under a credential-named member, however deep, of a parsed JSON body."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _json_secrets(item, secret or _credential_param(str(key)), found)
+    elif isinstance(value, list):
+        for item in value:
+            _json_secrets(item, secret, found)
+    elif secret and value is not None and not isinstance(value, bool):
+        found.append(value if isinstance(value, str) else json.dumps(value))
+
+
+def _hide_echoes(text: str, secrets: list[str], cut: bool) -> str:
+    """``text`` with every sent credential redacted; a cut reply loses a secret's first part too."""
+    text = redact(text, secrets)
+    if cut:
+        for secret in secrets:
+            for n in range(len(secret) - 1, 3, -1):
+                if text.endswith(secret[:n]):
+                    return text[:-n] + REDACTED
+    return text
+
+
+def _hide_echoed_bytes(data: bytes, secrets: list[str], cut: bool) -> bytes:
+    for secret in secrets:
+        data = data.replace(secret.encode("utf-8"), REDACTED.encode())
+    if cut:
+        for secret in secrets:
+            raw = secret.encode("utf-8")
+            for n in range(len(raw) - 1, 3, -1):
+                if data.endswith(raw[:n]):
+                    return data[:-n] + REDACTED.encode()
+    return data
 
 
 def _result(
@@ -612,7 +743,9 @@ def _result(
     for name, value in response["headers"]:
         key = name.lower()
         shown = (
-            REDACTED if key in ("set-cookie", "set-cookie2") else sanitize(redact(value, secrets))
+            REDACTED
+            if key in ("set-cookie", "set-cookie2")
+            else sanitize(_hide_echoes(value, secrets, False))
         )
         headers[key] = headers[key] + ", " + shown if key in headers else shown
     data: bytes = response["body"]
@@ -627,9 +760,11 @@ def _result(
         result["redirects"] = [_shown_url(u) for u in chain]
     if method != "HEAD":
         text = _as_text(data, headers.get("content-type", ""))
+        cut = bool(response["more"])
         if text is not None:
-            result["body"] = sanitize(redact(text, secrets))
+            result["body"] = sanitize(_hide_echoes(text, secrets, cut))
         else:
+            data = _hide_echoed_bytes(data, secrets, cut)
             result["body_b64"] = base64.b64encode(data).decode("ascii")
     if response["more"]:
         length = response["length"]

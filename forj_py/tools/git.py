@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import errors
 from ..config import Config, ValidatorConfig
-from ..output import redact
+from ..output import quoted_block, redact
 from ..protocol import DenialReason, ErrorKind, ErrorType, RiskLevel
 from ..safety.permissions import network_rule_covers
 from ..system.git import (
@@ -748,7 +748,10 @@ class GitCommit(_GitTool[GitCommitArgs]):
             timeout=ctx.config.tools.git.timeout_seconds,
         )
         rules = [f"{v.rule} ({V.level_of(v)})" for v in _validators(ctx, V.ON_COMMIT)]
-        lines = ["message:", *("  " + line for line in args.message.splitlines()), ""]
+        # git drops comment lines and trailing blanks (--cleanup=strip): said, not hidden.
+        strip = any(line.startswith("#") for line in args.message.split("\n"))
+        about = "git drops its lines that start with #" if strip else ""
+        lines = [*quoted_block("message", args.message, about), ""]
         lines += ["staged:", done.out().rstrip() or "  (nothing staged yet)", ""]
         lines.append("checks:  " + (", ".join(rules) or "none configured"))
         return "\n".join(lines) + "\n"
