@@ -118,9 +118,27 @@ _JSON_SECRET = re.compile(
 )
 
 
+# One field of a form body (name=value between &s).
+_FORM_FIELD = re.compile(r"(?:^|(?<=&))([^=&\s]+)=([^&\s]*)")
+
+
 def redact_body(text: str) -> str:
-    """A request body as the journal and the review show it."""
-    return redact(_JSON_SECRET.sub(lambda m: m.group(1) + f'"{REDACTED}"', text))
+    """A request body as the journal and the review show it.
+
+    JSON members and form fields named like credentials (``pass=...``,
+    ``"client_secret": ...``) and credential-looking text are redacted.
+    """
+    text = _JSON_SECRET.sub(lambda m: m.group(1) + f'"{REDACTED}"', text)
+    if "=" in text:
+        text = _FORM_FIELD.sub(
+            lambda m: (
+                f"{m.group(1)}={REDACTED}"
+                if m.group(2) and _credential_param(unquote_plus(m.group(1)))
+                else m.group()
+            ),
+            text,
+        )
+    return redact(text)
 
 
 def credential_header(name: str) -> bool:
