@@ -651,8 +651,10 @@ characters and wide runs of blanks as markers."
          (lines (forj-review--collapse-blank-lines
                  (forj-review--lines (forj-review-visible-text text))
                  ;; A diff line's first column, or a quoted block's line mark
-                 ;; (the worker writes a blank script line as "│ ⟨blank⟩").
-                 (if diff "\\([-+ ]\\)" "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\)?\\)?"))))
+                 ;; (the worker writes an empty line of a quoted text as
+                 ;; "│ ⟨blank⟩", a line of only blanks as "│ ⟨N blanks⟩").
+                 (if diff "\\([-+ ]\\)"
+                   "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\|⟨[0-9]+ blanks⟩\\)?\\)?"))))
     (with-temp-buffer
       (dolist (line lines)
         (let ((start (point)))
