@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import errors
 from ..config import Config, ValidatorConfig
-from ..output import quoted_block, redact
+from ..output import quoted_block, redact, shown_line
 from ..protocol import DenialReason, ErrorKind, ErrorType, RiskLevel
 from ..safety.permissions import network_rule_covers
 from ..system.git import (
@@ -1053,10 +1053,10 @@ class GitPush(_RemoteTool[GitPushArgs]):
         repo = repo_of(ctx)
         urls = _push_urls(repo, ctx, args.remote)
         local = all(is_local_url(url) for url in urls)
-        lines = [f"remote:  {args.remote}"]
-        lines += [f"push to: {redact(url)}" for url in urls]
+        lines = [f"remote:  {shown_line(args.remote)}"]
+        lines += [f"push to: {shown_line(redact(url))}" for url in urls]
         lines += [
-            f"refspec: {args.refspec or '(git default: the current branch)'}",
+            f"refspec: {shown_line(args.refspec or '(git default: the current branch)')}",
             f"force:   {'yes, --force-with-lease' if args.forces() else 'no'}",
             "network: " + ("no (a path on this machine)" if local else "yes"),
         ]

@@ -237,7 +237,7 @@ class RunTests(Tool[RunTestsArgs]):
             "",
             "argv:    " + json.dumps(plan.argv, ensure_ascii=False),
             f"runner:  {plan.runner}",
-            f"cwd:     {plan.cwd.display}  ({plan.cwd.canonical})",
+            f"cwd:     {shown_line(plan.cwd.display)}  ({shown_line(plan.cwd.canonical)})",
             "env:     no additions",
         ]
         if env.removed:

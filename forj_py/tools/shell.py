@@ -29,7 +29,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from .. import errors
-from ..output import block_shape, quoted_lines, shown_line, visible_controls
+from ..output import block_shape, quoted_block, quoted_lines, shown_line, visible_controls
 from ..protocol import DenialReason, RiskLevel
 from ..safety.paths import SafePath
 from ..safety.permissions import command_matches, parse_rule
@@ -193,8 +193,8 @@ class RunShell(Tool[RunShellArgs]):
         lines = [*show_command(args.cmd), ""]
         lines += [
             "argv:    " + json.dumps(argv, ensure_ascii=False),
-            f"program: {program}",
-            f"cwd:     {cwd.display}  ({cwd.canonical})",
+            f"program: {shown_line(program)}",
+            f"cwd:     {shown_line(cwd.display)}  ({shown_line(cwd.canonical)})",
         ]
         if args.env:
             lines.append(
@@ -209,15 +209,22 @@ class RunShell(Tool[RunShellArgs]):
             lines.append("env:     no additions")
         if env.removed:
             lines.append("removed: " + " ".join(env.removed))
-        stdin = len(args.stdin.encode("utf-8")) if args.stdin is not None else None
-        lines.append("stdin:   closed" if stdin is None else f"stdin:   {stdin} bytes of text")
+        if args.stdin is None:
+            lines.append("stdin:   closed")
+        else:
+            # What a program reads on stdin can be what runs (sh, python3 -).
+            size = len(args.stdin.encode("utf-8"))
+            lines.append(f"stdin:   {size} bytes of text, below")
+            lines += quoted_block("stdin", args.stdin)
         lim = _shell.limits(ctx, args.timeout)
         lines.append(f"timeout: {lim.timeout:g} s, then the process group is killed")
         lines.append("sandbox: " + describe_confinement(ctx, args.allow_network))
+        # The reason may quote the command: free text like the rest.
+        reason = shown_line(verdict.reason)
         lines.append(
-            "risk:    low, read-only (" + verdict.reason + ")"
+            "risk:    low, read-only (" + reason + ")"
             if verdict.read_only
-            else "risk:    high (not read-only: " + verdict.reason + ")"
+            else "risk:    high (not read-only: " + reason + ")"
         )
         return "\n".join(lines) + "\n"
 
