@@ -506,6 +506,15 @@ class Echo(BaseHTTPRequestHandler):
             "json": parsed,
             "basic": basic,
         }
+        sig = parse_qs(parts.query).get("sig", [""])[0]
+        if parts.path.startswith("/bounce"):
+            # Sends the credential back in a redirect: to itself, or to a host not allowed.
+            where = "http://elsewhere.invalid" if parts.path == "/bounce-away" else ""
+            self.send_response(302)
+            self.send_header("Location", f"{where}/json?seen={quote(sig)}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if parts.path == "/json":
             out, ctype = json.dumps(seen).encode(), "application/json"
         elif parts.path == "/text":
@@ -519,6 +528,8 @@ class Echo(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(out)))
         self.send_header("X-Echo", json.dumps(seen["query"])[:2000])
+        if sig:
+            self.send_header(f"X-{sig}", "1")  # the credential as a header's name
         self.end_headers()
         self.wfile.write(out)
 
@@ -606,9 +617,26 @@ def test_attack_curl_hides_every_credential_it_sent_when_the_server_echoes_it(
         if name in (("form",) if how == "json" else ("json", "nested", "number")):
             continue  # not sent in this shape of body
         for form in _sent_forms(str(secret)):
-            assert form not in seen, (name, form)
+            # Lower case too: the result's header names are.
+            assert form not in seen and form.lower() not in seen.lower(), (name, form)
             assert form not in stored, (name, form)
     assert "[REDACTED]" in json.dumps(result)
+
+
+@pytest.mark.parametrize("path", ["bounce", "bounce-away"])
+def test_attack_curl_hides_a_credential_echoed_into_a_redirect(
+    project: Path, echo: str, path: str
+) -> None:
+    """The server puts the sent credential in a Location (followed, or refused as
+    another host): neither the result's URLs nor an error's text show it."""
+    allow_curl(echo)
+    secret = "Rd5-secret-in-redirect"
+    with outside(project) as c:
+        item = plan1(c, "curl", url=f"http://{echo}/{path}?sig={secret}")
+        result = approve(c, item)["results"][0]
+    assert result["ok"] is (path == "bounce"), result
+    assert secret not in json.dumps(result)
+    assert secret.encode() not in journal_bytes()
 
 
 def test_attack_curl_a_reply_cut_inside_an_echoed_secret_keeps_none_of_it(

@@ -342,8 +342,16 @@ class Curl(Tool[CurlArgs]):
                 recovery=["Send the call again with the real value"],
             )
         timeout, max_bytes = _limits(args, ctx)
-        with _Deadline(timeout) as deadline:
-            return self._run(policy, args, deadline, timeout, max_bytes, ctx)
+        secrets = sent_secrets(args)
+        try:
+            with _Deadline(timeout) as deadline:
+                return self._run(policy, args, deadline, timeout, max_bytes, ctx, secrets)
+        except ToolFailure as failure:
+            # A redirect's Location can echo a credential into an error's
+            # URL: errors are results, and journaled, too.
+            failure.error.message = _hide_echoes(failure.error.message, secrets, False)
+            failure.error.details = _hide_in(failure.error.details, secrets)
+            raise
 
     def _run(
         self,
@@ -353,6 +361,7 @@ class Curl(Tool[CurlArgs]):
         timeout: float,
         max_bytes: int,
         ctx: ToolContext,
+        secrets: list[str],
     ) -> Any:
         method, body = args.method, args.body
         headers = dict(args.headers)
@@ -404,7 +413,7 @@ class Curl(Tool[CurlArgs]):
                     )
                 # Headers were written for the first origin: only content ones go on.
                 headers = {k: v for k, v in headers.items() if k.lower() in _CROSS_ORIGIN_HEADERS}
-        return _result(target, response, chain, max_bytes, method, sent_secrets(args))
+        return _result(target, response, chain, max_bytes, method, secrets)
 
 
 def _policy(ctx: ToolContext) -> DomainPolicy:
@@ -737,6 +746,17 @@ def _hide_echoes(text: str, secrets: list[str], cut: bool) -> str:
     return text
 
 
+def _hide_in(value: Any, secrets: list[str]) -> Any:
+    """``value`` (an error's details) with every sent credential redacted in its strings."""
+    if isinstance(value, str):
+        return _hide_echoes(value, secrets, False)
+    if isinstance(value, dict):
+        return {k: _hide_in(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hide_in(v, secrets) for v in value]
+    return value
+
+
 def _hide_echoed_bytes(data: bytes, secrets: list[str], cut: bool) -> bytes:
     for secret in secrets:
         data = data.replace(secret.encode("utf-8"), REDACTED.encode())
@@ -759,7 +779,9 @@ def _result(
 ) -> dict[str, Any]:
     headers: dict[str, str] = {}
     for name, value in response["headers"]:
-        key = name.lower()
+        # A server may echo a credential as a header's name too.
+        hidden = _hide_echoes(name, secrets, False)
+        key = name.lower() if hidden == name else hidden
         shown = (
             REDACTED
             if key in ("set-cookie", "set-cookie2")
@@ -769,13 +791,13 @@ def _result(
     data: bytes = response["body"]
     result: dict[str, Any] = {
         "status": response["status"],
-        "url": _shown_url(target.url),
+        "url": _hide_echoes(_shown_url(target.url), secrets, False),
         "headers": headers,
         "bytes": len(data),
         "truncated": bool(response["more"]),
     }
     if chain:
-        result["redirects"] = [_shown_url(u) for u in chain]
+        result["redirects"] = [_hide_echoes(_shown_url(u), secrets, False) for u in chain]
     if method != "HEAD":
         text = _as_text(data, headers.get("content-type", ""))
         cut = bool(response["more"])
