@@ -331,6 +331,11 @@ A plist (:scope SCOPE :minutes N :pattern RULE); SCOPE is \"session\",
   (setq-local truncate-lines nil)
   (setq-local truncate-partial-width-windows nil)
   (setq-local word-wrap nil)
+  ;; Characters show in the order they run: right-to-left letters in a
+  ;; command must not reorder its words on screen, nor turn a paragraph of
+  ;; forj's own lines right to left.
+  (setq-local bidi-paragraph-direction 'left-to-right)
+  (setq-local bidi-display-reordering nil)
   (setq-local forj-review--quiet-since (float-time))
   (add-hook 'pre-command-hook #'forj-review--note-key-here nil t)
   (add-hook 'kill-buffer-hook #'forj-review--deny-on-kill nil t))
