@@ -307,6 +307,8 @@ def test_attack_env_is_covered_by_no_allow_rule(project: Path, env: dict[str, st
         assert plan1(c, "run_shell", cmd=["git", "status"])["disposition"] == "execute"
         item = plan1(c, "run_shell", cmd=["git", "status"], env=env)
         assert item["disposition"] == "confirm"
+        # The SDK's name for run_shell is judged as run_shell.
+        assert plan1(c, "shell_exec", cmd=["git", "status"], env=env)["disposition"] == "confirm"
         item = plan1(c, "run_shell", cmd="python3 -m pytest", env=env)
         assert item["disposition"] == "confirm"
         for name, value in env.items():
