@@ -327,6 +327,17 @@ def test_attack_env_is_covered_by_no_grant(project: Path) -> None:
         assert item.get("grant_pattern") is None  # nothing to offer: no rule covers env
 
 
+def test_attack_no_grant_can_be_made_from_a_call_that_sets_env(project: Path) -> None:
+    """Approving an env call with a grant that names its command: the grant would
+    not cover the call it approves, so it is refused and nothing runs."""
+    with outside(project) as c:
+        item = plan1(c, "run_shell", cmd=["touch", "a.txt"], env={"LD_PRELOAD": "/tmp/x.so"})
+        with pytest.raises(Exception, match="does not cover"):
+            approve(c, item, grants={"1": {"scope": "session", "pattern": "run_shell(touch *)"}})
+        assert c.call("grants", {})["grants"] == []
+    assert not (project / "a.txt").exists()
+
+
 def test_attack_env_is_covered_by_no_network_rule(project: Path) -> None:
     user_config(
         '[permissions]\nnetwork = ["run_shell(npm ci)"]\nallow = ["run_shell(npm ci)"]\n'
