@@ -472,6 +472,24 @@ def test_attack_a_move_to_a_name_with_newlines_cannot_forge_the_review(project: 
     assert (project / dst).read_text() == "# demo\n"
 
 
+def test_attack_every_move_destination_reads_back_in_one_header_line(project: Path) -> None:
+    with outside(project) as c:
+
+        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(free_text.map(lambda s: "d_" + s.replace("/", "_")))
+        def check(dst: str) -> None:
+            item = plan1(c, "fs_move", src="README.md", dst=dst)
+            if item["disposition"] != "confirm":
+                return  # refused (a name the sandbox denies): nothing to review
+            preview = item["preview"]
+            assert_truthful(preview)
+            lines = preview.split("\n")
+            assert [line[:4] for line in lines if line] == ["--- ", "+++ ", "note", "note"]
+            assert decode(lines[1].removeprefix("+++ b/")) == as_reviewed(dst, False)
+
+        check()
+
+
 def test_attack_an_edit_of_a_file_named_with_newlines_cannot_forge_the_review(
     project: Path,
 ) -> None:
