@@ -171,7 +171,7 @@ def quoted_lines(text: str) -> list[str]:
 
 def block_shape(text: str) -> str:
     """What a block's header says of it: its lines, and a missing final newline."""
-    n = len(quoted_lines(text))
+    n = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     shape = f"{n} line{'' if n == 1 else 's'}"
     if text and not text.endswith("\n"):
         shape += ", no newline at the end"
@@ -186,17 +186,6 @@ def quoted_block(name: str, text: str, about: str = "") -> list[str]:
     """
     head = f"{name} ({block_shape(text)}{', ' + about if about else ''}):"
     return [head, *quoted_lines(text), f"end of {name}"]
-
-
-def decode_shown(text: str) -> str:
-    """The text a :func:`shown_line` or :func:`quoted_lines` rendering stands for.
-
-    Blank runs come back as spaces (the review shows their length, not
-    which blank each one was).  For tests and tools that check a review
-    against what runs.
-    """
-    text = re.sub("\u27e8(\\d+) blanks\u27e9", lambda m: " " * int(m.group(1)), text)
-    return re.sub("\u27e8U\\+([0-9A-F]{4,6})\u27e9", lambda m: chr(int(m.group(1), 16)), text)
 
 
 def count_marks(text: str) -> int:
