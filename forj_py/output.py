@@ -525,7 +525,7 @@ def _url_secret(m: regex.Match[str]) -> tuple[str, str] | None:
 
 # What makes a "password" code in a command line: a shell runs it
 # (``https://x:$(cmd)@host``, ``x:a;reboot;@host``).
-_SHELL_CODE_RE = re.compile(r"[$`;|&()<>\\]")
+SHELL_CODE_RE = re.compile(r"[$`;|&()<>\\]")
 
 
 def redact_url_credentials(text: str, keep_code: bool = False) -> tuple[str, int]:
@@ -544,7 +544,7 @@ def redact_url_credentials(text: str, keep_code: bool = False) -> tuple[str, int
     def sub(m: regex.Match[str]) -> str:
         nonlocal count
         found = _url_secret(m)
-        if found is None or (keep_code and _SHELL_CODE_RE.search(found[1])):
+        if found is None or (keep_code and SHELL_CODE_RE.search(found[1])):
             return m.group()
         count += 1
         head, host = m.group("head"), m.group("host")

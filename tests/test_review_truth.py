@@ -393,6 +393,38 @@ def test_attack_a_summary_never_hides_code_as_a_url_password(project: Path, code
     assert "hidden" not in item["summary"]
 
 
+@pytest.mark.parametrize("code", ["$(id)", "`id`"])
+def test_attack_a_curl_summary_never_hides_code_as_a_url_password(project: Path, code: str) -> None:
+    """curl refuses credentials in a URL before sending anything; its summary
+    shows shell syntax there as it is, like every summary."""
+    user_config('[network]\nallowed_domains = ["example.org"]\n')
+    with outside(project) as c:
+        item = plan1(c, "curl", url=f"https://x:{code}@example.org/r")
+    assert code in item["summary"]
+    assert item["disposition"] == "resolved" and not item["result"]["ok"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a\r\nX-Evil: 1", "a\nrisk: low", "a\rb", "a\x00b"],
+)
+def test_attack_curl_a_header_value_with_a_line_break_is_refused(project: Path, value: str) -> None:
+    user_config('[network]\nallowed_domains = ["example.org"]\n')
+    with outside(project) as c:
+        item = plan1(c, "curl", url="https://example.org/", headers={"X-A": value})
+    assert item["disposition"] == "resolved"
+    assert item["result"]["error"]["type"] == "validation-error"
+
+
+def test_attack_curl_a_megabyte_body_is_refused_not_cut(project: Path) -> None:
+    """A call's arguments stop at 256 KiB: a 1 MB body is refused, never reviewed in part."""
+    user_config('[network]\nallowed_domains = ["example.org"]\n')
+    with outside(project) as c:
+        item = plan1(c, "curl", method="POST", url="https://example.org/", body="x" * (1 << 20))
+    assert item["disposition"] == "resolved"
+    assert "limit" in item["result"]["error"]["message"]
+
+
 def test_a_summary_still_hides_a_plain_url_password(project: Path) -> None:
     with outside(project) as c:
         item = plan1(c, "run_shell", cmd="git clone https://x:pa55word@example.org/r")

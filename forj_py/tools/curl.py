@@ -66,6 +66,7 @@ from ..config import Config
 from ..errors import ToolFailure
 from ..output import (
     REDACTED,
+    SHELL_CODE_RE,
     credential_spans,
     credential_values,
     quoted_block,
@@ -173,6 +174,22 @@ def shown_url(url: str) -> str:
     query = urlencode(shown, safe="[]/:") if shown != pairs else parts.query
     base = redact(urlunsplit(parts._replace(query="", fragment="")))
     return base + "?" + query + ("#" + redact(parts.fragment) if parts.fragment else "")
+
+
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@\s]*)@")
+
+
+def _summary_url(url: str) -> str:
+    """``shown_url``, but a ``user:password@`` holding shell syntax stays.
+
+    Like every summary (``output.short_summary``), it does not hide code as
+    if it were a secret.  Such a URL is refused before anything is sent.
+    """
+    m = _USERINFO.match(url)
+    if m is None or not SHELL_CODE_RE.search(m.group(2)):
+        return shown_url(url)
+    rest = shown_url(m.group(1) + url[m.end() :])
+    return m.group(1) + m.group(2) + "@" + rest[len(m.group(1)) :]
 
 
 def _credential_param(name: str) -> bool:
@@ -286,7 +303,7 @@ class Curl(Tool[CurlArgs]):
         return shown if shown != raw else raw
 
     def summary(self, args: CurlArgs) -> str:
-        return f"curl {args.method} {shown_url(args.url)}"
+        return f"curl {args.method} {_summary_url(args.url)}"
 
     def summary_tags(self, args: CurlArgs, ctx: ToolContext) -> list[str]:
         return ["network"]
