@@ -630,6 +630,7 @@ SECRETS = {
     "header": "Hd2-secret-in-header",
     "basic": "Bs3-secret-in-basic",
     "number": 918273645546,
+    "deep": "Dp6-any-member-inside-auth",
 }
 
 
@@ -650,6 +651,7 @@ def test_attack_curl_hides_every_credential_it_sent_when_the_server_echoes_it(
                 "user": "me",
                 "password": SECRETS["json"],
                 "options": {"client_secret": SECRETS["nested"], "secret_pin": SECRETS["number"]},
+                "auth": {"user": "me", "pw": SECRETS["deep"]},
             }
         )
         ctype = "application/json"
@@ -677,7 +679,7 @@ def test_attack_curl_hides_every_credential_it_sent_when_the_server_echoes_it(
         seen += base64.b64decode(result["result"]["body_b64"])
     stored = journal_bytes()
     for name, secret in SECRETS.items():
-        if name in (("form",) if how == "json" else ("json", "nested", "number")):
+        if name in (("form",) if how == "json" else ("json", "nested", "number", "deep")):
             continue  # not sent in this shape of body
         for form in _sent_forms(str(secret)):
             # Lower case too: the result's header names are.

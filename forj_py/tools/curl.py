@@ -127,8 +127,15 @@ def redact_body(text: str) -> str:
     """A request body as the journal and the review show it.
 
     JSON members and form fields named like credentials (``pass=...``,
-    ``"client_secret": ...``) and credential-looking text are redacted.
+    ``"client_secret": ...``, every value inside ``"auth": {...}``) and
+    credential-looking text are redacted.  The text keeps its own layout:
+    values are replaced where they stand, nothing is re-serialized.
     """
+    found: list[str] = []
+    with contextlib.suppress(ValueError, RecursionError):
+        _json_secrets(json.loads(text), False, found)
+    for value in sorted(_json_spellings(found), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
     text = _JSON_SECRET.sub(lambda m: m.group(1) + f'"{REDACTED}"', text)
     if "=" in text:
         text = _FORM_FIELD.sub(
@@ -750,6 +757,16 @@ def _json_secrets(value: Any, secret: bool, found: list[str]) -> None:
             _json_secrets(item, secret, found)
     elif secret and value is not None and not isinstance(value, bool):
         found.append(value if isinstance(value, str) else json.dumps(value))
+
+
+def _json_spellings(values: list[str]) -> set[str]:
+    """How each value may be written inside a JSON text (escaped or not), if long enough."""
+    return {
+        form
+        for value in values
+        for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1])
+        if len(form) >= 4
+    }
 
 
 def _hide_echoes(text: str, secrets: list[str], cut: bool) -> str:
