@@ -568,6 +568,13 @@ class Echo(BaseHTTPRequestHandler):
             "form": parse_qs(body),
             "json": parsed,
             "basic": basic,
+            # What a server makes of the credential headers: the token alone, each cookie.
+            "token": auth.split()[-1] if auth else "",
+            "cookies": dict(
+                part.strip().partition("=")[::2]
+                for part in (self.headers.get("Cookie") or "").split(";")
+                if part.strip()
+            ),
         }
         sig = parse_qs(parts.query).get("sig", [""])[0]
         if parts.path.startswith("/bounce"):
@@ -702,6 +709,24 @@ def test_attack_curl_hides_a_credential_echoed_into_a_redirect(
     assert result["ok"] is (path == "bounce"), result
     assert secret not in json.dumps(result)
     assert secret.encode() not in journal_bytes()
+
+
+def test_attack_curl_hides_a_short_bearer_token_and_a_cookie_value_echoed_alone(
+    project: Path, echo: str
+) -> None:
+    allow_curl(echo)
+    with outside(project) as c:
+        item = plan1(
+            c,
+            "curl",
+            url=f"http://{echo}/json",
+            headers={"Authorization": "Bearer tk5x", "Cookie": "theme=dark; sid=ck7-sid"},
+        )
+        result = approve(c, item)["results"][0]
+    # The echo splits the headers apart; neither value may come back.
+    text = json.dumps(result)
+    assert "tk5x" not in text and "ck7-sid" not in text
+    assert b"tk5x" not in journal_bytes()
 
 
 def test_attack_curl_a_reply_cut_inside_an_echoed_secret_keeps_none_of_it(

@@ -684,8 +684,11 @@ def sent_secrets(args: CurlArgs) -> list[str]:
     for name, value in args.headers.items():
         if credential_header(name):
             found.add(value)
+            # Each piece too (a bearer token, a cookie's value), but not
+            # the scheme's name.
+            pieces = re.split(r"[\s;,=]+", value)
+            found.update(p for p in pieces if p.lower() not in _AUTH_SCHEMES)
             words = value.split()
-            found.update(w for w in words if len(w) >= 8)
             if len(words) == 2 and words[0].lower() == "basic":
                 found.update(_basic_credentials(words[1]))
         found.update(credential_values(value))
@@ -706,6 +709,9 @@ def sent_secrets(args: CurlArgs) -> list[str]:
             )
     # Shorter values would blank out ordinary words of every reply.
     return sorted((f for f in forms if len(f) >= 4 and f != REDACTED), key=len, reverse=True)
+
+
+_AUTH_SCHEMES = frozenset({"basic", "bearer", "token", "digest", "negotiate", "hoba", "mutual"})
 
 
 def _basic_credentials(token: str) -> list[str]:
