@@ -331,6 +331,11 @@ A plist (:scope SCOPE :minutes N :pattern RULE); SCOPE is \"session\",
   (setq-local truncate-lines nil)
   (setq-local truncate-partial-width-windows nil)
   (setq-local word-wrap nil)
+  ;; Characters show in the order they run: right-to-left letters in a
+  ;; command must not reorder its words on screen, nor turn a paragraph of
+  ;; forj's own lines right to left.
+  (setq-local bidi-paragraph-direction 'left-to-right)
+  (setq-local bidi-display-reordering nil)
   (setq-local forj-review--quiet-since (float-time))
   (add-hook 'pre-command-hook #'forj-review--note-key-here nil t)
   (add-hook 'kill-buffer-hook #'forj-review--deny-on-kill nil t))
@@ -651,8 +656,10 @@ characters and wide runs of blanks as markers."
          (lines (forj-review--collapse-blank-lines
                  (forj-review--lines (forj-review-visible-text text))
                  ;; A diff line's first column, or a quoted block's line mark
-                 ;; (the worker writes a blank script line as "│ ⟨blank⟩").
-                 (if diff "\\([-+ ]\\)" "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\)?\\)?"))))
+                 ;; (the worker writes an empty line of a quoted text as
+                 ;; "│ ⟨blank⟩", a line of only blanks as "│ ⟨N blanks⟩").
+                 (if diff "\\([-+ ]\\)"
+                   "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\|⟨[0-9]+ blanks⟩\\)?\\)?"))))
     (with-temp-buffer
       (dolist (line lines)
         (let ((start (point)))

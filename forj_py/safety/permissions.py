@@ -19,10 +19,13 @@ network list) says yes only when the whole call is covered: every part of
 a compound command, every path of a multi-file call, and a string command
 made of nothing but plain words and those four operators (a ``$()``, a
 backtick, ``&``, a newline, a redirection, a subshell, a glob, a quote
-holding ``$`` never matches).  *Loose* (``deny`` and ``ask`` rules) says
-yes when any part or any path matches, and looks into shell syntax as best
-it can.  Loose matching is a convenience, not a boundary: the sandbox is
-the boundary.
+holding ``$`` never matches).  A command call that sets environment
+variables of its own (``run_shell``'s ``env``) never matches a command
+pattern strictly, whatever the variables: ``GIT_CONFIG_*``, ``LD_PRELOAD``,
+``PATH``, ``PYTHON*``, ``BASH_ENV`` and many more change what a program
+does.  *Loose* (``deny`` and ``ask`` rules) says yes when any part or any
+path matches, and looks into shell syntax as best it can.  Loose matching
+is a convenience, not a boundary: the sandbox is the boundary.
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ class Subject:
     # What a TOOL(PATTERN) rule matches for a tool that names neither files
     # nor a command: git_push's remote and refspec, curl's host and method.
     words: tuple[str, ...] | None = None
+    # The names of the environment variables a command call sets itself
+    # (``run_shell``'s ``env``).  Any of them can change what the matched
+    # program does (GIT_CONFIG_*, LD_PRELOAD, PATH, PYTHONPATH, BASH_ENV ...),
+    # so a strict match never covers a call that sets one.
+    env: tuple[str, ...] = ()
 
 
 @dataclass
@@ -151,6 +159,10 @@ class PermissionRule:
         if subject.words is not None:
             return argv_matches(self.words(), list(subject.words))
         if subject.command is not None:
+            if strict and subject.env:
+                # The rule vouches for a command line, not for what the
+                # environment makes of it: none of the variables is covered.
+                return False
             return command_matches(self.words(), subject.command, strict=strict)
         return paths_match(self.spec(), subject, strict=strict)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import errors
 from ..errors import ToolFailure
-from ..output import redact_url_credentials, visible_controls
+from ..output import NEWLINE_MARK, redact_url_credentials, shown_line, visible_controls
 from ..protocol import ErrorKind, ErrorType
 from ..safety.files import atomic_write, ensure_parents, read_bytes, sha256
 from ..safety.paths import SafePath
@@ -134,8 +134,9 @@ def unified_diff(display: str, old: str, new: str, existed: bool = True) -> str:
     lines = difflib.unified_diff(
         a[skip : len(a) - cut],
         b[skip : len(b) - cut],
-        fromfile=f"a/{display}" if existed else "/dev/null",
-        tofile=f"b/{display}",
+        # A path is free text too: a name holding a newline must not add lines.
+        fromfile=f"a/{shown_line(display)}" if existed else "/dev/null",
+        tofile=f"b/{shown_line(display)}",
         n=DIFF_CONTEXT,
     )
     out = []
@@ -176,7 +177,8 @@ def review(
     diff, _ = redact_url_credentials(unified_diff(display, old, new, existed))
     if not diff:
         return ""  # nothing changes: nothing to note either
-    return diff + "".join(f"note: {note}\n" for note in notes or [])
+    # A note may carry a path: one line each, whatever the path holds.
+    return diff + "".join(f"note: {note.replace(chr(10), NEWLINE_MARK)}\n" for note in notes or [])
 
 
 _HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")

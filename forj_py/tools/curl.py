@@ -40,20 +40,41 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import json
 import re
 import socket
 import ssl
 import threading
 import time
 from typing import Any, Literal
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import (
+    parse_qsl,
+    quote,
+    quote_plus,
+    unquote,
+    unquote_plus,
+    urlencode,
+    urljoin,
+    urlsplit,
+    urlunsplit,
+)
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import errors
 from ..config import Config
 from ..errors import ToolFailure
-from ..output import REDACTED, redact, redact_url_credentials, sanitize
+from ..output import (
+    REDACTED,
+    SHELL_CODE_RE,
+    credential_spans,
+    credential_values,
+    quoted_block,
+    redact,
+    redact_url_credentials,
+    sanitize,
+    shown_line,
+)
 from ..protocol import DenialReason, ErrorKind, ErrorType, RiskLevel
 from ..safety.network import DomainPolicy, Target, host_of
 from ..safety.permissions import network_rule_covers
@@ -98,9 +119,34 @@ _JSON_SECRET = re.compile(
 )
 
 
+# One field of a form body (name=value between &s).
+_FORM_FIELD = re.compile(r"(?:^|(?<=&))([^=&\s]+)=([^&\s]*)")
+
+
 def redact_body(text: str) -> str:
-    """A request body as the journal and the review show it."""
-    return redact(_JSON_SECRET.sub(lambda m: m.group(1) + f'"{REDACTED}"', text))
+    """A request body as the journal and the review show it.
+
+    JSON members and form fields named like credentials (``pass=...``,
+    ``"client_secret": ...``, every value inside ``"auth": {...}``) and
+    credential-looking text are redacted.  The text keeps its own layout:
+    values are replaced where they stand, nothing is re-serialized.
+    """
+    found: list[str] = []
+    with contextlib.suppress(ValueError, RecursionError):
+        _json_secrets(json.loads(text), False, found)
+    for value in sorted(_json_spellings(found), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    text = _JSON_SECRET.sub(lambda m: m.group(1) + f'"{REDACTED}"', text)
+    if "=" in text:
+        text = _FORM_FIELD.sub(
+            lambda m: (
+                f"{m.group(1)}={REDACTED}"
+                if m.group(2) and _credential_param(unquote_plus(m.group(1)))
+                else m.group()
+            ),
+            text,
+        )
+    return redact(text)
 
 
 def credential_header(name: str) -> bool:
@@ -135,6 +181,22 @@ def shown_url(url: str) -> str:
     query = urlencode(shown, safe="[]/:") if shown != pairs else parts.query
     base = redact(urlunsplit(parts._replace(query="", fragment="")))
     return base + "?" + query + ("#" + redact(parts.fragment) if parts.fragment else "")
+
+
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@\s]*)@")
+
+
+def _summary_url(url: str) -> str:
+    """``shown_url``, but a ``user:password@`` holding shell syntax stays.
+
+    Like every summary (``output.short_summary``), it does not hide code as
+    if it were a secret.  Such a URL is refused before anything is sent.
+    """
+    m = _USERINFO.match(url)
+    if m is None or not SHELL_CODE_RE.search(m.group(2)):
+        return shown_url(url)
+    rest = shown_url(m.group(1) + url[m.end() :])
+    return m.group(1) + m.group(2) + "@" + rest[len(m.group(1)) :]
 
 
 def _credential_param(name: str) -> bool:
@@ -248,7 +310,7 @@ class Curl(Tool[CurlArgs]):
         return shown if shown != raw else raw
 
     def summary(self, args: CurlArgs) -> str:
-        return f"curl {args.method} {shown_url(args.url)}"
+        return f"curl {args.method} {_summary_url(args.url)}"
 
     def summary_tags(self, args: CurlArgs, ctx: ToolContext) -> list[str]:
         return ["network"]
@@ -265,18 +327,26 @@ class Curl(Tool[CurlArgs]):
     def preview(self, args: CurlArgs, ctx: ToolContext) -> str | None:
         url = shown_url(args.url)
         limits = _limits(args, ctx)
-        lines = [f"{args.method} {url}"]
+        lines = [shown_line(f"{args.method} {url}")]
         if args.headers:
             lines.append("headers:")
-            lines += [f"  {k}: {v}" for k, v in shown_headers(args.headers).items()]
+            lines += [
+                "  " + shown_line(f"{k}: {v}") for k, v in shown_headers(args.headers).items()
+            ]
         else:
             lines.append("headers: (none besides User-Agent)")
         if args.body is None:
             lines.append("body: none")
         else:
+            # The whole body, every line behind the mark; what redaction
+            # hides is counted.
+            shown = redact_body(args.body)
             size = len(args.body.encode("utf-8", "surrogatepass"))
-            lines.append(f"body: {size} bytes")
-            lines += ["  " + line for line in redact_body(args.body).splitlines()[:20]]
+            hidden = shown.count(REDACTED) - args.body.count(REDACTED)
+            about = f"{size} bytes sent"
+            if hidden > 0:
+                about += f"; {hidden} credential value(s) shown as {REDACTED}"
+            lines += quoted_block("body", shown, about)
         lines.append(
             f"limits: {limits[0]:g} s, {limits[1]} bytes, at most {MAX_REDIRECTS} redirects "
             "(each checked against [network] allowed_domains)"
@@ -296,8 +366,16 @@ class Curl(Tool[CurlArgs]):
                 recovery=["Send the call again with the real value"],
             )
         timeout, max_bytes = _limits(args, ctx)
-        with _Deadline(timeout) as deadline:
-            return self._run(policy, args, deadline, timeout, max_bytes, ctx)
+        secrets = sent_secrets(args)
+        try:
+            with _Deadline(timeout) as deadline:
+                return self._run(policy, args, deadline, timeout, max_bytes, ctx, secrets)
+        except ToolFailure as failure:
+            # A redirect's Location can echo a credential into an error's
+            # URL: errors are results, and journaled, too.
+            failure.error.message = _hide_echoes(failure.error.message, secrets, False)
+            failure.error.details = _hide_in(failure.error.details, secrets)
+            raise
 
     def _run(
         self,
@@ -307,6 +385,7 @@ class Curl(Tool[CurlArgs]):
         timeout: float,
         max_bytes: int,
         ctx: ToolContext,
+        secrets: list[str],
     ) -> Any:
         method, body = args.method, args.body
         headers = dict(args.headers)
@@ -358,7 +437,7 @@ class Curl(Tool[CurlArgs]):
                     )
                 # Headers were written for the first origin: only content ones go on.
                 headers = {k: v for k, v in headers.items() if k.lower() in _CROSS_ORIGIN_HEADERS}
-        return _result(target, response, chain, max_bytes, method, _sent_secrets(args.headers))
+        return _result(target, response, chain, max_bytes, method, secrets)
 
 
 def _policy(ctx: ToolContext) -> DomainPolicy:
@@ -590,14 +669,144 @@ def _read(
     }
 
 
-def _sent_secrets(headers: dict[str, str]) -> list[str]:
-    """The credential values the request carried: a response echoing one shows it redacted."""
-    found: list[str] = []
-    for name, value in headers.items():
+def sent_secrets(args: CurlArgs) -> list[str]:
+    """Every credential the request carries, in each form a server may echo it back.
+
+    Wherever it was sent: a header named like a credential (and the user
+    and password inside ``Basic``), credential-looking text in any other
+    header, the URL's ``user:password@`` and its credential-named query
+    parameters, and the body's credential-named JSON members or form
+    fields and credential-looking text.  Each value also counts
+    percent-encoded, percent-decoded and JSON-escaped.  Longest first, so
+    a value holding another is hidden whole.
+    """
+    found: set[str] = set()
+    for name, value in args.headers.items():
         if credential_header(name):
-            found.append(value)
-            found += [part for part in value.split() if len(part) >= 8]
-    return sorted(set(found), key=len, reverse=True)
+            found.add(value)
+            # Each piece too (a bearer token, a cookie's value), but not
+            # the scheme's name.
+            pieces = re.split(r"[\s;,=]+", value)
+            found.update(p for p in pieces if p.lower() not in _AUTH_SCHEMES)
+            words = value.split()
+            if len(words) == 2 and words[0].lower() == "basic":
+                found.update(_basic_credentials(words[1]))
+        found.update(credential_values(value))
+    found.update(_url_secrets(args.url))
+    if args.body:
+        found.update(_body_secrets(args.body))
+    forms: set[str] = set()
+    for value in found:
+        for plain in (value, unquote_plus(value), unquote(value)):
+            forms.update(
+                (
+                    plain,
+                    quote(plain, safe=""),
+                    quote_plus(plain),
+                    json.dumps(plain)[1:-1],
+                    json.dumps(plain, ensure_ascii=False)[1:-1],
+                )
+            )
+    # Shorter values would blank out ordinary words of every reply.
+    return sorted((f for f in forms if len(f) >= 4 and f != REDACTED), key=len, reverse=True)
+
+
+_AUTH_SCHEMES = frozenset({"basic", "bearer", "token", "digest", "negotiate", "hoba", "mutual"})
+
+
+def _basic_credentials(token: str) -> list[str]:
+    try:
+        decoded = base64.b64decode(token, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return []
+    password = decoded.partition(":")[2]
+    return [decoded, password] if password else [decoded]
+
+
+def _url_secrets(url: str) -> list[str]:
+    found = [url[a:b] for a, b in credential_spans(url)]
+    found += credential_values(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return found
+    for piece in (parts.query, parts.fragment):
+        for name, value in parse_qsl(piece, keep_blank_values=True):
+            if _credential_param(name) and value:
+                found.append(value)
+        for raw in piece.split("&"):
+            name, _, value = raw.partition("=")
+            if _credential_param(unquote_plus(name)) and value:
+                found.append(value)
+    return found
+
+
+def _body_secrets(body: str) -> list[str]:
+    found = credential_values(body)
+    found += [m.group(2).strip('"') for m in _JSON_SECRET.finditer(body)]
+    with contextlib.suppress(ValueError, RecursionError):  # not JSON: the other forms hold
+        _json_secrets(json.loads(body), False, found)
+    if "=" in body:
+        for name, value in parse_qsl(body.strip(), keep_blank_values=True):
+            if _credential_param(name) and value:
+                found.append(value)
+    return [f for f in found if f]
+
+
+def _json_secrets(value: Any, secret: bool, found: list[str]) -> None:
+    """The values under a credential-named member, however deep, of a parsed JSON body."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _json_secrets(item, secret or _credential_param(str(key)), found)
+    elif isinstance(value, list):
+        for item in value:
+            _json_secrets(item, secret, found)
+    elif secret and value is not None and not isinstance(value, bool):
+        found.append(value if isinstance(value, str) else json.dumps(value))
+
+
+def _json_spellings(values: list[str]) -> set[str]:
+    """How each value may be written inside a JSON text (escaped or not), if long enough."""
+    return {
+        form
+        for value in values
+        for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1])
+        if len(form) >= 4
+    }
+
+
+def _hide_echoes(text: str, secrets: list[str], cut: bool) -> str:
+    """``text`` with every sent credential redacted; a cut reply loses a secret's first part too."""
+    text = redact(text, secrets)
+    if cut:
+        for secret in secrets:
+            for n in range(len(secret) - 1, 3, -1):
+                if text.endswith(secret[:n]):
+                    return text[:-n] + REDACTED
+    return text
+
+
+def _hide_in(value: Any, secrets: list[str]) -> Any:
+    """``value`` (an error's details) with every sent credential redacted in its strings."""
+    if isinstance(value, str):
+        return _hide_echoes(value, secrets, False)
+    if isinstance(value, dict):
+        return {k: _hide_in(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hide_in(v, secrets) for v in value]
+    return value
+
+
+def _hide_echoed_bytes(data: bytes, secrets: list[str], cut: bool) -> bytes:
+    for secret in secrets:
+        data = data.replace(secret.encode("utf-8"), REDACTED.encode())
+    if cut:
+        for secret in secrets:
+            raw = secret.encode("utf-8")
+            for n in range(len(raw) - 1, 3, -1):
+                if data.endswith(raw[:n]):
+                    return data[:-n] + REDACTED.encode()
+    return data
 
 
 def _result(
@@ -610,26 +819,32 @@ def _result(
 ) -> dict[str, Any]:
     headers: dict[str, str] = {}
     for name, value in response["headers"]:
-        key = name.lower()
+        # A server may echo a credential as a header's name too.
+        hidden = _hide_echoes(name, secrets, False)
+        key = name.lower() if hidden == name else hidden
         shown = (
-            REDACTED if key in ("set-cookie", "set-cookie2") else sanitize(redact(value, secrets))
+            REDACTED
+            if key in ("set-cookie", "set-cookie2")
+            else sanitize(_hide_echoes(value, secrets, False))
         )
         headers[key] = headers[key] + ", " + shown if key in headers else shown
     data: bytes = response["body"]
     result: dict[str, Any] = {
         "status": response["status"],
-        "url": _shown_url(target.url),
+        "url": _hide_echoes(_shown_url(target.url), secrets, False),
         "headers": headers,
         "bytes": len(data),
         "truncated": bool(response["more"]),
     }
     if chain:
-        result["redirects"] = [_shown_url(u) for u in chain]
+        result["redirects"] = [_hide_echoes(_shown_url(u), secrets, False) for u in chain]
     if method != "HEAD":
         text = _as_text(data, headers.get("content-type", ""))
+        cut = bool(response["more"])
         if text is not None:
-            result["body"] = sanitize(redact(text, secrets))
+            result["body"] = sanitize(_hide_echoes(text, secrets, cut))
         else:
+            data = _hide_echoed_bytes(data, secrets, cut)
             result["body_b64"] = base64.b64encode(data).decode("ascii")
     if response["more"]:
         length = response["length"]

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
 from ..errors import ToolFailure
+from ..output import shown_line
 from ..protocol import RiskLevel
 from ..safety.files import sha256
 from ..safety.paths import SafePath
@@ -186,14 +187,15 @@ def _inside(ctx: ToolContext, base: SafePath, rel: str) -> SafePath:
 def _transfer_review(plan: _Transfer, verb: str, restorable: bool) -> str:
     out = []
     for src, dst, data, mode in plan.pairs[:SHOW_FILES]:
-        out.append(f"--- a/{src.display}\n+++ b/{dst.display}\n")
+        out.append(f"--- a/{shown_line(src.display)}\n+++ b/{shown_line(dst.display)}\n")
         if plan.replaced is not None:
             old_text, new_text = text_of(plan.replaced), text_of(data)
             if old_text is not None and new_text is not None:
                 body = _edit.unified_diff(dst.display, old_text, new_text)
                 out.append(body.split("\n", 2)[2] if body.count("\n") >= 2 else "")
             out.append(
-                f"note: replaces {dst.display} ({size_note(plan.replaced)}); its content is "
+                f"note: replaces {shown_line(dst.display)} ({size_note(plan.replaced)}); its "
+                "content is "
                 "backed up\n"
             )
         out.append(f"note: {verb} unchanged ({size_note(data, mode)})\n")
@@ -374,7 +376,11 @@ class FsDelete(Tool[FsDeleteArgs]):
         if args.force:
             probe = ctx.sandbox.resolve(args.path, ctx.working_dir, for_write=True)
             if not probe.exists and not given_is_link(ctx, args.path):
-                return None, True, f"note: {probe.display} does not exist; nothing to delete\n"
+                return (
+                    None,
+                    True,
+                    f"note: {shown_line(probe.display)} does not exist; nothing to delete\n",
+                )
         sp = _source(ctx, args.path, "delete")
         sized = read_tree(ctx, sp, recursive=args.recursive, read=False)
         restorable = sized.total_bytes <= _restorable_limit(ctx)
@@ -425,9 +431,9 @@ def delete_review(tree: Tree, restorable: bool) -> str:
         text = text_of(data)
         if text:
             diff = _edit.unified_diff(sp.display, text, "", existed=True)
-            out.append(diff.replace(f"+++ b/{sp.display}\n", "+++ /dev/null\n", 1))
+            out.append(diff.replace(f"+++ b/{shown_line(sp.display)}\n", "+++ /dev/null\n", 1))
         else:
-            out.append(f"--- a/{sp.display}\n+++ /dev/null\n")
+            out.append(f"--- a/{shown_line(sp.display)}\n+++ /dev/null\n")
         out.append(f"note: deleted ({size_note(data, mode)})\n")
     more = len(tree.files) - SHOW_FILES
     if more > 0:

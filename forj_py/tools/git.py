@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import errors
 from ..config import Config, ValidatorConfig
-from ..output import redact
+from ..output import quoted_block, redact, shown_line
 from ..protocol import DenialReason, ErrorKind, ErrorType, RiskLevel
 from ..safety.permissions import network_rule_covers
 from ..system.git import (
@@ -748,7 +748,10 @@ class GitCommit(_GitTool[GitCommitArgs]):
             timeout=ctx.config.tools.git.timeout_seconds,
         )
         rules = [f"{v.rule} ({V.level_of(v)})" for v in _validators(ctx, V.ON_COMMIT)]
-        lines = ["message:", *("  " + line for line in args.message.splitlines()), ""]
+        # git drops comment lines and trailing blanks (--cleanup=strip): said, not hidden.
+        strip = any(line.startswith("#") for line in args.message.split("\n"))
+        about = "git drops its lines that start with #" if strip else ""
+        lines = [*quoted_block("message", args.message, about), ""]
         lines += ["staged:", done.out().rstrip() or "  (nothing staged yet)", ""]
         lines.append("checks:  " + (", ".join(rules) or "none configured"))
         return "\n".join(lines) + "\n"
@@ -1050,10 +1053,10 @@ class GitPush(_RemoteTool[GitPushArgs]):
         repo = repo_of(ctx)
         urls = _push_urls(repo, ctx, args.remote)
         local = all(is_local_url(url) for url in urls)
-        lines = [f"remote:  {args.remote}"]
-        lines += [f"push to: {redact(url)}" for url in urls]
+        lines = [f"remote:  {shown_line(args.remote)}"]
+        lines += [f"push to: {shown_line(redact(url))}" for url in urls]
         lines += [
-            f"refspec: {args.refspec or '(git default: the current branch)'}",
+            f"refspec: {shown_line(args.refspec or '(git default: the current branch)')}",
             f"force:   {'yes, --force-with-lease' if args.forces() else 'no'}",
             "network: " + ("no (a path on this machine)" if local else "yes"),
         ]

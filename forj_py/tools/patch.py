@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import errors
 from ..errors import ToolFailure
+from ..output import shown_line
 from ..protocol import RiskLevel
 from ..safety.paths import SafePath
 from . import _edit, _patchapply, _patchparse, _regions
@@ -233,12 +234,13 @@ def _review(plan: _Plan) -> str:
             )
             continue
         body = _edit.review(item.dst.display, loaded.text, item.new_text, True, _notes(item))
-        header = f"--- a/{loaded.sp.display}\n+++ b/{item.dst.display}\n"
+        src, dst = shown_line(loaded.sp.display), shown_line(item.dst.display)
+        header = f"--- a/{src}\n+++ b/{dst}\n"
         if body:
             out.append(header + body.split("\n", 2)[2])
         else:
             out.append(header)
-        out.append(f"note: moved from {loaded.sp.display} to {item.dst.display}\n")
+        out.append(f"note: moved from {src} to {dst}\n")
     return "".join(out)
 
 

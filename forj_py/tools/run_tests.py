@@ -45,14 +45,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import errors
-from ..output import visible_controls
+from ..output import shown_line, visible_controls
 from ..protocol import RiskLevel
 from ..safety.paths import SafePath
 from ..system.process import Outcome
 from ..system.walk import Walker
 from . import _shell
 from .registry import Tool, ToolContext
-from .shell import command_notes, command_tags, describe_confinement
+from .shell import command_notes, command_tags, describe_confinement, show_command
 
 REPORT = "{forj-report}"  # replaced by a file in a temporary directory outside the project
 DRIVER = "{forj-ert-driver}"
@@ -237,18 +237,20 @@ class RunTests(Tool[RunTestsArgs]):
     def _describe(self, plan: Plan, args: RunTestsArgs, ctx: ToolContext) -> str:
         env = _shell.clean_environment(_shell.denylist(ctx))
         lines = [
-            "$ " + shlex.join(plan.argv),
+            *show_command(plan.argv),
             "",
             "argv:    " + json.dumps(plan.argv, ensure_ascii=False),
             f"runner:  {plan.runner}",
-            f"cwd:     {plan.cwd.display}  ({plan.cwd.canonical})",
+            f"cwd:     {shown_line(plan.cwd.display)}  ({shown_line(plan.cwd.canonical)})",
             "env:     no additions",
         ]
         if env.removed:
             lines.append("removed: " + " ".join(env.removed))
         if plan.runner == "ert":
-            lines.append(f"tests:   {len(plan.test_files)} files: " + " ".join(plan.test_files))
-            lines.append(f"select:  {args.selector or 't (every test)'}")
+            lines.append(
+                f"tests:   {len(plan.test_files)} files: " + shown_line(" ".join(plan.test_files))
+            )
+            lines.append(f"select:  {shown_line(args.selector or 't (every test)')}")
             lines.append(f"{DRIVER}: forj's ERT driver, written to a temporary directory")
         if REPORT in " ".join(plan.argv):
             lines.append(f"{REPORT}: a JUnit XML file in a temporary directory")

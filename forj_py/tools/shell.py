@@ -29,7 +29,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from .. import errors
-from ..output import visible_controls
+from ..output import block_shape, quoted_block, quoted_lines, shown_line, visible_controls
 from ..protocol import DenialReason, RiskLevel
 from ..safety.paths import SafePath
 from ..safety.permissions import command_matches, parse_rule
@@ -171,7 +171,7 @@ class RunShell(Tool[RunShellArgs]):
         return [args.cwd] if args.cwd else []
 
     def review_notes(self, args: RunShellArgs, ctx: ToolContext) -> list[str]:
-        return command_notes(ctx, args.allow_network, _command_text(args.cmd))
+        return command_notes(ctx, args.allow_network, _command_text(args.cmd), bool(args.env))
 
     def summary_tags(self, args: RunShellArgs, ctx: ToolContext) -> list[str]:
         return command_tags(ctx, args.allow_network)
@@ -193,28 +193,38 @@ class RunShell(Tool[RunShellArgs]):
         lines = [*show_command(args.cmd), ""]
         lines += [
             "argv:    " + json.dumps(argv, ensure_ascii=False),
-            f"program: {program}",
-            f"cwd:     {cwd.display}  ({cwd.canonical})",
+            f"program: {shown_line(program)}",
+            f"cwd:     {shown_line(cwd.display)}  ({shown_line(cwd.canonical)})",
         ]
         if args.env:
-            lines.append("env:     (added to the cleaned environment)")
+            lines.append(
+                "env:     (added to the cleaned environment; no allow rule, grant, network "
+                "rule or read-only check covers a call that sets any)"
+            )
             lines += [
-                f"  {name}={json.dumps(value, ensure_ascii=False)}"
+                "  " + shown_line(f"{name}={json.dumps(value, ensure_ascii=False)}")
                 for name, value in args.env.items()
             ]
         else:
             lines.append("env:     no additions")
         if env.removed:
             lines.append("removed: " + " ".join(env.removed))
-        stdin = len(args.stdin.encode("utf-8")) if args.stdin is not None else None
-        lines.append("stdin:   closed" if stdin is None else f"stdin:   {stdin} bytes of text")
+        if args.stdin is None:
+            lines.append("stdin:   closed")
+        else:
+            # What a program reads on stdin can be what runs (sh, python3 -).
+            size = len(args.stdin.encode("utf-8"))
+            lines.append(f"stdin:   {size} bytes of text, below")
+            lines += quoted_block("stdin", args.stdin)
         lim = _shell.limits(ctx, args.timeout)
         lines.append(f"timeout: {lim.timeout:g} s, then the process group is killed")
         lines.append("sandbox: " + describe_confinement(ctx, args.allow_network))
+        # The reason may quote the command: free text like the rest.
+        reason = shown_line(verdict.reason)
         lines.append(
-            "risk:    low, read-only (" + verdict.reason + ")"
+            "risk:    low, read-only (" + reason + ")"
             if verdict.read_only
-            else "risk:    high (not read-only: " + verdict.reason + ")"
+            else "risk:    high (not read-only: " + reason + ")"
         )
         return "\n".join(lines) + "\n"
 
@@ -382,37 +392,36 @@ def _no_external_programs(rest: list[str]) -> list[str]:
     return rest
 
 
-# Blank runs this long inside a shown line are shown by their length.
-_BLANK_RUN = re.compile(r"[ \t]{8,}")
-SCRIPT_MARK = "│ "
-
-
 def _command_text(cmd: list[str] | str) -> str:
     return cmd if isinstance(cmd, str) else shlex.join(cmd)
-
-
-def _shown_line(line: str) -> str:
-    return _BLANK_RUN.sub(lambda m: f"⟨{len(m.group())} blanks⟩", line)
 
 
 def show_command(cmd: list[str] | str) -> list[str]:
     """The command as the review shows it: nothing hidden by layout.
 
-    A one-line command is ``$ command``.  A script (a string with newlines)
-    is one quoted block: every line, blank ones included, behind a line
-    mark, so no line of it can pass for the review's own text, and runs of
-    blanks show their length.
+    A one-line string command is ``$ command``.  A script (a string with a
+    newline) is one quoted block: every line, blank ones included, behind
+    the line mark, so no line of it can pass for the review's own text.
+    An argv list is shown joined as a shell would read it, except that an
+    element holding a newline stands as ``<<argN`` and follows as a block
+    of its own: a script passed as ``["sh", "-c", script]`` or
+    ``["python3", "-c", code]`` reads like the string form.  Every text goes
+    through the review's one set of rules (``output.shown_line``).
     """
-    if isinstance(cmd, list) or "\n" not in cmd.rstrip("\n"):
-        return ["$ " + _shown_line(_command_text(cmd))]
-    lines = cmd.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    out = [f"$ sh -c <<script ({len(lines)} lines)"]
-    for line in lines:
-        out.append(SCRIPT_MARK + (_shown_line(line) if line.strip() else "⟨blank⟩"))
-    out.append("script")
-    return out
+    if isinstance(cmd, str):
+        if "\n" not in cmd:
+            return ["$ " + shown_line(cmd)]
+        lines = quoted_lines(cmd)
+        return [f"$ sh -c <<script ({block_shape(cmd)})", *lines, "script"]
+    words: list[str] = []
+    blocks: list[str] = []
+    for i, arg in enumerate(cmd):
+        if "\n" in arg:
+            words.append(f"<<arg{i}")
+            blocks += [f"arg{i} ({block_shape(arg)}):", *quoted_lines(arg), f"end of arg{i}"]
+        else:
+            words.append(shlex.quote(arg))
+    return ["$ " + shown_line(" ".join(words)), *blocks]
 
 
 def describe_confinement(ctx: ToolContext, network: bool) -> str:
@@ -424,10 +433,14 @@ def describe_confinement(ctx: ToolContext, network: bool) -> str:
     return f"bubblewrap: project read-write, secrets masked, {net}"
 
 
-def command_notes(ctx: ToolContext, network: bool, text: str) -> list[str]:
-    """Why a command call must be reviewed: it asks for network, or runs unsandboxed."""
+def command_notes(ctx: ToolContext, network: bool, text: str, env: bool = False) -> list[str]:
+    """Why a command call must be reviewed: it asks for network, or runs unsandboxed.
+
+    ``env``: the call sets environment variables of its own, which no
+    network rule covers (they can change what the matched program does).
+    """
     notes = []
-    if network and not _network_allowed(ctx, text):
+    if network and (env or not _network_allowed(ctx, text)):
         notes.append("This command asks for network access (allow_network).")
     jail = ctx.commands
     if jail is not None and not jail.sandboxed and not jail.availability.silenced:

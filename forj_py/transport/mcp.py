@@ -337,10 +337,23 @@ def _review_message(item: dict[str, Any]) -> str:
         parts.append(f"Why asked: {item['reason']}")
     preview = item.get("preview")
     if preview:
-        if len(preview) > MAX_PREVIEW_CHARS:
-            preview = preview[:MAX_PREVIEW_CHARS] + "\n[preview cut; the whole diff is journaled]"
-        parts.append(preview)
+        parts.append(_cut_preview(preview))
     return "\n\n".join(parts)
+
+
+def _cut_preview(preview: str) -> str:
+    """The preview, or its head cut at a line's end and exactly how much is not shown."""
+    if len(preview) <= MAX_PREVIEW_CHARS:
+        return preview
+    head = preview[:MAX_PREVIEW_CHARS]
+    if "\n" in head:
+        head = head[: head.rindex("\n") + 1]
+    rest = preview[len(head) :]
+    lines = rest.count("\n") + (0 if rest.endswith("\n") else 1)
+    return (
+        f"{head}[preview cut here: {len(rest)} more characters in {lines} more line(s) are "
+        "not shown; the whole preview is journaled]"
+    )
 
 
 def _text_result(value: Any, *, error: bool) -> types.CallToolResult:
