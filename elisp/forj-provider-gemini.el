@@ -23,6 +23,11 @@
 ;; parts[].functionCall; the last one carries a finishReason.  The key
 ;; travels in the x-goog-api-key header, never in the URL.
 ;;
+;; A functionCall part may carry a thoughtSignature: it is kept with
+;; the call (its :native) and sent back with it, unchanged, as Gemini 3
+;; requires.  A call without an id gets one that is unique in the
+;; conversation.
+;;
 ;; finishReason MAX_TOKENS is a reply cut by the token limit; SAFETY,
 ;; RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII and IMAGE_SAFETY are
 ;; refusals, shown with the safety categories that blocked; a prompt
@@ -50,12 +55,17 @@
                    (append (unless (string-empty-p (or (plist-get message :text) ""))
                              (list (list :text (plist-get message :text))))
                            (mapcar (lambda (call)
-                                     (list :functionCall
-                                           (list :name (plist-get call :name)
-                                                 :args (let ((args (plist-get call :args)))
-                                                         (if (or (null args) (stringp args))
-                                                             (make-hash-table)
-                                                           args)))))
+                                     (append
+                                      (list :functionCall
+                                            (list :name (plist-get call :name)
+                                                  :args (let ((args (plist-get call :args)))
+                                                          (if (or (null args) (stringp args))
+                                                              (make-hash-table)
+                                                            args))))
+                                      ;; Gemini 3 refuses a call of the turn sent back
+                                      ;; without the signature it came with.
+                                      (let ((signature (forj-provider-gemini--signature call)))
+                                        (and signature (list :thoughtSignature signature)))))
                                    (plist-get message :calls))))
                   ("tool"
                    (mapcar (lambda (result)
@@ -66,6 +76,13 @@
     when parts
     collect (list :role (if (equal (plist-get message :role) "assistant") "model" "user")
                   :parts (vconcat parts)))))
+
+(defun forj-provider-gemini--signature (call)
+  "The thoughtSignature Gemini sent with CALL, or nil."
+  (let ((native (plist-get call :native)))
+    (and (consp native) (equal (plist-get native :family) "gemini")
+         (stringp (plist-get native :thoughtSignature))
+         (plist-get native :thoughtSignature))))
 
 (defun forj-provider-gemini--request (provider system messages tools)
   "The streamGenerateContent request for PROVIDER with SYSTEM, MESSAGES and TOOLS."
@@ -107,15 +124,15 @@ MEDIUM or HIGH; nothing when none does."
                                   likely))))
     (if names (format " (%s)" (string-join names ", ")) "")))
 
-(defun forj-provider-gemini--event (stream _event data)
-  "Turn one event's DATA of STREAM into actions."
+(defun forj-provider-gemini--event (_stream _event data)
+  "Turn one event's DATA into actions."
   (let* ((json (forj-provider-json data))
          (candidates (plist-get json :candidates))
          (candidate (and (vectorp candidates) (> (length candidates) 0) (aref candidates 0)))
          (parts (plist-get (plist-get candidate :content) :parts))
          (actions nil))
     (when (plist-get json :error)
-      (push (list :error (or (forj-provider-error-message data) data)) actions))
+      (push (list :error (forj-provider-reported-error data)) actions))
     (let* ((feedback (plist-get json :promptFeedback))
            (blocked (plist-get feedback :blockReason)))
       (when (stringp blocked)
@@ -133,12 +150,18 @@ MEDIUM or HIGH; nothing when none does."
                     (unless (eq (plist-get part :thought) t)
                       (push (list :text (plist-get part :text)) actions)))
                    ((plist-get part :functionCall)
-                    (let* ((call (plist-get part :functionCall))
-                           (count (1+ (or (forj-provider-state stream :count) 0))))
-                      (forj-provider-set-state stream :count count)
-                      (push (list :call (list :id (or (plist-get call :id) (format "g%d" count))
-                                              :name (plist-get call :name)
-                                              :args (or (plist-get call :args) (make-hash-table))))
+                    (let ((call (plist-get part :functionCall))
+                          (signature (plist-get part :thoughtSignature)))
+                      (push (list :call (append
+                                         (list :id (let ((id (plist-get call :id)))
+                                                     (if (and (stringp id) (not (string-empty-p id)))
+                                                         id
+                                                       (forj-provider-new-id "gemini")))
+                                               :name (plist-get call :name)
+                                               :args (or (plist-get call :args) (make-hash-table)))
+                                         (and (stringp signature)
+                                              (list :native (list :family "gemini"
+                                                                  :thoughtSignature signature)))))
                             actions))))))
     (let ((finish (plist-get candidate :finishReason)))
       (when (stringp finish)

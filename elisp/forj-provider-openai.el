@@ -33,6 +33,11 @@
 (require 'forj-provider)
 (require 'forj-usage)
 
+(defun forj-provider-openai--id (id)
+  "ID as OpenAI takes it: at most 40 characters.
+Ids of other providers can be longer."
+  (forj-provider-safe-id id "\\`[!-~]+\\'" 40))
+
 (defun forj-provider-openai--messages (system messages)
   "SYSTEM and MESSAGES as chat completions messages."
   (vconcat
@@ -48,7 +53,8 @@
                        (list :tool_calls
                              (vconcat
                               (mapcar (lambda (call)
-                                        (list :id (plist-get call :id) :type "function"
+                                        (list :id (forj-provider-openai--id (plist-get call :id))
+                                              :type "function"
                                               :function (list :name (plist-get call :name)
                                                               :arguments (forj-provider-json-encode
                                                                           (or (plist-get call :args)
@@ -56,7 +62,7 @@
                                       (plist-get message :calls))))))))
       ("tool"
        (mapcar (lambda (result)
-                 (list :role "tool" :tool_call_id (plist-get result :id)
+                 (list :role "tool" :tool_call_id (forj-provider-openai--id (plist-get result :id))
                        :content (plist-get result :content)))
                (plist-get message :results)))))))
 
@@ -73,7 +79,11 @@
                        (unless (plist-get provider :no-stream-usage)
                          (list :stream_options (list :include_usage t)))
                        (when (plist-get provider :max-tokens)
-                         (list :max_tokens (plist-get provider :max-tokens)))
+                         ;; OpenAI's reasoning models refuse max_tokens.
+                         (list (if (equal (forj-provider-host (plist-get provider :url)) "api.openai.com")
+                                   :max_completion_tokens
+                                 :max_tokens)
+                               (plist-get provider :max-tokens)))
                        (when tools
                          (list :tools
                                (vconcat
@@ -98,7 +108,9 @@ state as :cut-call."
     (forj-provider-set-state stream :calls nil)
     (mapcar (lambda (entry)
               (let ((call (cdr entry)))
-                (list :call (list :id (or (plist-get call :id) (format "call-%d" (car entry)))
+                ;; A server that sends no id (llama.cpp, some Ollama models)
+                ;; gets one made up, unique across the conversation.
+                (list :call (list :id (or (plist-get call :id) (forj-provider-new-id "call"))
                                   :name (or (plist-get call :name) "")
                                   :args (forj-provider-parse-args (plist-get call :arguments))))))
             calls)))
@@ -143,7 +155,7 @@ state as :cut-call."
            (delta (plist-get choice :delta))
            (actions nil))
       (when (plist-get json :error)
-        (push (list :error (or (forj-provider-error-message data) data)) actions))
+        (push (list :error (forj-provider-reported-error data)) actions))
       (let ((content (plist-get delta :content)))
         (when (stringp content) (push (list :text content) actions)))
       (let ((refusal (plist-get delta :refusal)))

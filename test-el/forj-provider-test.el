@@ -180,7 +180,7 @@ ON-WAIT, if given, is also called with the stream and each wait's arguments."
   "An error event in the middle of a stream ends it with the provider's message."
   (let ((run (forj-provider-test--run (forj-provider-test--provider 'anthropic "overloaded"))))
     (should (equal (plist-get run :text) "Hello"))
-    (should (equal (plist-get run :error) "Overloaded (overloaded_error)"))))
+    (should (equal (plist-get run :error) "The provider reported an error in its reply: Overloaded (overloaded_error)"))))
 
 (ert-deftest forj-test-provider-no-key-and-no-server ()
   "A missing key names the variables to set; a refused connection is curl's own message."
