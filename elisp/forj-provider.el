@@ -616,7 +616,10 @@ Interim responses (100 Continue) are skipped."
     (setf (forj-provider-stream-data stream) nil
           (forj-provider-stream-event stream) nil)
     (when data
-      (setf (forj-provider-stream-seen stream) t)
+      (unless (forj-provider-stream-seen stream)
+        ;; From the first event on, the idle limit applies.
+        (setf (forj-provider-stream-seen stream) t)
+        (when (forj-provider-stream-watchdog stream) (forj-provider--arm stream)))
       (let ((text (string-join (reverse data) "\n")))
         (forj-provider--act
          stream

@@ -876,7 +876,8 @@ class Handler(BaseHTTPRequestHandler):
         with open(LOG, "a", encoding="utf-8") as log:
             log.write(json.dumps({"path": self.path, "headers": dict(self.headers.items())}) + "\n")
         scenario = self.path.strip("/").split("/")[0]
-        if self.path.endswith("/api/tags"):
+        path = self.path.partition("?")[0]
+        if path.endswith("/api/tags"):
             # Ollama's own listing.
             self._json(
                 200,
@@ -891,7 +892,7 @@ class Handler(BaseHTTPRequestHandler):
                     ]
                 },
             )
-        elif self.path.endswith("/models") and scenario.startswith("gemini-"):
+        elif path.endswith("/models") and scenario.startswith("gemini-"):
             self._json(
                 200,
                 {
@@ -911,7 +912,7 @@ class Handler(BaseHTTPRequestHandler):
                     ]
                 },
             )
-        elif self.path.endswith("/models") and scenario.startswith("anthropic-"):
+        elif path.endswith("/models") and scenario.startswith("anthropic-"):
             if self.headers.get("anthropic-version") != "2023-06-01":
                 self._json(
                     400,
@@ -928,10 +929,10 @@ class Handler(BaseHTTPRequestHandler):
                     "has_more": False,
                 },
             )
-        elif self.path.endswith("/models") and scenario.startswith("openai-ollama"):
+        elif path.endswith("/models") and scenario.startswith("openai-ollama"):
             # An Ollama too old for /v1/models.
             self._raw(404, "text/plain", b"404 page not found")
-        elif self.path.endswith("/models"):
+        elif path.endswith("/models"):
             self._json(
                 200,
                 {
