@@ -644,8 +644,8 @@ def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
 # ``<family>-<case>.<tag>``: the Nth request of a tag gets the Nth stream.
 
 
-def openai_call(path: str) -> list[bytes]:
-    """A reply of one call with no id (as llama.cpp sends them)."""
+def openai_call(path: str, call_id: str | None = None) -> list[bytes]:
+    """A reply of one call, with no id (as llama.cpp sends them) unless CALL_ID."""
     return [
         openai_chunk(
             {
@@ -654,6 +654,7 @@ def openai_call(path: str) -> list[bytes]:
                 "tool_calls": [
                     {
                         "index": 0,
+                        **({"id": call_id} if call_id else {}),
                         "type": "function",
                         "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
                     }
@@ -741,6 +742,12 @@ def anthropic_text(index: int, text: str) -> list[bytes]:
 
 CONVERSATIONS: dict[str, list[list[bytes]]] = {
     "openai-noidloop": [openai_call("a.txt"), openai_call("b.txt"), openai_text("Both read.")],
+    # A server that numbers its calls from zero in every reply.
+    "openai-dupidloop": [
+        openai_call("a.txt", "functions.read_file:0"),
+        openai_call("b.txt", "functions.read_file:0"),
+        openai_text("Both read."),
+    ],
     "gemini-sigloop": [
         gemini_call("a.txt", "SIG-A"),
         gemini_call("b.txt", "SIG-B"),

@@ -114,9 +114,11 @@ The turn must end (the session idle again) within SECONDS (default 30)."
   "The project the provider loops read from.")
 
 (ert-deftest forj-test-loop-call-ids-unique-when-the-server-sends-none ()
-  "A server that sends no ids gets unique ones across replies, the same for each call and its result."
+  "A server that sends no ids, or the same ids in every reply, gets unique ones across replies.
+Each call and its result keep the same id."
   (forj-test-with-project forj-loop-test--files
-    (let* ((scenario (format "openai-noidloop.%d" (random 1000000)))
+   (dolist (case '("noidloop" "dupidloop"))
+    (let* ((scenario (format "openai-%s.%d" case (random 1000000)))
            (session (forj-loop-test--turn root (forj-loop-test--provider 'openai scenario :local t)
                                           "Read a.txt and b.txt"))
            (ids (mapcar (lambda (c) (plist-get c :id)) (forj-loop-test--calls session)))
@@ -134,7 +136,7 @@ The turn must end (the session idle again) within SECONDS (default 30)."
                                collect (plist-get m :tool_call_id))))
         (should (equal calls ids))
         (should (equal results ids)))
-      (should (string-match-p "Both read\\." (forj-session-transcript (forj-session-record session)))))))
+      (should (string-match-p "Both read\\." (forj-session-transcript (forj-session-record session))))))))
 
 (ert-deftest forj-test-loop-gemini-thought-signatures-go-back-with-their-calls ()
   "Each functionCall goes back in the next requests with its own thoughtSignature, unchanged."
