@@ -93,7 +93,7 @@ body is then curl's message."
                                    (string-to-number (match-string 1 text))))
                       (body (if status (substring text 0 (match-beginning 0)) (string-trim text))))
                  (kill-buffer out)
-                 (funcall callback (and status (> status 0) status) (forj-provider-redact body))))))))
+                 (funcall callback (and status (> status 0) status) body)))))))
     (process-send-string
      process
      (mapconcat (lambda (header) (concat "header = \"" (replace-regexp-in-string "[\"\\\\]" "\\\\\\&" header)
@@ -182,7 +182,8 @@ and OpenAI list (data[].id)."
          ('anthropic (concat url "/models?limit=1000"))
          (_ (concat url "/models")))
        (lambda (status body)
-         (let ((models (and (eql status 200) (forj-models-parse-cloud provider body))))
+         (let ((models (and (eql status 200)
+                            (forj-models-parse-cloud provider (funcall (forj-provider-redactor key) body)))))
            (funcall done models
                     (and (null models)
                          (if status

@@ -256,14 +256,6 @@ KEY nil or shorter than 4 characters: the function changes nothing."
             text)))
     #'identity))
 
-(defun forj-provider-redact (text)
-  "TEXT with every API key forj knows of replaced by `forj-provider-redacted'.
-For text that may echo a key back (an error from a proxy, say),
-before it reaches a buffer or a saved chat."
-  (dolist (entry forj-providers text)
-    (let ((key (ignore-errors (forj-provider-key (append (list :name (car entry)) (cdr entry))))))
-      (setq text (funcall (forj-provider-redactor key) text)))))
-
 (defvar forj-provider--id-count 0
   "How many call ids this Emacs made up.")
 
@@ -385,11 +377,15 @@ the next piece shows whether it is."
     (lambda (_text) 0)))
 
 (defun forj-provider--flush-text (stream)
-  "Hand STREAM's held-back text to :on-text: it turned out not to be the key."
+  "Hand STREAM's held-back text to :on-text: the text it was part of ended.
+The held text is the start of the key; four characters or more of it
+are shown as `forj-provider-redacted' (a reply cut in the middle of
+the key must not show most of it)."
   (let ((held (forj-provider-stream-held stream)))
     (unless (or (string-empty-p held) (forj-provider-stream-ended stream))
       (setf (forj-provider-stream-held stream) "")
-      (funcall (plist-get (forj-provider-stream-callbacks stream) :on-text) held))))
+      (funcall (plist-get (forj-provider-stream-callbacks stream) :on-text)
+               (if (>= (length held) 4) forj-provider-redacted held)))))
 
 (defun forj-provider--act (stream actions)
   "Carry out the ACTIONS a family returned for STREAM."

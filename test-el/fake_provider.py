@@ -840,6 +840,15 @@ class Handler(BaseHTTPRequestHandler):
                     sse("[DONE]"),
                 ]
             )
+        elif case == "keycut":
+            # A reply that ends in the middle of the key.
+            self._stream(
+                [
+                    openai_chunk({"role": "assistant", "content": "Your key is " + key[:10]}),
+                    openai_chunk({}, "stop"),
+                    sse("[DONE]"),
+                ]
+            )
         elif case == "ratelimitedonce" and seen == 1:
             self._json(
                 429,

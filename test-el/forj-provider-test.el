@@ -449,7 +449,10 @@ ON-WAIT, if given, is also called with the stream and each wait's arguments."
       (should (string-match-p "the key came from the environment variable FORJ_TEST_PROVIDER_KEY" err))))
   (let ((run (forj-provider-test--run (forj-provider-test--provider 'openai "keytext"))))
     (should (plist-get run :done))
-    (should (equal (plist-get run :text) (concat "Your key is " forj-provider-redacted " and more.")))))
+    (should (equal (plist-get run :text) (concat "Your key is " forj-provider-redacted " and more."))))
+  (let ((run (forj-provider-test--run (forj-provider-test--provider 'openai "keycut"))))
+    (should (plist-get run :done))
+    (should (equal (plist-get run :text) (concat "Your key is " forj-provider-redacted)))))
 
 (ert-deftest forj-test-models-cloud-lists-from-endpoint-with-offline-fallback ()
   "Each cloud family's models endpoint is asked with its key; unreachable, the known list stands."
