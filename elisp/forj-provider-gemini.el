@@ -40,10 +40,16 @@
 (require 'forj-usage)
 
 (defun forj-provider-gemini--contents (messages)
-  "MESSAGES as Gemini contents."
+  "MESSAGES as Gemini contents.
+A call Gemini gave an id goes back with that id, and so does its
+result; calls that came without one go back without one."
   (vconcat
    (cl-loop
+    with ids = nil                      ; forj's id -> Gemini's, of the calls before
     for message in messages
+    do (dolist (call (plist-get message :calls))
+         (let ((own (forj-provider-gemini--native call :id)))
+           (when (stringp own) (push (cons (plist-get call :id) own) ids))))
     for parts = (pcase (plist-get message :role)
                   ("user" (append (mapcar (lambda (item)
                                             (list :text (format "<context source=\"%s\">\n%s\n</context>"
@@ -57,11 +63,14 @@
                            (mapcar (lambda (call)
                                      (append
                                       (list :functionCall
-                                            (list :name (plist-get call :name)
-                                                  :args (let ((args (plist-get call :args)))
-                                                          (if (or (null args) (stringp args))
-                                                              (make-hash-table)
-                                                            args))))
+                                            (append
+                                             (let ((own (forj-provider-gemini--native call :id)))
+                                               (and (stringp own) (list :id own)))
+                                             (list :name (plist-get call :name)
+                                                   :args (let ((args (plist-get call :args)))
+                                                           (if (or (null args) (stringp args))
+                                                               (make-hash-table)
+                                                             args)))))
                                       ;; Gemini 3 refuses a call of the turn sent back
                                       ;; without the signature it came with.
                                       (let ((signature (forj-provider-gemini--signature call)))
@@ -70,19 +79,26 @@
                   ("tool"
                    (mapcar (lambda (result)
                              (list :functionResponse
-                                   (list :name (plist-get result :name)
-                                         :response (list :content (plist-get result :content)))))
+                                   (append
+                                    (let ((own (cdr (assoc (plist-get result :id) ids))))
+                                      (and own (list :id own)))
+                                    (list :name (plist-get result :name)
+                                          :response (list :content (plist-get result :content))))))
                            (plist-get message :results))))
     when parts
     collect (list :role (if (equal (plist-get message :role) "assistant") "model" "user")
                   :parts (vconcat parts)))))
 
-(defun forj-provider-gemini--signature (call)
-  "The thoughtSignature Gemini sent with CALL, or nil."
+(defun forj-provider-gemini--native (call key)
+  "The value of KEY in what Gemini sent with CALL (its :native), or nil."
   (let ((native (plist-get call :native)))
     (and (consp native) (equal (plist-get native :family) "gemini")
-         (stringp (plist-get native :thoughtSignature))
-         (plist-get native :thoughtSignature))))
+         (plist-get native key))))
+
+(defun forj-provider-gemini--signature (call)
+  "The thoughtSignature Gemini sent with CALL, or nil."
+  (let ((signature (forj-provider-gemini--native call :thoughtSignature)))
+    (and (stringp signature) signature)))
 
 (defun forj-provider-gemini--request (provider system messages tools)
   "The streamGenerateContent request for PROVIDER with SYSTEM, MESSAGES and TOOLS."
@@ -150,18 +166,18 @@ MEDIUM or HIGH; nothing when none does."
                     (unless (eq (plist-get part :thought) t)
                       (push (list :text (plist-get part :text)) actions)))
                    ((plist-get part :functionCall)
-                    (let ((call (plist-get part :functionCall))
-                          (signature (plist-get part :thoughtSignature)))
+                    (let* ((call (plist-get part :functionCall))
+                           (signature (plist-get part :thoughtSignature))
+                           (own (let ((id (plist-get call :id)))
+                                  (and (stringp id) (not (string-empty-p id)) id)))
+                           (native (append (and (stringp signature) (list :thoughtSignature signature))
+                                           (and own (list :id own)))))
                       (push (list :call (append
-                                         (list :id (let ((id (plist-get call :id)))
-                                                     (if (and (stringp id) (not (string-empty-p id)))
-                                                         id
-                                                       (forj-provider-new-id "gemini")))
+                                         (list :id (or own (forj-provider-new-id "gemini"))
                                                :name (plist-get call :name)
                                                :args (or (plist-get call :args) (make-hash-table)))
-                                         (and (stringp signature)
-                                              (list :native (list :family "gemini"
-                                                                  :thoughtSignature signature)))))
+                                         (and native
+                                              (list :native (cons :family (cons "gemini" native))))))
                             actions))))))
     (let ((finish (plist-get candidate :finishReason)))
       (when (stringp finish)

@@ -130,9 +130,19 @@ state as :cut-call."
                         :reason "finish_reason \"content_filter\": the provider's content filter stopped the reply"))))))
 
 (defun forj-provider-openai--gather (stream piece)
-  "Add PIECE, one tool call fragment of a delta, to what STREAM has gathered."
-  (let* ((index (or (plist-get piece :index) 0))
-         (calls (forj-provider-state stream :calls))
+  "Add PIECE, one tool call fragment of a delta, to what STREAM has gathered.
+A piece without an index (some servers send each call whole without
+one) that names a function starts a new call when the last one has a
+name already; else it continues the last one."
+  (let* ((calls (forj-provider-state stream :calls))
+         (last (and calls (apply #'max (mapcar #'car calls))))
+         (index (cond ((integerp (plist-get piece :index)) (plist-get piece :index))
+                      ((null last) 0)
+                      ((and (let ((name (plist-get (plist-get piece :function) :name)))
+                              (and (stringp name) (not (string-empty-p name))))
+                            (plist-get (alist-get last calls) :name))
+                       (1+ last))
+                      (t last)))
          (known (alist-get index calls))
          (function (plist-get piece :function))
          (text (lambda (value) (and (stringp value) (not (string-empty-p value)) value))))
@@ -154,7 +164,8 @@ state as :cut-call."
                      (and (vectorp choices) (> (length choices) 0) (aref choices 0))))
            (delta (plist-get choice :delta))
            (actions nil))
-      (when (plist-get json :error)
+      ;; vLLM reports a failure as {"object": "error", "message": ...}.
+      (when (or (plist-get json :error) (equal (plist-get json :object) "error"))
         (push (list :error (forj-provider-reported-error data)) actions))
       (let ((content (plist-get delta :content)))
         (when (stringp content) (push (list :text content) actions)))

@@ -795,14 +795,15 @@ A stderr pipe process may still be attached; its output is taken as is."
                       (_ ""))
                     (or own (forj-provider--excerpt body)))
             (if retry (format "; the provider asks to retry after %s seconds" retry) "")
-            (if (memq status '(401 403))
-                (forj-provider--key-hint stream "key")
-              ""))))
+            (forj-provider--key-hint stream (if (memq status '(401 403)) "key" (or own ""))))))
 
 (defun forj-provider--key-hint (stream message)
   "Where STREAM's key came from, as a sentence, when MESSAGE speaks of a key."
   (let ((source (forj-provider-stream-key-source stream)))
-    (if (and source (string-match-p "key\\|auth\\|credential\\|token" message))
+    (if (and source
+             (let ((case-fold-search t))
+               (string-match-p
+                "\\`key\\'\\|api[ _-]?key\\|authenticat\\|unauthori[sz]\\|credential\\|permission" message)))
         (format "; the key came from %s" source)
       "")))
 

@@ -179,6 +179,42 @@ def openai(case: str) -> list[bytes]:
             openai_chunk({}, "tool_calls"),
             sse("[DONE]"),
         ]
+    if case == "noindex":
+        # Each call whole in its own chunk, with no index (as some servers send).
+        def whole(path: str) -> bytes:
+            return openai_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "type": "function",
+                            "function": {
+                                "name": "read_file",
+                                "arguments": json.dumps({"path": path}),
+                            },
+                        }
+                    ]
+                }
+            )
+
+        return [
+            openai_chunk({"role": "assistant", "content": ""}),
+            whole("a.txt"),
+            whole("b.txt"),
+            openai_chunk({}, "tool_calls"),
+            sse("[DONE]"),
+        ]
+    if case == "vllmerror":
+        return [
+            sse(
+                {
+                    "object": "error",
+                    "message": "This model's maximum context length is 4096 tokens.",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": 400,
+                }
+            )
+        ]
     if case == "streamerror":
         # llama.cpp's server: the prompt does not fit, said inside the stream.
         return [
@@ -545,6 +581,22 @@ def gemini(case: str) -> list[bytes]:
         return [gemini_chunk([{"text": "Hello"}]), gemini_chunk([{"text": ", wor"}], "MAX_TOKENS")]
     if case == "recitation":
         return [gemini_chunk([{"text": "Once upon"}]), gemini_chunk([], "RECITATION")]
+    if case == "withids":
+        return [
+            gemini_chunk(
+                [
+                    {
+                        "functionCall": {
+                            "id": "fc-123",
+                            "name": "read_file",
+                            "args": {"path": "a.txt"},
+                        },
+                        "thoughtSignature": "SIG-ID",
+                    }
+                ],
+                "STOP",
+            )
+        ]
     if case == "signature":
         # Gemini 3: a thought signature on the text part and on the call.
         return [
@@ -839,6 +891,14 @@ class Handler(BaseHTTPRequestHandler):
                     openai_chunk({}, "stop"),
                     sse("[DONE]"),
                 ]
+            )
+        elif case == "badkey":
+            # Gemini answers a wrong key with 400 INVALID_ARGUMENT.
+            self._json(
+                400,
+                ERROR_BODIES[family](
+                    "API key not valid. Please pass a valid API key.", "invalid_argument"
+                ),
             )
         elif case == "keycut":
             # A reply that ends in the middle of the key.

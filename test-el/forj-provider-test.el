@@ -482,5 +482,42 @@ ON-WAIT, if given, is also called with the stream and each wait's arguments."
       (should (string-match-p "does not answer" why))
       (should (equal (forj-models-of provider) '("claude-sonnet-4-6" "claude-opus-4-7"))))))
 
+(ert-deftest forj-test-provider-gemini-call-ids-go-back-when-gemini-gave-them ()
+  "A call Gemini gave an id goes back with it, and its result too, whatever forj calls it."
+  (let* ((run (forj-provider-test--run (forj-provider-test--provider 'gemini "withids" :native-tools t)
+                                       forj-provider-test--tools))
+         (call (car (plist-get run :calls))))
+    (should (equal (plist-get call :id) "fc-123"))
+    (let* ((kept (plist-put (forj-tools-json-decode (forj-tools-json-encode call)) :id "renamed-1"))
+           (forj-provider-test--messages
+            (list (list :role "user" :text "Hi")
+                  (list :role "assistant" :text "" :calls (list kept))
+                  (list :role "tool" :results (list (list :id "renamed-1" :name "read_file" :content "A")))))
+           (_ (forj-provider-test--run (forj-provider-test--provider 'gemini "text" :native-tools t)
+                                       forj-provider-test--tools))
+           (contents (plist-get (forj-provider-test--body) :contents))
+           (part (aref (plist-get (aref contents 1) :parts) 0))
+           (response (aref (plist-get (aref contents 2) :parts) 0)))
+      (should (equal (plist-get (plist-get part :functionCall) :id) "fc-123"))
+      (should (equal (plist-get part :thoughtSignature) "SIG-ID"))
+      (should (equal (plist-get (plist-get response :functionResponse) :id) "fc-123")))))
+
+(ert-deftest forj-test-provider-openai-calls-without-index-stay-apart ()
+  "Calls sent whole, each without an index, are two calls, not one."
+  (let ((run (forj-provider-test--run (forj-provider-test--provider 'openai "noindex" :native-tools t)
+                                      forj-provider-test--tools)))
+    (should (plist-get run :done))
+    (should (equal (mapcar (lambda (c) (plist-get (plist-get c :args) :path)) (plist-get run :calls))
+                   '("a.txt" "b.txt")))))
+
+(ert-deftest forj-test-provider-vllm-error-object-and-gemini-bad-key ()
+  "vLLM's error object in the stream is shown; Gemini's 400 for a bad key names the key's source."
+  (let ((err (plist-get (forj-provider-test--run (forj-provider-test--provider 'openai "vllmerror" :local t))
+                        :error)))
+    (should (string-match-p "maximum context length is 4096 tokens" err)))
+  (let ((err (plist-get (forj-provider-test--run (forj-provider-test--provider 'gemini "badkey")) :error)))
+    (should (string-match-p "HTTP 400: API key not valid" err))
+    (should (string-match-p "the key came from the environment variable FORJ_TEST_PROVIDER_KEY" err))))
+
 (provide 'forj-provider-test)
 ;;; forj-provider-test.el ends here
