@@ -59,15 +59,16 @@
 
 ;;; Against a local server speaking each provider's wire format
 
-(defun forj-loop-test--turn (root provider text &optional seconds)
+(defun forj-loop-test--turn (root provider text &optional seconds record)
   "Send TEXT to PROVIDER on a bare session on ROOT; return the session at the end.
-The turn must end (the session idle again) within SECONDS (default 30)."
+The turn must end (the session idle again) within SECONDS (default 30).
+The session starts with RECORD, if given: the chat so far."
   (let ((process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test-SECRET-123" process-environment)))
     (with-temp-buffer
       (let ((output (point-marker)))
         (setq forj-session
               (forj-session-create
-               :root root :root-confirmed t :provider provider
+               :root root :root-confirmed t :provider provider :record (copy-sequence record)
                :view-function (lambda (event &rest _)
                                 (pcase event
                                   ('output output)
@@ -137,6 +138,28 @@ Each call and its result keep the same id."
         (should (equal calls ids))
         (should (equal results ids)))
       (should (string-match-p "Both read\\." (forj-session-transcript (forj-session-record session))))))))
+
+(ert-deftest forj-test-loop-switching-to-anthropic-maps-foreign-call-ids ()
+  "A chat whose calls have ids Anthropic refuses goes on with Anthropic: ids mapped, call and result alike."
+  (forj-test-with-project forj-loop-test--files
+    (let* ((first (forj-loop-test--turn root (forj-loop-test--provider
+                                              'openai (format "openai-dupidloop.%d" (random 1000000)) :local t)
+                                        "Read a.txt and b.txt"))
+           (scenario (format "anthropic-text.%d" (random 1000000)))
+           (second (forj-loop-test--turn root (forj-loop-test--provider 'anthropic scenario) "Thanks"
+                                         30 (forj-session-record first)))
+           (messages (append (plist-get (car (forj-loop-test--requests scenario)) :messages) nil))
+           (blocks (cl-loop for m in messages append (append (plist-get m :content) nil)))
+           (uses (cl-loop for b in blocks when (equal (plist-get b :type) "tool_use") collect (plist-get b :id)))
+           (results (cl-loop for b in blocks when (equal (plist-get b :type) "tool_result")
+                             collect (plist-get b :tool_use_id))))
+      (should (member "functions.read_file:0" (mapcar (lambda (c) (plist-get c :id))
+                                                      (forj-loop-test--calls first))))
+      (should (= (length uses) 2))
+      (should (cl-every (lambda (id) (string-match-p "\\`[A-Za-z0-9_-]+\\'" id)) uses))
+      (should-not (equal (nth 0 uses) (nth 1 uses)))
+      (should (equal uses results))
+      (should (string-match-p "Hello, world" (forj-session-transcript (forj-session-record second)))))))
 
 (ert-deftest forj-test-loop-gemini-thought-signatures-go-back-with-their-calls ()
   "Each functionCall goes back in the next requests with its own thoughtSignature, unchanged."
