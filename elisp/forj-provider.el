@@ -152,21 +152,22 @@ scripted provider."
   :type 'natnum
   :group 'forj)
 
-(defcustom forj-provider-first-byte-timeout 180
-  "Seconds a provider may take before the first event of its reply.
-Reasoning models may think for minutes before they send anything;
-past this, the request is stopped and the chat says so.  Bytes that
-are not events (keep-alive comments) do not end the wait but restart
-it.  nil waits forever."
+(defcustom forj-provider-idle-timeout 90
+  "Seconds a provider may stay silent before forj gives up on the request.
+Once a reply has started, a server silent this long is given up: the
+text so far is kept and the chat says so.  Before the first event of
+a reply, `forj-provider-first-byte-timeout' applies instead.  nil
+waits forever."
   :type '(choice (const :tag "Wait forever" nil) (number :tag "Seconds"))
   :group 'forj)
 
-(defcustom forj-provider-idle-timeout 90
-  "Seconds a reply may stay silent once it has started streaming.
-A server that stalls in the middle of a reply is given up after this
-long: the text so far is kept and the chat says so.  nil waits
-forever."
-  :type '(choice (const :tag "Wait forever" nil) (number :tag "Seconds"))
+(defcustom forj-provider-first-byte-timeout nil
+  "Seconds a provider may take before the first event of its reply.
+nil: twice `forj-provider-idle-timeout' (reasoning models may think
+for minutes before they send anything).  Past this, the request is
+stopped and the chat says so.  Bytes that are not events (keep-alive
+comments) restart the wait."
+  :type '(choice (const :tag "Twice `forj-provider-idle-timeout'" nil) (number :tag "Seconds"))
   :group 'forj)
 
 (defcustom forj-provider-retries 4
@@ -495,7 +496,9 @@ stream; `forj-provider-stop' stops it."
 
 (defun forj-provider--limit (stream)
   "The seconds STREAM may stay silent now, or nil for no limit."
-  (if (forj-provider-stream-seen stream) forj-provider-idle-timeout forj-provider-first-byte-timeout))
+  (cond ((forj-provider-stream-seen stream) forj-provider-idle-timeout)
+        (forj-provider-first-byte-timeout)
+        ((numberp forj-provider-idle-timeout) (* 2 forj-provider-idle-timeout))))
 
 (defun forj-provider--arm (stream)
   "Start the timer that gives up on STREAM's server when it stays silent."
@@ -526,7 +529,7 @@ stream; `forj-provider-stop' stops it."
          (if (forj-provider-stream-seen stream)
              (format "%s stopped sending in the middle of the reply: nothing for %s seconds (`forj-provider-idle-timeout'), so forj gave up on it"
                      (forj-provider-stream-provider-name stream) limit)
-           (format "%s did not answer: %s for %s seconds (`forj-provider-first-byte-timeout'), so forj gave up on it"
+           (format "%s did not answer: %s for %s seconds (`forj-provider-first-byte-timeout', or twice `forj-provider-idle-timeout'), so forj gave up on it"
                    (forj-provider-stream-provider-name stream)
                    (if (forj-provider-stream-status stream)
                        (format "HTTP %d but no event" (forj-provider-stream-status stream))

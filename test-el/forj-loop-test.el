@@ -230,8 +230,7 @@ Each call and its result keep the same id."
 (ert-deftest forj-test-loop-silent-server-ends-the-turn-with-an-error ()
   "A server that never answers, or stalls, ends the turn with a visible error; the user has the prompt."
   (forj-test-with-project forj-loop-test--files
-    (let* ((forj-provider-first-byte-timeout 1)
-           (forj-provider-idle-timeout 1)
+    (let* ((forj-provider-idle-timeout 1)
            (session (forj-loop-test--turn root (forj-loop-test--provider 'openai "openai-hang") "Hi" 15)))
       (should (eq (forj-session-state session) 'idle))
       (should (string-match-p "did not answer.*forj-provider-first-byte-timeout"
