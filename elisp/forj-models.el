@@ -169,27 +169,43 @@ and OpenAI list (data[].id)."
          (cl-remove-if-not (lambda (name) (forj-models--chat-model-p provider name))
                            (forj-models-parse text)))))))
 
-(defun forj-models--list-cloud (provider done)
-  "Ask the cloud PROVIDER's models endpoint for its models; call DONE."
+(defun forj-models--next-page (provider text)
+  "The query for the page after TEXT, a models listing of PROVIDER, or nil.
+Gemini says nextPageToken; Anthropic has_more and last_id."
+  (let ((json (ignore-errors (forj-provider-json text))))
+    (when (consp json)
+      (pcase (plist-get provider :family)
+        ('gemini (let ((token (plist-get json :nextPageToken)))
+                   (and (stringp token) (not (string-empty-p token))
+                        (concat "?pageToken=" (url-hexify-string token)))))
+        ('anthropic (let ((last (plist-get json :last_id)))
+                      (and (eq (plist-get json :has_more) t) (stringp last)
+                           (concat "?after_id=" (url-hexify-string last)))))))))
+
+(defun forj-models--list-cloud (provider done &optional query found pages)
+  "Ask the cloud PROVIDER's models endpoint for its models; call DONE.
+QUERY asks for a page after the first; FOUND holds the models of the
+pages before, PAGES counts them (at most 20 are read)."
   (let* ((url (string-remove-suffix "/" (or (plist-get provider :url) "")))
          (key (forj-provider-key provider))
-         (family (plist-get provider :family)))
+         (family (plist-get provider :family))
+         (pages (or pages 0)))
     (if (or (null key) (not (memq family '(openai anthropic gemini))))
         (funcall done nil (if key "no models endpoint" "no key"))
       (forj-models--get
-       (pcase family
-         ('gemini (concat url "/models?pageSize=1000"))
-         ('anthropic (concat url "/models?limit=1000"))
-         (_ (concat url "/models")))
+       (concat url "/models" query)
        (lambda (status body)
-         (let ((models (and (eql status 200)
-                            (forj-models-parse-cloud provider (funcall (forj-provider-redactor key) body)))))
-           (funcall done models
-                    (and (null models)
-                         (if status
-                             (format "its models endpoint answered HTTP %d; the list known offline is shown"
-                                     status)
-                           "its models endpoint does not answer; the list known offline is shown")))))
+         (let* ((body (funcall (forj-provider-redactor key) body))
+                (models (append found (and (eql status 200) (forj-models-parse-cloud provider body))))
+                (next (and (eql status 200) (< pages 19) (forj-models--next-page provider body))))
+           (if next
+               (forj-models--list-cloud provider done next models (1+ pages))
+             (funcall done models
+                      (and (null models)
+                           (if status
+                               (format "its models endpoint answered HTTP %d; the list known offline is shown"
+                                       status)
+                             "its models endpoint does not answer; the list known offline is shown"))))))
        (and (eq family 'anthropic) (list "anthropic-version: 2023-06-01"))
        (list (pcase family
                ('gemini (concat "x-goog-api-key: " key))

@@ -969,6 +969,14 @@ class Handler(BaseHTTPRequestHandler):
                 },
             )
         elif path.endswith("/models") and scenario.startswith("gemini-"):
+            # Two pages, as Gemini pages its list.
+            flash = {
+                "name": "models/gemini-9-flash",
+                "supportedGenerationMethods": ["generateContent"],
+            }
+            if "pageToken=page2" in self.path:
+                self._json(200, {"models": [flash]})
+                return
             self._json(
                 200,
                 {
@@ -978,14 +986,11 @@ class Handler(BaseHTTPRequestHandler):
                             "supportedGenerationMethods": ["generateContent", "countTokens"],
                         },
                         {
-                            "name": "models/gemini-9-flash",
-                            "supportedGenerationMethods": ["generateContent"],
-                        },
-                        {
                             "name": "models/text-embedding-9",
                             "supportedGenerationMethods": ["embedContent"],
                         },
-                    ]
+                    ],
+                    "nextPageToken": "page2",
                 },
             )
         elif path.endswith("/models") and scenario.startswith("anthropic-"):
