@@ -140,7 +140,8 @@ mapped to valid ones, the same way for a call and its result."
            ("tool_use"
             (forj-provider-set-state stream :tool
                                      (list :id (plist-get block :id) :name (plist-get block :name)
-                                           :json "" :before (forj-provider-state stream :thinking)))
+                                           :json "" :input (plist-get block :input)
+                                           :before (forj-provider-state stream :thinking)))
             (forj-provider-set-state stream :thinking nil))
            ;; Thinking is kept whole, to go back before the call it led to.
            ((or "thinking" "redacted_thinking")
@@ -210,7 +211,13 @@ The calls held are released, but a call the token limit cut is not."
      (mapcar (lambda (tool)
                (list :call (append
                             (list :id (plist-get tool :id) :name (plist-get tool :name)
-                                  :args (forj-provider-parse-args (plist-get tool :json)))
+                                  ;; A server may give the input whole at the block's
+                                  ;; start, with no input_json_delta after it.
+                                  :args (let ((input (plist-get tool :input)))
+                                          (if (and (string-empty-p (plist-get tool :json))
+                                                   (consp input))
+                                              input
+                                            (forj-provider-parse-args (plist-get tool :json)))))
                             (and (plist-get tool :before)
                                  (list :native (list :family "anthropic"
                                                      :before (vconcat (plist-get tool :before))))))))

@@ -439,6 +439,26 @@ def anthropic(case: str) -> list[bytes]:
             *anthropic_tool(2, "toolu_think", "a.txt"),
             *ended("tool_use"),
         ]
+    if case == "wholeinput":
+        # The input whole at the block's start, no input_json_delta.
+        return [
+            start,
+            sse(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {
+                        "type": "tool_use",
+                        "id": "toolu_whole",
+                        "name": "read_file",
+                        "input": {"path": "a.txt"},
+                    },
+                },
+                "content_block_start",
+            ),
+            sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            *ended("tool_use"),
+        ]
     if case == "pause":
         return [start, *text_block, *ended("pause_turn")]
     if case == "badutf8":

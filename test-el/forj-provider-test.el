@@ -509,6 +509,14 @@ ON-WAIT, if given, is also called with the stream and each wait's arguments."
       (should (equal (plist-get part :thoughtSignature) "SIG-ID"))
       (should (equal (plist-get (plist-get response :functionResponse) :id) "fc-123")))))
 
+(ert-deftest forj-test-provider-anthropic-tool-input-given-whole ()
+  "A tool_use whose input comes whole in content_block_start keeps that input."
+  (let* ((run (forj-provider-test--run (forj-provider-test--provider 'anthropic "wholeinput" :native-tools t)
+                                       forj-provider-test--tools))
+         (call (car (plist-get run :calls))))
+    (should (plist-get run :done))
+    (should (equal (forj-tools-json-encode (plist-get call :args)) "{\"path\":\"a.txt\"}"))))
+
 (ert-deftest forj-test-provider-openai-calls-without-index-stay-apart ()
   "Calls sent whole, each without an index, are two calls, not one."
   (let ((run (forj-provider-test--run (forj-provider-test--provider 'openai "noindex" :native-tools t)
