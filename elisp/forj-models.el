@@ -162,7 +162,10 @@ and OpenAI list (data[].id)."
          (delq nil (mapcar (lambda (item)
                              (let ((name (plist-get item :name))
                                    (methods (append (plist-get item :supportedGenerationMethods) nil)))
-                               (and (stringp name) (member "generateContent" methods)
+                               (and (stringp name)
+                                    ;; Without the field, the model is taken.
+                                    (or (null (plist-get item :supportedGenerationMethods))
+                                        (member "generateContent" methods))
                                     (string-remove-prefix "models/" name))))
                            (append (plist-get json :models) nil))))
         (_
