@@ -377,6 +377,16 @@ the next piece shows whether it is."
                  finally return 0))
     (lambda (_text) 0)))
 
+(defun forj-provider--redact-value (redact value)
+  "VALUE, parsed JSON, with REDACT applied to every string in it."
+  (cond ((stringp value) (funcall redact value))
+        ((vectorp value) (vconcat (mapcar (lambda (v) (forj-provider--redact-value redact v)) value)))
+        ((and (consp value) (keywordp (car value)))
+         (cl-loop for (key item) on value by #'cddr
+                  append (list key (forj-provider--redact-value redact item))))
+        ((hash-table-p value) value)
+        (t value)))
+
 (defun forj-provider--flush-text (stream)
   "Hand STREAM's held-back text to :on-text: the text it was part of ended.
 The held text is the start of the key; four characters or more of it
@@ -397,7 +407,11 @@ the key must not show most of it)."
           (:text (when (and (cadr action) (not (string-empty-p (cadr action))))
                    (forj-provider--text stream (cadr action))))
           (:call (forj-provider--flush-text stream)
-                 (funcall (plist-get callbacks :on-call) (cadr action)))
+                 (let ((call (cadr action)))
+                   (funcall (plist-get callbacks :on-call)
+                            (plist-put (copy-sequence call) :args
+                                       (forj-provider--redact-value
+                                        (forj-provider-stream-redact stream) (plist-get call :args))))))
           (:stop (forj-provider--flush-text stream)
                  (when (plist-get callbacks :on-stop)
                    (let ((info (cadr action)))

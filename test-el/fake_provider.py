@@ -920,6 +920,30 @@ class Handler(BaseHTTPRequestHandler):
                     "API key not valid. Please pass a valid API key.", "invalid_argument"
                 ),
             )
+        elif case == "keycall":
+            # A call whose arguments carry the key.
+            self._stream(
+                [
+                    openai_chunk(
+                        {
+                            "role": "assistant",
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "call_key",
+                                    "type": "function",
+                                    "function": {
+                                        "name": "write_file",
+                                        "arguments": json.dumps({"path": "k", "content": [key]}),
+                                    },
+                                }
+                            ],
+                        }
+                    ),
+                    openai_chunk({}, "tool_calls"),
+                    sse("[DONE]"),
+                ]
+            )
         elif case == "keycut":
             # A reply that ends in the middle of the key.
             self._stream(
