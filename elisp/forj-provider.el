@@ -110,6 +110,9 @@ Each entry is (NAME . PLIST).  PLIST keys:
                (its models endpoint) is asked for too, in the background
   :thinking    Anthropic only: a number turns extended thinking on with
                that budget of tokens, `adaptive' lets the model choose
+  :first-byte-timeout  seconds this provider may take before the first
+               event of a reply, instead of `forj-provider-first-byte-timeout'
+               (a local server on a CPU may read a long prompt for minutes)
   :key-env     environment variables that may hold the API key, in order
   :local       non-nil: a local server that needs no key
   :native-tools  non-nil: advertise tools through the provider's own
@@ -130,7 +133,8 @@ user: \"apikey\"), then in the :key-env variables."
                                                      (const :key-env) (const :local)
                                                      (const :native-tools) (const :max-tokens)
                                                      (const :script) (const :context-window)
-                                                     (const :no-stream-usage) (const :thinking))
+                                                     (const :no-stream-usage) (const :thinking)
+                                                     (const :first-byte-timeout))
                                    :value-type sexp))
   :group 'forj)
 
@@ -332,6 +336,7 @@ match."
   (watchdog nil :documentation "The timer that gives up on a silent server.")
   (heard nil :documentation "When curl last received bytes, as a float time.")
   (provider-name nil :documentation "The provider's name, for messages.")
+  (first-byte nil :documentation "The provider's own :first-byte-timeout, or nil.")
   (key-source nil :documentation "Where the key came from (never the key), or nil.")
   (redact #'identity :documentation "Takes a string, returns it without the key.")
   (key-start (lambda (_text) 0)
@@ -435,7 +440,9 @@ stream; `forj-provider-stop' stops it."
                      (error "Unknown forj provider family %S" (plist-get provider :family))))
          (tools (and (plist-get provider :native-tools) tools))
          (stream (forj-provider--make-stream :family family :callbacks callbacks
-                                             :provider-name (or (plist-get provider :name) "the provider"))))
+                                             :provider-name (or (plist-get provider :name) "the provider")
+                                             :first-byte (let ((own (plist-get provider :first-byte-timeout)))
+                                                           (and (numberp own) own)))))
     (if (plist-get family :start)
         (setf (forj-provider-stream-stop stream)
               (funcall (plist-get family :start) provider system messages tools
@@ -511,6 +518,7 @@ stream; `forj-provider-stop' stops it."
 (defun forj-provider--limit (stream)
   "The seconds STREAM may stay silent now, or nil for no limit."
   (cond ((forj-provider-stream-seen stream) forj-provider-idle-timeout)
+        ((forj-provider-stream-first-byte stream))
         (forj-provider-first-byte-timeout)
         ((numberp forj-provider-idle-timeout) (* 2 forj-provider-idle-timeout))))
 

@@ -432,6 +432,12 @@ ON-WAIT, if given, is also called with the stream and each wait's arguments."
     (should (< (- (float-time) started) 10))
     (should-not (plist-get run :done))
     (should (string-match-p "did not answer.*forj-provider-first-byte-timeout" (plist-get run :error))))
+  ;; A provider's own :first-byte-timeout wins.
+  (let* ((forj-provider-first-byte-timeout 600)
+         (started (float-time))
+         (run (forj-provider-test--run (forj-provider-test--provider 'gemini "hang" :first-byte-timeout 1))))
+    (should (< (- (float-time) started) 10))
+    (should (string-match-p "did not answer" (plist-get run :error))))
   ;; The idle timeout alone bounds the wait for the first event too.
   (let* ((forj-provider-idle-timeout 1)
          (started (float-time))
