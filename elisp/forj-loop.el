@@ -262,10 +262,24 @@ counted again from zero."
      (concat (let ((reply (forj-session-reply forj-session)))
                (if (or (string-empty-p reply) (string-suffix-p "\n" reply)) "" "\n"))
              "\n```tool-call\n"
-             (forj-tools-json-encode (list :id (or (plist-get call :id) "")
-                                           :name (or (plist-get call :name) "")
-                                           :args (plist-get call :args)))
+             (forj-tools-json-encode
+              (append (list :id (forj-loop--fresh-id (plist-get call :id))
+                            :name (or (plist-get call :name) "")
+                            :args (plist-get call :args))
+                      ;; What the provider needs back with the call (a
+                      ;; signature, thinking blocks) rides in the block.
+                      (and (plist-get call :native) (list :native (plist-get call :native)))))
              "\n```\n"))))
+
+(defun forj-loop--fresh-id (id)
+  "ID, or a new id when it is empty or already in the conversation.
+A server may number its calls from zero in every reply; ids must stay
+unique for a call and its result to match."
+  (if (and (stringp id) (not (string-empty-p id))
+           (not (string-match-p (concat "\"id\"[ \t]*:[ \t]*" (regexp-quote (json-serialize id)))
+                                (concat (forj-session-transcript) (forj-session-reply forj-session)))))
+      id
+    (forj-provider-new-id "call")))
 
 (defun forj-loop--finish-reply ()
   "Record the reply just streamed and draw it for reading.
@@ -306,6 +320,7 @@ A reply cut by the token limit or refused runs none of its calls."
     (cond
      ((eq (plist-get stop :kind) 'length) (forj-loop--reply-cut stop calls))
      ((eq (plist-get stop :kind) 'refusal) (forj-loop--reply-refused stop calls))
+     ((and (eq (plist-get stop :kind) 'pause) (null calls)) (forj-loop--reply-paused stop))
      ((null calls) (forj-loop--turn-done))
      ((>= (forj-session-iterations forj-session) (forj-loop-max-iterations))
       (forj-loop--refuse-batch calls))
@@ -370,6 +385,33 @@ Its tool-call ENTRIES, if any, do not run."
            (substitute-command-keys
             "  \\<forj-chat-mode-map>\\[forj-retry] (M-x forj-retry) asks again; with C-u, another model")))
   (forj-loop-end-turn))
+
+(defvar-local forj-loop--pauses nil
+  "(TURN . N): the provider paused turn TURN N times in a row.")
+
+(defconst forj-loop-max-pauses 5
+  "How many times in a row a paused turn is resumed without asking the user.")
+
+(defun forj-loop--reply-paused (stop)
+  "Ask the provider to go on with the turn it paused; STOP has why.
+After `forj-loop-max-pauses' pauses in a row, the user decides."
+  (let* ((turn (forj-session-turn forj-session))
+         (count (1+ (if (eql (car forj-loop--pauses) turn) (cdr forj-loop--pauses) 0))))
+    (setq forj-loop--pauses (cons turn count))
+    (if (> count forj-loop-max-pauses)
+        (progn
+          (forj-session-notice
+           (concat (format "%s paused its turn %d times in a row (%s); forj stopped asking it to go on."
+                           (or (plist-get (forj-session-provider forj-session) :name) "the provider")
+                           (1- count) (plist-get stop :reason))
+                   (substitute-command-keys
+                    "  \\<forj-chat-mode-map>\\[forj-continue] (M-x forj-continue) lets it go on")))
+          (forj-loop-end-turn (list :kind 'paused)))
+      (forj-session-notice (format "%s paused its turn (%s); forj asks it to go on"
+                                   (or (plist-get (forj-session-provider forj-session) :name)
+                                       "the provider")
+                                   (plist-get stop :reason)))
+      (forj-loop-request))))
 
 (defun forj-loop--record-results (entries results)
   "Add the tool results section of ENTRIES and their RESULTS to the record.

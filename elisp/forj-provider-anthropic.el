@@ -25,6 +25,14 @@
 ;; own message.  Roles must alternate, so consecutive messages of one
 ;; role are merged.
 ;;
+;; Thinking blocks (`thinking', its text and signature streamed by
+;; thinking_delta and signature_delta; `redacted_thinking', whole) are
+;; kept with the native call that follows them (its :native) and sent
+;; back unchanged before it, as Anthropic requires when thinking is on.
+;; stop_reason "pause_turn" is reported as a stop of kind `pause': the
+;; loop asks again, and the model goes on with its turn.  Tool ids of
+;; other providers are mapped to ids Anthropic accepts.
+;;
 ;; Native calls are held until message_delta says why the reply ended:
 ;; with stop_reason "max_tokens" the last call's arguments may be cut,
 ;; and a cut call is reported as such, never as a call.  "refusal" (with
@@ -42,18 +50,44 @@
     ("user" (append (mapcar #'forj-provider-anthropic--document (plist-get message :context))
                     (list (list :type "text" :text (plist-get message :text)))))
     ("assistant"
-     (append (unless (string-empty-p (or (plist-get message :text) ""))
-               (list (list :type "text" :text (plist-get message :text))))
-             (mapcar (lambda (call)
-                       (list :type "tool_use" :id (plist-get call :id) :name (plist-get call :name)
-                             :input (let ((args (plist-get call :args)))
-                                      (if (or (null args) (stringp args)) (make-hash-table) args))))
-                     (plist-get message :calls))))
+     (let ((calls (plist-get message :calls)))
+       (append
+        ;; With thinking on, an assistant message that calls tools must
+        ;; start with the thinking that led to its first call.
+        (forj-provider-anthropic--thinking (car calls))
+        (unless (string-empty-p (or (plist-get message :text) ""))
+          (list (list :type "text" :text (plist-get message :text))))
+        (cl-loop for call in calls
+                 for first = t then nil
+                 append (append
+                         (unless first (forj-provider-anthropic--thinking call))
+                         (list (list :type "tool_use" :id (forj-provider-anthropic--id (plist-get call :id))
+                                     :name (plist-get call :name)
+                                     :input (let ((args (plist-get call :args)))
+                                              (if (or (null args) (stringp args)) (make-hash-table) args)))))))))
     ("tool"
      (mapcar (lambda (result)
-               (list :type "tool_result" :tool_use_id (plist-get result :id)
+               (list :type "tool_result" :tool_use_id (forj-provider-anthropic--id (plist-get result :id))
                      :content (plist-get result :content)))
              (plist-get message :results)))))
+
+(defun forj-provider-anthropic--id (id)
+  "ID as Anthropic takes it (letters, digits, `_' and `-').
+Ids other providers made, such as \"functions.read_file:0\", are
+mapped to valid ones, the same way for a call and its result."
+  (forj-provider-safe-id id "\\`[A-Za-z0-9_-]+\\'" 64))
+
+(defun forj-provider-anthropic--thinking (call)
+  "The thinking blocks Anthropic sent before CALL, unchanged, as a list."
+  (let ((native (plist-get call :native)))
+    (and (consp native) (equal (plist-get native :family) "anthropic")
+         (append (plist-get native :before) nil))))
+
+(defun forj-provider-anthropic--thinking-param (provider)
+  "The thinking parameter of PROVIDER's :thinking, or nil."
+  (let ((thinking (plist-get provider :thinking)))
+    (cond ((numberp thinking) (list :type "enabled" :budget_tokens thinking))
+          ((memq thinking '(adaptive t)) (list :type "adaptive")))))
 
 (defun forj-provider-anthropic--messages (messages)
   "MESSAGES as Messages API messages, one role at a time."
@@ -76,11 +110,16 @@
                              (list (concat "x-api-key: " (plist-get provider :key))))
         :body (forj-provider-json-encode
                (append (list :model (plist-get provider :model)
-                             :max_tokens (or (plist-get provider :max-tokens) 8192)
+                             :max_tokens (or (plist-get provider :max-tokens)
+                                             (let ((budget (plist-get provider :thinking)))
+                                               ;; The budget is part of max_tokens.
+                                               (if (numberp budget) (+ budget 8192) 8192)))
                              :stream t
                              :system (forj-provider-anthropic--system system)
                              :messages (forj-provider-anthropic--cache-last
                                         (forj-provider-anthropic--messages messages)))
+                       (let ((thinking (forj-provider-anthropic--thinking-param provider)))
+                         (and thinking (list :thinking thinking)))
                        (when tools
                          (list :tools
                                (forj-provider-anthropic--cache-last
@@ -97,16 +136,36 @@
     (pcase type
       ("content_block_start"
        (let ((block (plist-get json :content_block)))
-         (when (equal (plist-get block :type) "tool_use")
-           (forj-provider-set-state stream :tool (list :id (plist-get block :id)
-                                                       :name (plist-get block :name)
-                                                       :json "")))
+         (pcase (plist-get block :type)
+           ("tool_use"
+            (forj-provider-set-state stream :tool
+                                     (list :id (plist-get block :id) :name (plist-get block :name)
+                                           :json "" :input (plist-get block :input)
+                                           :before (forj-provider-state stream :thinking)))
+            (forj-provider-set-state stream :thinking nil))
+           ;; Thinking is kept whole, to go back before the call it led to.
+           ((or "thinking" "redacted_thinking")
+            (forj-provider-set-state stream :block block)))
          (when (and (equal (plist-get block :type) "text") (stringp (plist-get block :text)))
            (list (list :text (plist-get block :text))))))
       ("content_block_delta"
-       (let ((delta (plist-get json :delta)))
+       (let ((delta (plist-get json :delta))
+             (block (forj-provider-state stream :block)))
          (pcase (plist-get delta :type)
            ("text_delta" (list (list :text (plist-get delta :text))))
+           ("thinking_delta"
+            (when block
+              (forj-provider-set-state
+               stream :block (plist-put block :thinking (concat (plist-get block :thinking)
+                                                                (plist-get delta :thinking)))))
+            nil)
+           ("signature_delta"
+            (when block
+              (forj-provider-set-state
+               stream :block (plist-put block :signature (concat (let ((known (plist-get block :signature)))
+                                                                   (if (stringp known) known ""))
+                                                                 (plist-get delta :signature)))))
+            nil)
            ("input_json_delta"
             (let ((tool (forj-provider-state stream :tool)))
               (when tool
@@ -115,7 +174,12 @@
                                                                        (plist-get delta :partial_json))))))
             nil))))
       ("content_block_stop"
-       (let ((tool (forj-provider-state stream :tool)))
+       (let ((tool (forj-provider-state stream :tool))
+             (block (forj-provider-state stream :block)))
+         (when block
+           (forj-provider-set-state stream :block nil)
+           (forj-provider-set-state stream :thinking
+                                    (append (forj-provider-state stream :thinking) (list block))))
          (when tool
            (forj-provider-set-state stream :tool nil)
            (forj-provider-set-state stream :calls
@@ -127,7 +191,7 @@
            (forj-provider-anthropic--ended stream reason))))
       ("message_stop"
        (append (forj-provider-anthropic--ended stream nil) (list (list :done))))
-      ("error" (list (list :error (or (forj-provider-error-message data) data))))
+      ("error" (list (list :error (forj-provider-reported-error data))))
       (_ nil))))
 
 (defun forj-provider-anthropic--ended (stream reason)
@@ -145,8 +209,18 @@ The calls held are released, but a call the token limit cut is not."
     (forj-provider-set-state stream :tool nil)
     (append
      (mapcar (lambda (tool)
-               (list :call (list :id (plist-get tool :id) :name (plist-get tool :name)
-                                 :args (forj-provider-parse-args (plist-get tool :json)))))
+               (list :call (append
+                            (list :id (plist-get tool :id) :name (plist-get tool :name)
+                                  ;; A server may give the input whole at the block's
+                                  ;; start, with no input_json_delta after it.
+                                  :args (let ((input (plist-get tool :input)))
+                                          (if (and (string-empty-p (plist-get tool :json))
+                                                   (consp input))
+                                              input
+                                            (forj-provider-parse-args (plist-get tool :json)))))
+                            (and (plist-get tool :before)
+                                 (list :native (list :family "anthropic"
+                                                     :before (vconcat (plist-get tool :before))))))))
              whole)
      (pcase reason
        ((or "max_tokens" "model_context_window_exceeded")
@@ -154,7 +228,10 @@ The calls held are released, but a call the token limit cut is not."
                                   (and cut (list :cut-call (plist-get cut :name)))))))
        ("refusal"
         (list (list :stop (list :kind 'refusal
-                                :reason "stop_reason \"refusal\": Anthropic's safety system stopped the reply"))))))))
+                                :reason "stop_reason \"refusal\": Anthropic's safety system stopped the reply"))))
+       ("pause_turn"
+        (list (list :stop (list :kind 'pause
+                                :reason "stop_reason \"pause_turn\": Anthropic paused a long turn"))))))))
 
 (defconst forj-provider-anthropic--breakpoint '(:type "ephemeral")
   "The cache_control of a prompt caching breakpoint.")

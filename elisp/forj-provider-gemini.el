@@ -23,6 +23,11 @@
 ;; parts[].functionCall; the last one carries a finishReason.  The key
 ;; travels in the x-goog-api-key header, never in the URL.
 ;;
+;; A functionCall part may carry a thoughtSignature: it is kept with
+;; the call (its :native) and sent back with it, unchanged, as Gemini 3
+;; requires.  A call without an id gets one that is unique in the
+;; conversation.
+;;
 ;; finishReason MAX_TOKENS is a reply cut by the token limit; SAFETY,
 ;; RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII and IMAGE_SAFETY are
 ;; refusals, shown with the safety categories that blocked; a prompt
@@ -35,10 +40,16 @@
 (require 'forj-usage)
 
 (defun forj-provider-gemini--contents (messages)
-  "MESSAGES as Gemini contents."
+  "MESSAGES as Gemini contents.
+A call Gemini gave an id goes back with that id, and so does its
+result; calls that came without one go back without one."
   (vconcat
    (cl-loop
+    with ids = nil                      ; forj's id -> Gemini's, of the calls before
     for message in messages
+    do (dolist (call (plist-get message :calls))
+         (let ((own (forj-provider-gemini--native call :id)))
+           (when (stringp own) (push (cons (plist-get call :id) own) ids))))
     for parts = (pcase (plist-get message :role)
                   ("user" (append (mapcar (lambda (item)
                                             (list :text (format "<context source=\"%s\">\n%s\n</context>"
@@ -50,22 +61,44 @@
                    (append (unless (string-empty-p (or (plist-get message :text) ""))
                              (list (list :text (plist-get message :text))))
                            (mapcar (lambda (call)
-                                     (list :functionCall
-                                           (list :name (plist-get call :name)
-                                                 :args (let ((args (plist-get call :args)))
-                                                         (if (or (null args) (stringp args))
-                                                             (make-hash-table)
-                                                           args)))))
+                                     (append
+                                      (list :functionCall
+                                            (append
+                                             (let ((own (forj-provider-gemini--native call :id)))
+                                               (and (stringp own) (list :id own)))
+                                             (list :name (plist-get call :name)
+                                                   :args (let ((args (plist-get call :args)))
+                                                           (if (or (null args) (stringp args))
+                                                               (make-hash-table)
+                                                             args)))))
+                                      ;; Gemini 3 refuses a call of the turn sent back
+                                      ;; without the signature it came with.
+                                      (let ((signature (forj-provider-gemini--signature call)))
+                                        (and signature (list :thoughtSignature signature)))))
                                    (plist-get message :calls))))
                   ("tool"
                    (mapcar (lambda (result)
                              (list :functionResponse
-                                   (list :name (plist-get result :name)
-                                         :response (list :content (plist-get result :content)))))
+                                   (append
+                                    (let ((own (cdr (assoc (plist-get result :id) ids))))
+                                      (and own (list :id own)))
+                                    (list :name (plist-get result :name)
+                                          :response (list :content (plist-get result :content))))))
                            (plist-get message :results))))
     when parts
     collect (list :role (if (equal (plist-get message :role) "assistant") "model" "user")
                   :parts (vconcat parts)))))
+
+(defun forj-provider-gemini--native (call key)
+  "The value of KEY in what Gemini sent with CALL (its :native), or nil."
+  (let ((native (plist-get call :native)))
+    (and (consp native) (equal (plist-get native :family) "gemini")
+         (plist-get native key))))
+
+(defun forj-provider-gemini--signature (call)
+  "The thoughtSignature Gemini sent with CALL, or nil."
+  (let ((signature (forj-provider-gemini--native call :thoughtSignature)))
+    (and (stringp signature) signature)))
 
 (defun forj-provider-gemini--request (provider system messages tools)
   "The streamGenerateContent request for PROVIDER with SYSTEM, MESSAGES and TOOLS."
@@ -107,15 +140,15 @@ MEDIUM or HIGH; nothing when none does."
                                   likely))))
     (if names (format " (%s)" (string-join names ", ")) "")))
 
-(defun forj-provider-gemini--event (stream _event data)
-  "Turn one event's DATA of STREAM into actions."
+(defun forj-provider-gemini--event (_stream _event data)
+  "Turn one event's DATA into actions."
   (let* ((json (forj-provider-json data))
          (candidates (plist-get json :candidates))
          (candidate (and (vectorp candidates) (> (length candidates) 0) (aref candidates 0)))
          (parts (plist-get (plist-get candidate :content) :parts))
          (actions nil))
     (when (plist-get json :error)
-      (push (list :error (or (forj-provider-error-message data) data)) actions))
+      (push (list :error (forj-provider-reported-error data)) actions))
     (let* ((feedback (plist-get json :promptFeedback))
            (blocked (plist-get feedback :blockReason)))
       (when (stringp blocked)
@@ -134,11 +167,17 @@ MEDIUM or HIGH; nothing when none does."
                       (push (list :text (plist-get part :text)) actions)))
                    ((plist-get part :functionCall)
                     (let* ((call (plist-get part :functionCall))
-                           (count (1+ (or (forj-provider-state stream :count) 0))))
-                      (forj-provider-set-state stream :count count)
-                      (push (list :call (list :id (or (plist-get call :id) (format "g%d" count))
-                                              :name (plist-get call :name)
-                                              :args (or (plist-get call :args) (make-hash-table))))
+                           (signature (plist-get part :thoughtSignature))
+                           (own (let ((id (plist-get call :id)))
+                                  (and (stringp id) (not (string-empty-p id)) id)))
+                           (native (append (and (stringp signature) (list :thoughtSignature signature))
+                                           (and own (list :id own)))))
+                      (push (list :call (append
+                                         (list :id (or own (forj-provider-new-id "gemini"))
+                                               :name (plist-get call :name)
+                                               :args (or (plist-get call :args) (make-hash-table)))
+                                         (and native
+                                              (list :native (cons :family (cons "gemini" native))))))
                             actions))))))
     (let ((finish (plist-get candidate :finishReason)))
       (when (stringp finish)

@@ -33,6 +33,11 @@
 (require 'forj-provider)
 (require 'forj-usage)
 
+(defun forj-provider-openai--id (id)
+  "ID as OpenAI takes it: at most 40 characters.
+Ids of other providers can be longer."
+  (forj-provider-safe-id id "\\`[!-~]+\\'" 40))
+
 (defun forj-provider-openai--messages (system messages)
   "SYSTEM and MESSAGES as chat completions messages."
   (vconcat
@@ -48,7 +53,8 @@
                        (list :tool_calls
                              (vconcat
                               (mapcar (lambda (call)
-                                        (list :id (plist-get call :id) :type "function"
+                                        (list :id (forj-provider-openai--id (plist-get call :id))
+                                              :type "function"
                                               :function (list :name (plist-get call :name)
                                                               :arguments (forj-provider-json-encode
                                                                           (or (plist-get call :args)
@@ -56,7 +62,7 @@
                                       (plist-get message :calls))))))))
       ("tool"
        (mapcar (lambda (result)
-                 (list :role "tool" :tool_call_id (plist-get result :id)
+                 (list :role "tool" :tool_call_id (forj-provider-openai--id (plist-get result :id))
                        :content (plist-get result :content)))
                (plist-get message :results)))))))
 
@@ -73,7 +79,11 @@
                        (unless (plist-get provider :no-stream-usage)
                          (list :stream_options (list :include_usage t)))
                        (when (plist-get provider :max-tokens)
-                         (list :max_tokens (plist-get provider :max-tokens)))
+                         ;; OpenAI's reasoning models refuse max_tokens.
+                         (list (if (equal (forj-provider-host (plist-get provider :url)) "api.openai.com")
+                                   :max_completion_tokens
+                                 :max_tokens)
+                               (plist-get provider :max-tokens)))
                        (when tools
                          (list :tools
                                (vconcat
@@ -98,7 +108,9 @@ state as :cut-call."
     (forj-provider-set-state stream :calls nil)
     (mapcar (lambda (entry)
               (let ((call (cdr entry)))
-                (list :call (list :id (or (plist-get call :id) (format "call-%d" (car entry)))
+                ;; A server that sends no id (llama.cpp, some Ollama models)
+                ;; gets one made up, unique across the conversation.
+                (list :call (list :id (or (plist-get call :id) (forj-provider-new-id "call"))
                                   :name (or (plist-get call :name) "")
                                   :args (forj-provider-parse-args (plist-get call :arguments))))))
             calls)))
@@ -118,9 +130,19 @@ state as :cut-call."
                         :reason "finish_reason \"content_filter\": the provider's content filter stopped the reply"))))))
 
 (defun forj-provider-openai--gather (stream piece)
-  "Add PIECE, one tool call fragment of a delta, to what STREAM has gathered."
-  (let* ((index (or (plist-get piece :index) 0))
-         (calls (forj-provider-state stream :calls))
+  "Add PIECE, one tool call fragment of a delta, to what STREAM has gathered.
+A piece without an index (some servers send each call whole without
+one) that names a function starts a new call when the last one has a
+name already; else it continues the last one."
+  (let* ((calls (forj-provider-state stream :calls))
+         (last (and calls (apply #'max (mapcar #'car calls))))
+         (index (cond ((integerp (plist-get piece :index)) (plist-get piece :index))
+                      ((null last) 0)
+                      ((and (let ((name (plist-get (plist-get piece :function) :name)))
+                              (and (stringp name) (not (string-empty-p name))))
+                            (plist-get (alist-get last calls) :name))
+                       (1+ last))
+                      (t last)))
          (known (alist-get index calls))
          (function (plist-get piece :function))
          (text (lambda (value) (and (stringp value) (not (string-empty-p value)) value))))
@@ -142,8 +164,9 @@ state as :cut-call."
                      (and (vectorp choices) (> (length choices) 0) (aref choices 0))))
            (delta (plist-get choice :delta))
            (actions nil))
-      (when (plist-get json :error)
-        (push (list :error (or (forj-provider-error-message data) data)) actions))
+      ;; vLLM reports a failure as {"object": "error", "message": ...}.
+      (when (or (plist-get json :error) (equal (plist-get json :object) "error"))
+        (push (list :error (forj-provider-reported-error data)) actions))
       (let ((content (plist-get delta :content)))
         (when (stringp content) (push (list :text content) actions)))
       (let ((refusal (plist-get delta :refusal)))

@@ -81,16 +81,17 @@
 
 (defcustom forj-providers
   '(("gemini" :family gemini :model "gemini-2.5-flash"
-     :models ("gemini-2.5-pro" "gemini-2.5-flash-lite")
+     :models ("gemini-3.1-pro-preview" "gemini-3-flash-preview" "gemini-2.5-pro"
+              "gemini-2.5-flash-lite")
      :url "https://generativelanguage.googleapis.com/v1beta"
      :key-env ("GEMINI_API_KEY" "GOOGLE_API_KEY"))
-    ("openai" :family openai :model "gpt-4.1"
-     :models ("gpt-5" "gpt-5-mini" "gpt-4.1-mini" "o4-mini")
+    ("openai" :family openai :model "gpt-5.4"
+     :models ("gpt-5.5" "gpt-5.4-mini" "gpt-5.4-nano" "gpt-4.1")
      :url "https://api.openai.com/v1" :key-env ("OPENAI_API_KEY"))
-    ("anthropic" :family anthropic :model "claude-sonnet-4-5"
-     :models ("claude-opus-4-1" "claude-haiku-4-5")
+    ("anthropic" :family anthropic :model "claude-sonnet-4-6"
+     :models ("claude-opus-4-7" "claude-haiku-4-5" "claude-sonnet-4-5")
      :url "https://api.anthropic.com/v1" :key-env ("ANTHROPIC_API_KEY"))
-    ("openrouter" :family openai :model "openai/gpt-4.1"
+    ("openrouter" :family openai :model "openai/gpt-5.4"
      :url "https://openrouter.ai/api/v1" :key-env ("OPENROUTER_API_KEY"))
     ("ollama" :family openai :model "qwen2.5-coder" :url "http://127.0.0.1:11434/v1"
      :key-env nil :local t)
@@ -104,8 +105,14 @@ Each entry is (NAME . PLIST).  PLIST keys:
                `gemini', or `scripted' (replays a recorded session)
   :url         the API base URL
   :model       the model name
-  :models      other models of the provider `forj-set-model' offers (a
-               local server is also asked for the models it has)
+  :models      other models of the provider `forj-set-model' offers,
+               known when forj was released; the provider's own list
+               (its models endpoint) is asked for too, in the background
+  :thinking    Anthropic only: a number turns extended thinking on with
+               that budget of tokens, `adaptive' lets the model choose
+  :first-byte-timeout  seconds this provider may take before the first
+               event of a reply, instead of `forj-provider-first-byte-timeout'
+               (a local server on a CPU may read a long prompt for minutes)
   :key-env     environment variables that may hold the API key, in order
   :local       non-nil: a local server that needs no key
   :native-tools  non-nil: advertise tools through the provider's own
@@ -126,7 +133,8 @@ user: \"apikey\"), then in the :key-env variables."
                                                      (const :key-env) (const :local)
                                                      (const :native-tools) (const :max-tokens)
                                                      (const :script) (const :context-window)
-                                                     (const :no-stream-usage))
+                                                     (const :no-stream-usage) (const :thinking)
+                                                     (const :first-byte-timeout))
                                    :value-type sexp))
   :group 'forj)
 
@@ -146,6 +154,24 @@ scripted provider."
 (defcustom forj-provider-connect-timeout 20
   "Seconds curl may take to connect to a provider."
   :type 'natnum
+  :group 'forj)
+
+(defcustom forj-provider-idle-timeout 90
+  "Seconds a provider may stay silent before forj gives up on the request.
+Once a reply has started, a server silent this long is given up: the
+text so far is kept and the chat says so.  Before the first event of
+a reply, `forj-provider-first-byte-timeout' applies instead.  nil
+waits forever."
+  :type '(choice (const :tag "Wait forever" nil) (number :tag "Seconds"))
+  :group 'forj)
+
+(defcustom forj-provider-first-byte-timeout nil
+  "Seconds a provider may take before the first event of its reply.
+nil: twice `forj-provider-idle-timeout' (reasoning models may think
+for minutes before they send anything).  Past this, the request is
+stopped and the chat says so.  Bytes that are not events (keep-alive
+comments) restart the wait."
+  :type '(choice (const :tag "Twice `forj-provider-idle-timeout'" nil) (number :tag "Seconds"))
   :group 'forj)
 
 (defcustom forj-provider-retries 4
@@ -198,19 +224,68 @@ A provider that asks for longer ends the reply with its message."
   "The host part of URL."
   (and url (url-host (url-generic-parse-url url))))
 
-(defun forj-provider-key (provider)
-  "The API key of PROVIDER, or nil.
+(defun forj-provider-key-source (provider)
+  "The API key of PROVIDER and where it was found, as (KEY . WHERE), or nil.
 auth-source first (host of the URL, user \"apikey\"), then the
-environment variables of :key-env."
+environment variables of :key-env.  WHERE names the source, never
+the key: \"the environment variable NAME\" or \"auth-source (host H,
+user apikey)\"."
   (or (let ((host (forj-provider-host (plist-get provider :url))))
         (when host
           (let* ((found (car (auth-source-search :host host :user "apikey" :max 1)))
-                 (secret (plist-get found :secret)))
-            (if (functionp secret) (funcall secret) secret))))
+                 (secret (plist-get found :secret))
+                 (key (if (functionp secret) (funcall secret) secret)))
+            (and (stringp key) (not (string-empty-p key))
+                 (cons key (format "auth-source (host %s, user apikey)" host))))))
       (cl-some (lambda (var)
                  (let ((value (getenv var)))
-                   (and value (not (string-empty-p value)) value)))
+                   (and value (not (string-empty-p value))
+                        (cons value (format "the environment variable %s" var)))))
                (plist-get provider :key-env))))
+
+(defun forj-provider-key (provider)
+  "The API key of PROVIDER, or nil (see `forj-provider-key-source')."
+  (car (forj-provider-key-source provider)))
+
+(defconst forj-provider-redacted "[key redacted]"
+  "What stands for an API key in text that came back from the network.")
+
+(defun forj-provider-redactor (key)
+  "Make a function of a string: the string with KEY replaced.
+KEY nil or shorter than 4 characters: the function changes nothing."
+  (if (and (stringp key) (>= (length key) 4))
+      (let ((pattern (regexp-quote key)))
+        (lambda (text)
+          (if (stringp text)
+              (replace-regexp-in-string pattern forj-provider-redacted text t t)
+            text)))
+    #'identity))
+
+(defvar forj-provider--id-count 0
+  "How many call ids this Emacs made up.")
+
+(defun forj-provider-new-id (prefix)
+  "A call id made up for a call the provider sent without one.
+PREFIX, then a random part and a counter: unique in a conversation,
+across replies and across Emacs sessions, and made only of letters,
+digits, `_' and `-' (what every provider accepts)."
+  (format "%s_%s%d" prefix
+          (substring (md5 (format "%s%s%s" (random) (float-time) (emacs-pid))) 0 10)
+          (cl-incf forj-provider--id-count)))
+
+(defun forj-provider-safe-id (id pattern &optional max)
+  "ID as it is when it matches PATTERN (and has at most MAX characters).
+Else a valid id made from it: the characters PATTERN refuses become
+`_', and a hash of ID keeps apart ids that differ only there.  The
+same ID always gives the same result, so a call and its result still
+match."
+  (if (and (stringp id) (string-match-p pattern id) (or (null max) (<= (length id) max)))
+      id
+    (let* ((id (if (stringp id) id ""))
+           (clean (replace-regexp-in-string "[^A-Za-z0-9_-]" "_" id))
+           (hash (substring (md5 id) 0 8))
+           (room (- (or max 64) 1 (length hash))))
+      (concat (if (> (length clean) room) (substring clean 0 room) clean) "_" hash))))
 
 (defun forj-provider-usable-p (provider)
   "Whether PROVIDER can be used now: it needs no key, or its key is found."
@@ -257,16 +332,76 @@ environment variables of :key-env."
   (stderr nil :documentation "The buffer that gets curl's own messages.")
   (request nil :documentation "The family's request plist, kept to send it again.")
   (attempt 0 :documentation "How many times the request was sent again.")
-  (timer nil :documentation "The timer of a retry being waited for."))
+  (timer nil :documentation "The timer of a retry being waited for.")
+  (watchdog nil :documentation "The timer that gives up on a silent server.")
+  (heard nil :documentation "When curl last received bytes, as a float time.")
+  (provider-name nil :documentation "The provider's name, for messages.")
+  (first-byte nil :documentation "The provider's own :first-byte-timeout, or nil.")
+  (key-source nil :documentation "Where the key came from (never the key), or nil.")
+  (redact #'identity :documentation "Takes a string, returns it without the key.")
+  (key-start (lambda (_text) 0)
+             :documentation "Takes a string, returns how much of its end begins the key.")
+  (held "" :documentation "Text held back while it may be the start of the key."))
 
 (defun forj-provider--end (stream kind &optional message)
   "Call STREAM's final callback once: KIND is :done or :error with MESSAGE."
   (unless (forj-provider-stream-ended stream)
+    (forj-provider--flush-text stream)
     (setf (forj-provider-stream-ended stream) t)
+    (forj-provider--disarm stream)
     (let ((callbacks (forj-provider-stream-callbacks stream)))
       (if (eq kind :done)
           (funcall (plist-get callbacks :on-done))
-        (funcall (plist-get callbacks :on-error) message)))))
+        (funcall (plist-get callbacks :on-error)
+                 (funcall (forj-provider-stream-redact stream) message))))))
+
+(defun forj-provider--text (stream text)
+  "Hand TEXT of STREAM to :on-text, without the key.
+The end of TEXT that could be the start of the key is held back until
+the next piece shows whether it is."
+  (let* ((key-free (funcall (forj-provider-stream-redact stream)
+                            (concat (forj-provider-stream-held stream) text)))
+         (hold (forj-provider--key-prefix-length stream key-free)))
+    (setf (forj-provider-stream-held stream) (substring key-free (- (length key-free) hold)))
+    (let ((out (substring key-free 0 (- (length key-free) hold))))
+      (unless (string-empty-p out)
+        (funcall (plist-get (forj-provider-stream-callbacks stream) :on-text) out)))))
+
+(defun forj-provider--key-prefix-length (stream text)
+  "The length of the longest end of TEXT that is a proper start of STREAM's key.
+0 when there is no key."
+  (funcall (forj-provider-stream-key-start stream) text))
+
+(defun forj-provider-key-start (key)
+  "A function of TEXT: the length of the longest end of TEXT that begins KEY."
+  (if (and (stringp key) (>= (length key) 4))
+      (lambda (text)
+        (cl-loop for n from (min (1- (length key)) (length text)) downto 1
+                 when (eq t (compare-strings key 0 n text (- (length text) n) nil))
+                 return n
+                 finally return 0))
+    (lambda (_text) 0)))
+
+(defun forj-provider--redact-value (redact value)
+  "VALUE, parsed JSON, with REDACT applied to every string in it."
+  (cond ((stringp value) (funcall redact value))
+        ((vectorp value) (vconcat (mapcar (lambda (v) (forj-provider--redact-value redact v)) value)))
+        ((and (consp value) (keywordp (car value)))
+         (cl-loop for (key item) on value by #'cddr
+                  append (list key (forj-provider--redact-value redact item))))
+        ((hash-table-p value) value)
+        (t value)))
+
+(defun forj-provider--flush-text (stream)
+  "Hand STREAM's held-back text to :on-text: the text it was part of ended.
+The held text is the start of the key; four characters or more of it
+are shown as `forj-provider-redacted' (a reply cut in the middle of
+the key must not show most of it)."
+  (let ((held (forj-provider-stream-held stream)))
+    (unless (or (string-empty-p held) (forj-provider-stream-ended stream))
+      (setf (forj-provider-stream-held stream) "")
+      (funcall (plist-get (forj-provider-stream-callbacks stream) :on-text)
+               (if (>= (length held) 4) forj-provider-redacted held)))))
 
 (defun forj-provider--act (stream actions)
   "Carry out the ACTIONS a family returned for STREAM."
@@ -275,10 +410,20 @@ environment variables of :key-env."
       (unless (forj-provider-stream-ended stream)
         (pcase (car action)
           (:text (when (and (cadr action) (not (string-empty-p (cadr action))))
-                   (funcall (plist-get callbacks :on-text) (cadr action))))
-          (:call (funcall (plist-get callbacks :on-call) (cadr action)))
-          (:stop (when (plist-get callbacks :on-stop)
-                   (funcall (plist-get callbacks :on-stop) (cadr action))))
+                   (forj-provider--text stream (cadr action))))
+          (:call (forj-provider--flush-text stream)
+                 (let ((call (cadr action)))
+                   (funcall (plist-get callbacks :on-call)
+                            (plist-put (copy-sequence call) :args
+                                       (forj-provider--redact-value
+                                        (forj-provider-stream-redact stream) (plist-get call :args))))))
+          (:stop (forj-provider--flush-text stream)
+                 (when (plist-get callbacks :on-stop)
+                   (let ((info (cadr action)))
+                     (funcall (plist-get callbacks :on-stop)
+                              (plist-put (copy-sequence info) :reason
+                                         (funcall (forj-provider-stream-redact stream)
+                                                  (plist-get info :reason)))))))
           (:usage (when (plist-get callbacks :on-usage)
                     (funcall (plist-get callbacks :on-usage) (cadr action))))
           (:done (setf (forj-provider-stream-finished stream) t))
@@ -294,7 +439,10 @@ stream; `forj-provider-stop' stops it."
   (let* ((family (or (alist-get (plist-get provider :family) forj-provider--families)
                      (error "Unknown forj provider family %S" (plist-get provider :family))))
          (tools (and (plist-get provider :native-tools) tools))
-         (stream (forj-provider--make-stream :family family :callbacks callbacks)))
+         (stream (forj-provider--make-stream :family family :callbacks callbacks
+                                             :provider-name (or (plist-get provider :name) "the provider")
+                                             :first-byte (let ((own (plist-get provider :first-byte-timeout)))
+                                                           (and (numberp own) own)))))
     (if (plist-get family :start)
         (setf (forj-provider-stream-stop stream)
               (funcall (plist-get family :start) provider system messages tools
@@ -302,7 +450,11 @@ stream; `forj-provider-stop' stops it."
                              :on-call (plist-get callbacks :on-call)
                              :on-done (lambda () (forj-provider--end stream :done))
                              :on-error (lambda (m) (forj-provider--end stream :error m)))))
-      (let ((key (unless (plist-get provider :local) (forj-provider-key provider))))
+      (let* ((found (unless (plist-get provider :local) (forj-provider-key-source provider)))
+             (key (car found)))
+        (setf (forj-provider-stream-key-source stream) (cdr found)
+              (forj-provider-stream-redact stream) (forj-provider-redactor key)
+              (forj-provider-stream-key-start stream) (forj-provider-key-start key))
         (if (and (not (plist-get provider :local)) (not key))
             (run-at-time 0 nil #'forj-provider--end stream :error
                          (format "No API key for %s: set one of %s, or add it to auth-source (host %s, user apikey)"
@@ -353,7 +505,9 @@ stream; `forj-provider-stop' stops it."
             :stderr (forj-provider-stream-stderr stream)
             :filter (lambda (_process output) (forj-provider--receive stream output))
             :sentinel (lambda (process _event) (forj-provider--sentinel stream process)))))
-      (setf (forj-provider-stream-process stream) process)
+      (setf (forj-provider-stream-process stream) process
+            (forj-provider-stream-heard stream) (float-time))
+      (forj-provider--arm stream)
       ;; Secrets go through curl's standard input, never its command line.
       (process-send-string
        process
@@ -361,8 +515,52 @@ stream; `forj-provider-stop' stops it."
                   (plist-get request :secret-headers) ""))
       (process-send-eof process))))
 
+(defun forj-provider--limit (stream)
+  "The seconds STREAM may stay silent now, or nil for no limit."
+  (cond ((forj-provider-stream-seen stream) forj-provider-idle-timeout)
+        ((forj-provider-stream-first-byte stream))
+        (forj-provider-first-byte-timeout)
+        ((numberp forj-provider-idle-timeout) (* 2 forj-provider-idle-timeout))))
+
+(defun forj-provider--arm (stream)
+  "Start the timer that gives up on STREAM's server when it stays silent."
+  (forj-provider--disarm stream)
+  (let ((limit (forj-provider--limit stream)))
+    (when (and (numberp limit) (> limit 0))
+      (setf (forj-provider-stream-watchdog stream)
+            (run-at-time (max 0.05 (- (+ (forj-provider-stream-heard stream) limit) (float-time)))
+                         nil #'forj-provider--watch stream)))))
+
+(defun forj-provider--disarm (stream)
+  "Cancel STREAM's silence timer, if any."
+  (when (timerp (forj-provider-stream-watchdog stream))
+    (cancel-timer (forj-provider-stream-watchdog stream)))
+  (setf (forj-provider-stream-watchdog stream) nil))
+
+(defun forj-provider--watch (stream)
+  "STREAM's silence timer ran out: give up, unless bytes came meanwhile."
+  (setf (forj-provider-stream-watchdog stream) nil)
+  (let ((limit (forj-provider--limit stream))
+        (process (forj-provider-stream-process stream)))
+    (when (and (not (forj-provider-stream-ended stream)) (process-live-p process) (numberp limit))
+      (if (< (- (float-time) (forj-provider-stream-heard stream)) limit)
+          (forj-provider--arm stream)
+        (forj-provider--stop-process stream)
+        (forj-provider--end
+         stream :error
+         (if (forj-provider-stream-seen stream)
+             (format "%s stopped sending in the middle of the reply: nothing for %s seconds (`forj-provider-idle-timeout'), so forj gave up on it"
+                     (forj-provider-stream-provider-name stream) limit)
+           (format "%s did not answer: %s for %s seconds (`forj-provider-first-byte-timeout', or twice `forj-provider-idle-timeout'), so forj gave up on it"
+                   (forj-provider-stream-provider-name stream)
+                   (if (forj-provider-stream-status stream)
+                       (format "HTTP %d but no event" (forj-provider-stream-status stream))
+                     "no response")
+                   limit)))))))
+
 (defun forj-provider--receive (stream output)
   "Handle OUTPUT, raw bytes from curl, for STREAM."
+  (setf (forj-provider-stream-heard stream) (float-time))
   (setf (forj-provider-stream-pending stream) (concat (forj-provider-stream-pending stream) output))
   (unless (forj-provider-stream-status stream)
     (forj-provider--read-headers stream))
@@ -422,7 +620,11 @@ Interim responses (100 Continue) are skipped."
     (let ((field (match-string 1 line)) (value (match-string 2 line)))
       (pcase field
         ("event" (setf (forj-provider-stream-event stream) value))
-        ("data" (push value (forj-provider-stream-data stream))))))
+        ("data" (push value (forj-provider-stream-data stream)))
+        ;; llama.cpp's server reports a failure mid-stream on a line of its
+        ;; own, `error: {...}', which is no SSE field.
+        ("error" (forj-provider--stop-process stream)
+         (forj-provider--end stream :error (forj-provider-reported-error value))))))
    ;; Not SSE at all (an HTML page with a 200, a JSON body): keep it
    ;; for the error message.
    (t (setf (forj-provider-stream-body stream)
@@ -435,7 +637,10 @@ Interim responses (100 Continue) are skipped."
     (setf (forj-provider-stream-data stream) nil
           (forj-provider-stream-event stream) nil)
     (when data
-      (setf (forj-provider-stream-seen stream) t)
+      (unless (forj-provider-stream-seen stream)
+        ;; From the first event on, the idle limit applies.
+        (setf (forj-provider-stream-seen stream) t)
+        (when (forj-provider-stream-watchdog stream) (forj-provider--arm stream)))
       (let ((text (string-join (reverse data) "\n")))
         (forj-provider--act
          stream
@@ -445,6 +650,15 @@ Interim responses (100 Continue) are skipped."
            (error (list (list :error (format "The provider sent an event forj cannot read (%s): %s"
                                              (error-message-string err)
                                              (truncate-string-to-width text 200 nil nil "…")))))))))))
+
+(defun forj-provider-reported-error (text)
+  "The message for an error a server reported inside its reply, as TEXT."
+  (let* ((json (ignore-errors (forj-provider-json text)))
+         (message (or (forj-provider-error-message text)
+                      (and (consp json) (stringp (plist-get json :message))
+                           (plist-get json :message)))))
+    (concat "The provider reported an error in its reply: "
+            (or message (forj-provider--excerpt text)))))
 
 (defun forj-provider-state (stream key)
   "The value of KEY in the family state of STREAM."
@@ -508,6 +722,7 @@ can act on."
 (defun forj-provider--sentinel (stream process)
   "Report the outcome of STREAM once its curl PROCESS has ended."
   (unless (process-live-p process)
+    (forj-provider--disarm stream)
     (forj-provider--cleanup stream)
     (when (forj-provider--ok-p stream)
       (forj-provider--read-events stream)
@@ -535,9 +750,17 @@ can act on."
        ((and (not (forj-provider-stream-seen stream)) (null (forj-provider-stream-body stream)))
         (forj-provider--end stream :error "The provider's reply was empty (HTTP 200, no events)"))
        ((forj-provider-stream-body stream)
-        (forj-provider--end stream :error
-                            (format "The provider answered with something that is not an event stream: %s"
-                                    (forj-provider--excerpt (forj-provider-stream-body stream)))))
+        (let* ((body (forj-provider-stream-body stream))
+               (own (ignore-errors
+                      (funcall (plist-get (forj-provider-stream-family stream) :error-message)
+                               (decode-coding-string body 'utf-8-unix)))))
+          (forj-provider--end stream :error
+                              (if own
+                                  (format "The provider answered HTTP %d with an error instead of a reply: %s%s"
+                                          (forj-provider-stream-status stream) own
+                                          (forj-provider--key-hint stream own))
+                                (format "The provider answered with something that is not an event stream: %s"
+                                        (forj-provider--excerpt body))))))
        (t
         (forj-provider--end stream :error
                             "The reply stream was cut before it finished (the text so far is kept)"))))))
@@ -596,7 +819,18 @@ A stderr pipe process may still be attached; its output is taken as is."
                       ((pred (<= 500)) " (the provider failed)")
                       (_ ""))
                     (or own (forj-provider--excerpt body)))
-            (if retry (format "; the provider asks to retry after %s seconds" retry) ""))))
+            (if retry (format "; the provider asks to retry after %s seconds" retry) "")
+            (forj-provider--key-hint stream (if (memq status '(401 403)) "key" (or own ""))))))
+
+(defun forj-provider--key-hint (stream message)
+  "Where STREAM's key came from, as a sentence, when MESSAGE speaks of a key."
+  (let ((source (forj-provider-stream-key-source stream)))
+    (if (and source
+             (let ((case-fold-search t))
+               (string-match-p
+                "\\`key\\'\\|api[ _-]?key\\|authenticat\\|unauthori[sz]\\|credential\\|permission" message)))
+        (format "; the key came from %s" source)
+      "")))
 
 (defun forj-provider--retryable-p (stream)
   "Whether STREAM's failed HTTP status is worth sending the request again for.
@@ -667,6 +901,7 @@ nil when the retries are used up or the provider asks for longer than
       (cancel-timer (forj-provider-stream-timer stream))
       (setf (forj-provider-stream-timer stream) nil))
     (setf (forj-provider-stream-ended stream) t)
+    (forj-provider--disarm stream)
     (forj-provider--stop-process stream)
     (when (forj-provider-stream-stop stream)
       (funcall (forj-provider-stream-stop stream)))))

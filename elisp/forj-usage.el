@@ -51,6 +51,8 @@
 
 (defcustom forj-usage-prices
   '(;; Anthropic
+    ("claude-opus-4-7" 5.0 25.0 0.5 6.25)
+    ("claude-opus-4-6" 5.0 25.0 0.5 6.25)
     ("claude-opus-4-5" 5.0 25.0 0.5 6.25)
     ("claude-opus-4" 15.0 75.0 1.5 18.75)
     ("claude-sonnet-4" 3.0 15.0 0.3 3.75)
@@ -97,6 +99,7 @@ them against your provider's page."
     ("gpt-4o" . 128000)
     ("o3" . 200000)
     ("o4-mini" . 200000)
+    ("gemini-3" . 1048576)
     ("gemini-2.5" . 1048576)
     ("gemini-2.0" . 1048576))
   "The context window of models, in tokens.

@@ -161,6 +161,81 @@ def openai(case: str) -> list[bytes]:
             ),
             sse("[DONE]"),
         ]
+    if case == "noids":
+        # llama.cpp and some Ollama models: tool calls with no id at all.
+        return [
+            openai_chunk({"role": "assistant", "content": "Reading."}),
+            openai_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "type": "function",
+                            "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+                        }
+                    ]
+                }
+            ),
+            openai_chunk({}, "tool_calls"),
+            sse("[DONE]"),
+        ]
+    if case == "noindex":
+        # Each call whole in its own chunk, with no index (as some servers send).
+        def whole(path: str) -> bytes:
+            return openai_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "type": "function",
+                            "function": {
+                                "name": "read_file",
+                                "arguments": json.dumps({"path": path}),
+                            },
+                        }
+                    ]
+                }
+            )
+
+        return [
+            openai_chunk({"role": "assistant", "content": ""}),
+            whole("a.txt"),
+            whole("b.txt"),
+            openai_chunk({}, "tool_calls"),
+            sse("[DONE]"),
+        ]
+    if case == "vllmerror":
+        return [
+            sse(
+                {
+                    "object": "error",
+                    "message": "This model's maximum context length is 4096 tokens.",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": 400,
+                }
+            )
+        ]
+    if case == "streamerror":
+        # llama.cpp's server: the prompt does not fit, said inside the stream.
+        return [
+            openai_chunk({"role": "assistant", "content": ""}),
+            sse(
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "Requested tokens (25227) exceed context window of 8192",
+                        "type": "exceed_context_size_error",
+                    }
+                }
+            ),
+        ]
+    if case == "errorline":
+        # Older llama.cpp servers: an `error:' line, which is no SSE field.
+        return [
+            openai_chunk({"role": "assistant", "content": ""}),
+            b'error: {"code":500,"message":"Requested tokens (25227) exceed context window'
+            b' of 8192","type":"server_error"}\n\n',
+        ]
     if case == "badutf8":
         return [
             openai_chunk({"content": "ok "}),
@@ -357,6 +432,35 @@ def anthropic(case: str) -> list[bytes]:
             "message_delta",
         )
         return [cached_start, *text_block, end, stop[1]]
+    if case == "thinking":
+        return [
+            start,
+            *anthropic_thinking(0),
+            *anthropic_tool(2, "toolu_think", "a.txt"),
+            *ended("tool_use"),
+        ]
+    if case == "wholeinput":
+        # The input whole at the block's start, no input_json_delta.
+        return [
+            start,
+            sse(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {
+                        "type": "tool_use",
+                        "id": "toolu_whole",
+                        "name": "read_file",
+                        "input": {"path": "a.txt"},
+                    },
+                },
+                "content_block_start",
+            ),
+            sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            *ended("tool_use"),
+        ]
+    if case == "pause":
+        return [start, *text_block, *ended("pause_turn")]
     if case == "badutf8":
         return [
             start,
@@ -367,6 +471,71 @@ def anthropic(case: str) -> list[bytes]:
             *stop,
         ]
     raise KeyError(case)
+
+
+THINKING = "The user wants a.txt; I will read it."
+THINKING_SIGNATURE = "EqQBCkYIARgCKkBSIG-thinking-signature=="
+REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"
+
+
+def anthropic_thinking(index: int) -> list[bytes]:
+    """A thinking block streamed in pieces, its signature last, then a redacted one."""
+
+    def delta(d: dict[str, Any]) -> bytes:
+        return sse(
+            {"type": "content_block_delta", "index": index, "delta": d}, "content_block_delta"
+        )
+
+    return [
+        sse(
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "thinking", "thinking": ""},
+            },
+            "content_block_start",
+        ),
+        delta({"type": "thinking_delta", "thinking": THINKING[:20]}),
+        delta({"type": "thinking_delta", "thinking": THINKING[20:]}),
+        delta({"type": "signature_delta", "signature": THINKING_SIGNATURE}),
+        sse({"type": "content_block_stop", "index": index}, "content_block_stop"),
+        sse(
+            {
+                "type": "content_block_start",
+                "index": index + 1,
+                "content_block": {"type": "redacted_thinking", "data": REDACTED},
+            },
+            "content_block_start",
+        ),
+        sse({"type": "content_block_stop", "index": index + 1}, "content_block_stop"),
+    ]
+
+
+def anthropic_tool(index: int, tool_id: str, path: str) -> list[bytes]:
+    return [
+        sse(
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {
+                    "type": "tool_use",
+                    "id": tool_id,
+                    "name": "read_file",
+                    "input": {},
+                },
+            },
+            "content_block_start",
+        ),
+        sse(
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": json.dumps({"path": path})},
+            },
+            "content_block_delta",
+        ),
+        sse({"type": "content_block_stop", "index": index}, "content_block_stop"),
+    ]
 
 
 # --- Gemini --------------------------------------------------------------------------
@@ -430,6 +599,38 @@ def gemini(case: str) -> list[bytes]:
         ]
     if case == "maxtokens":
         return [gemini_chunk([{"text": "Hello"}]), gemini_chunk([{"text": ", wor"}], "MAX_TOKENS")]
+    if case == "recitation":
+        return [gemini_chunk([{"text": "Once upon"}]), gemini_chunk([], "RECITATION")]
+    if case == "withids":
+        return [
+            gemini_chunk(
+                [
+                    {
+                        "functionCall": {
+                            "id": "fc-123",
+                            "name": "read_file",
+                            "args": {"path": "a.txt"},
+                        },
+                        "thoughtSignature": "SIG-ID",
+                    }
+                ],
+                "STOP",
+            )
+        ]
+    if case == "signature":
+        # Gemini 3: a thought signature on the text part and on the call.
+        return [
+            gemini_chunk([{"text": "Reading.", "thoughtSignature": "SIG-TEXT"}]),
+            gemini_chunk(
+                [
+                    {
+                        "functionCall": {"name": "read_file", "args": {"path": "a.txt"}},
+                        "thoughtSignature": "SIG-CALL-1",
+                    }
+                ],
+                "STOP",
+            ),
+        ]
     if case == "safety":
         return [
             gemini_chunk([{"text": "Here"}]),
@@ -510,6 +711,133 @@ def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
     ]
 
 
+# --- Conversations over several requests ---------------------------------------------
+#
+# ``<family>-<case>.<tag>``: the Nth request of a tag gets the Nth stream.
+
+
+def openai_call(path: str, call_id: str | None = None) -> list[bytes]:
+    """A reply of one call, with no id (as llama.cpp sends them) unless CALL_ID."""
+    return [
+        openai_chunk(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        **({"id": call_id} if call_id else {}),
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
+                    }
+                ],
+            }
+        ),
+        openai_chunk({}, "tool_calls"),
+        sse("[DONE]"),
+    ]
+
+
+def openai_text(text: str) -> list[bytes]:
+    return [
+        openai_chunk({"role": "assistant", "content": text}),
+        openai_chunk({}, "stop"),
+        sse("[DONE]"),
+    ]
+
+
+def gemini_call(path: str, signature: str) -> list[bytes]:
+    return [
+        gemini_chunk(
+            [
+                {
+                    "functionCall": {"name": "read_file", "args": {"path": path}},
+                    "thoughtSignature": signature,
+                }
+            ],
+            "STOP",
+        )
+    ]
+
+
+def anthropic_message(blocks: list[bytes], reason: str) -> list[bytes]:
+    return [
+        sse(
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": "fake",
+                    "stop_reason": None,
+                    "usage": {"input_tokens": 10, "output_tokens": 1},
+                },
+            },
+            "message_start",
+        ),
+        *blocks,
+        sse(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": reason},
+                "usage": {"output_tokens": 5},
+            },
+            "message_delta",
+        ),
+        sse({"type": "message_stop"}, "message_stop"),
+    ]
+
+
+def anthropic_text(index: int, text: str) -> list[bytes]:
+    return [
+        sse(
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "text", "text": ""},
+            },
+            "content_block_start",
+        ),
+        sse(
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "text_delta", "text": text},
+            },
+            "content_block_delta",
+        ),
+        sse({"type": "content_block_stop", "index": index}, "content_block_stop"),
+    ]
+
+
+CONVERSATIONS: dict[str, list[list[bytes]]] = {
+    "openai-noidloop": [openai_call("a.txt"), openai_call("b.txt"), openai_text("Both read.")],
+    # A server that numbers its calls from zero in every reply.
+    "openai-dupidloop": [
+        openai_call("a.txt", "functions.read_file:0"),
+        openai_call("b.txt", "functions.read_file:0"),
+        openai_text("Both read."),
+    ],
+    "gemini-sigloop": [
+        gemini_call("a.txt", "SIG-A"),
+        gemini_call("b.txt", "SIG-B"),
+        [gemini_chunk([{"text": "Both read."}], "STOP")],
+    ],
+    "anthropic-thinkloop": [
+        anthropic_message(
+            [*anthropic_thinking(0), *anthropic_tool(2, "toolu_1", "a.txt")], "tool_use"
+        ),
+        anthropic_message(anthropic_text(0, "Done."), "end_turn"),
+    ],
+    "anthropic-pauseloop": [
+        anthropic_message(anthropic_text(0, "Still searching"), "pause_turn"),
+        anthropic_message(anthropic_text(0, "Found it."), "end_turn"),
+    ],
+}
+
+
 ERROR_BODIES = {
     "openai": lambda message, kind: {
         "error": {"message": message, "type": kind, "param": None, "code": None}
@@ -543,7 +871,89 @@ class Handler(BaseHTTPRequestHandler):
             SEEN[scenario] += 1
             seen = SEEN[scenario]
         family, _, case = scenario.partition(".")[0].partition("-")
-        if case == "ratelimitedonce" and seen == 1:
+        base = scenario.partition(".")[0]
+        key = (
+            self.headers.get("x-api-key")
+            or self.headers.get("x-goog-api-key")
+            or (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        )
+        if base in CONVERSATIONS:
+            steps = CONVERSATIONS[base]
+            self._stream(steps[min(seen, len(steps)) - 1])
+        elif case == "pausealways":
+            self._stream(anthropic_message(anthropic_text(0, "Still going"), "pause_turn"))
+        elif case == "hang":
+            # Accepts the request and never answers.
+            time.sleep(30)
+        elif case == "stall":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(STREAMS[family]("text")[0])
+            self.wfile.flush()
+            time.sleep(30)
+        elif case == "error200":
+            # A proxy or a local server that answers 200 with a JSON error.
+            self._json(
+                200, ERROR_BODIES[family]("The model fake-model does not exist", "not_found_error")
+            )
+        elif case == "echokey":
+            # A proxy that repeats the key it was given.
+            self._json(
+                401, ERROR_BODIES[family](f"Invalid API key {key} for this proxy", "invalid_key")
+            )
+        elif case == "keytext":
+            # A reply that writes the key, cut across chunks.
+            self._stream(
+                [
+                    openai_chunk({"role": "assistant", "content": "Your key is " + key[:6]}),
+                    openai_chunk({"content": key[6:] + " and more."}),
+                    openai_chunk({}, "stop"),
+                    sse("[DONE]"),
+                ]
+            )
+        elif case == "badkey":
+            # Gemini answers a wrong key with 400 INVALID_ARGUMENT.
+            self._json(
+                400,
+                ERROR_BODIES[family](
+                    "API key not valid. Please pass a valid API key.", "invalid_argument"
+                ),
+            )
+        elif case == "keycall":
+            # A call whose arguments carry the key.
+            self._stream(
+                [
+                    openai_chunk(
+                        {
+                            "role": "assistant",
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "call_key",
+                                    "type": "function",
+                                    "function": {
+                                        "name": "write_file",
+                                        "arguments": json.dumps({"path": "k", "content": [key]}),
+                                    },
+                                }
+                            ],
+                        }
+                    ),
+                    openai_chunk({}, "tool_calls"),
+                    sse("[DONE]"),
+                ]
+            )
+        elif case == "keycut":
+            # A reply that ends in the middle of the key.
+            self._stream(
+                [
+                    openai_chunk({"role": "assistant", "content": "Your key is " + key[:10]}),
+                    openai_chunk({}, "stop"),
+                    sse("[DONE]"),
+                ]
+            )
+        elif case == "ratelimitedonce" and seen == 1:
             self._json(
                 429,
                 ERROR_BODIES[family]("Rate limit reached, slow down", "rate_limit_error"),
@@ -586,7 +996,8 @@ class Handler(BaseHTTPRequestHandler):
         with open(LOG, "a", encoding="utf-8") as log:
             log.write(json.dumps({"path": self.path, "headers": dict(self.headers.items())}) + "\n")
         scenario = self.path.strip("/").split("/")[0]
-        if self.path.endswith("/api/tags"):
+        path = self.path.partition("?")[0]
+        if path.endswith("/api/tags"):
             # Ollama's own listing.
             self._json(
                 200,
@@ -601,10 +1012,52 @@ class Handler(BaseHTTPRequestHandler):
                     ]
                 },
             )
-        elif self.path.endswith("/models") and scenario.startswith("openai-ollama"):
+        elif path.endswith("/models") and scenario.startswith("gemini-"):
+            # Two pages, as Gemini pages its list.
+            flash = {
+                "name": "models/gemini-9-flash",
+                "supportedGenerationMethods": ["generateContent"],
+            }
+            if "pageToken=page2" in self.path:
+                self._json(200, {"models": [flash]})
+                return
+            self._json(
+                200,
+                {
+                    "models": [
+                        {
+                            "name": "models/gemini-9-pro",
+                            "supportedGenerationMethods": ["generateContent", "countTokens"],
+                        },
+                        {
+                            "name": "models/text-embedding-9",
+                            "supportedGenerationMethods": ["embedContent"],
+                        },
+                    ],
+                    "nextPageToken": "page2",
+                },
+            )
+        elif path.endswith("/models") and scenario.startswith("anthropic-"):
+            if self.headers.get("anthropic-version") != "2023-06-01":
+                self._json(
+                    400,
+                    ERROR_BODIES["anthropic"]("anthropic-version missing", "invalid_request_error"),
+                )
+                return
+            self._json(
+                200,
+                {
+                    "data": [
+                        {"type": "model", "id": "claude-test-9", "display_name": "Claude Test 9"},
+                        {"type": "model", "id": "claude-test-8", "display_name": "Claude Test 8"},
+                    ],
+                    "has_more": False,
+                },
+            )
+        elif path.endswith("/models") and scenario.startswith("openai-ollama"):
             # An Ollama too old for /v1/models.
             self._raw(404, "text/plain", b"404 page not found")
-        elif self.path.endswith("/models"):
+        elif path.endswith("/models"):
             self._json(
                 200,
                 {

@@ -13,6 +13,7 @@
 (require 'forj-loop)
 (require 'forj-epc-test)
 (require 'forj-chat-test)
+(require 'forj-provider-test)
 
 (ert-deftest forj-test-loop-runs-a-turn-without-the-chat ()
   "The loop runs a whole turn on a session whose view only records events."
@@ -55,6 +56,205 @@
                 (should (equal told '(user-message reply-start reply-end results-start results-end
                                                    reply-start reply-end turn-end))))))
         (delete-file script)))))
+
+;;; Against a local server speaking each provider's wire format
+
+(defun forj-loop-test--turn (root provider text &optional seconds record)
+  "Send TEXT to PROVIDER on a bare session on ROOT; return the session at the end.
+The turn must end (the session idle again) within SECONDS (default 30).
+The session starts with RECORD, if given: the chat so far."
+  (let ((process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test-SECRET-123" process-environment)))
+    (with-temp-buffer
+      (let ((output (point-marker)))
+        (setq forj-session
+              (forj-session-create
+               :root root :root-confirmed t :provider provider :record (copy-sequence record)
+               :view-function (lambda (event &rest _)
+                                (pcase event
+                                  ('output output)
+                                  ('output-to nil)
+                                  ('draft "")))))
+        (forj-loop-send text)
+        (should (forj-test--wait-for (lambda () (eq (forj-session-state forj-session) 'idle))
+                                     (or seconds 30)))
+        forj-session))))
+
+(defun forj-loop-test--requests (scenario)
+  "The bodies of the requests the fake server logged for SCENARIO, parsed, in order."
+  (with-temp-buffer
+    (insert-file-contents forj-provider-test--log)
+    (let ((found nil))
+      (dolist (line (split-string (buffer-string) "\n" t))
+        (let ((request (json-parse-string line :object-type 'plist)))
+          (when (and (string-prefix-p (concat "/" scenario "/") (plist-get request :path))
+                     (plist-get request :body))
+            (push (forj-provider-json (plist-get request :body)) found))))
+      (nreverse found))))
+
+(defun forj-loop-test--provider (family scenario &rest more)
+  "A provider of FAMILY on the fake server's SCENARIO, with native tools, plus MORE."
+  (append (list :name (format "fake-%s" family) :family family :model "fake-model" :native-tools t
+                :url (format "http://127.0.0.1:%d/%s/v1" (forj-provider-test--server) scenario)
+                :key-env '("FORJ_TEST_PROVIDER_KEY"))
+          more))
+
+(defun forj-loop-test--calls (session)
+  "The tool calls in SESSION's record, as the record keeps them."
+  (with-temp-buffer
+    (insert (forj-session-transcript (forj-session-record session)))
+    (delq nil (mapcar (lambda (e) (plist-get e :call)) (forj-tools-parse-region (point-min) (point-max))))))
+
+(defun forj-loop-test--notices (session)
+  "The notices of SESSION's record, joined."
+  (mapconcat (lambda (e) (plist-get e :text))
+             (cl-remove-if-not (lambda (e) (equal (plist-get e :role) "notice"))
+                               (forj-session-record session))
+             ""))
+
+(defconst forj-loop-test--files '(("a.txt" . "alpha\n") ("b.txt" . "beta\n"))
+  "The project the provider loops read from.")
+
+(ert-deftest forj-test-loop-call-ids-unique-when-the-server-sends-none ()
+  "A server that sends no ids, or the same ids in every reply, gets unique ones across replies.
+Each call and its result keep the same id."
+  (forj-test-with-project forj-loop-test--files
+   (dolist (case '("noidloop" "dupidloop"))
+    (let* ((scenario (format "openai-%s.%d" case (random 1000000)))
+           (session (forj-loop-test--turn root (forj-loop-test--provider 'openai scenario :local t)
+                                          "Read a.txt and b.txt"))
+           (ids (mapcar (lambda (c) (plist-get c :id)) (forj-loop-test--calls session)))
+           (requests (forj-loop-test--requests scenario)))
+      (should (= (length ids) 2))
+      (should-not (equal (nth 0 ids) (nth 1 ids)))
+      (should (= (length requests) 3))
+      ;; The last request: each call's id is its result's id.
+      (let* ((messages (append (plist-get (nth 2 requests) :messages) nil))
+             (calls (cl-loop for m in messages
+                             append (mapcar (lambda (c) (plist-get c :id))
+                                            (append (plist-get m :tool_calls) nil))))
+             (results (cl-loop for m in messages
+                               when (equal (plist-get m :role) "tool")
+                               collect (plist-get m :tool_call_id))))
+        (should (equal calls ids))
+        (should (equal results ids)))
+      (should (string-match-p "Both read\\." (forj-session-transcript (forj-session-record session))))))))
+
+(ert-deftest forj-test-loop-switching-to-anthropic-maps-foreign-call-ids ()
+  "A chat whose calls have ids Anthropic refuses goes on with Anthropic: ids mapped, call and result alike."
+  (forj-test-with-project forj-loop-test--files
+    (let* ((first (forj-loop-test--turn root (forj-loop-test--provider
+                                              'openai (format "openai-dupidloop.%d" (random 1000000)) :local t)
+                                        "Read a.txt and b.txt"))
+           (scenario (format "anthropic-text.%d" (random 1000000)))
+           (second (forj-loop-test--turn root (forj-loop-test--provider 'anthropic scenario) "Thanks"
+                                         30 (forj-session-record first)))
+           (messages (append (plist-get (car (forj-loop-test--requests scenario)) :messages) nil))
+           (blocks (cl-loop for m in messages append (append (plist-get m :content) nil)))
+           (uses (cl-loop for b in blocks when (equal (plist-get b :type) "tool_use") collect (plist-get b :id)))
+           (results (cl-loop for b in blocks when (equal (plist-get b :type) "tool_result")
+                             collect (plist-get b :tool_use_id))))
+      (should (member "functions.read_file:0" (mapcar (lambda (c) (plist-get c :id))
+                                                      (forj-loop-test--calls first))))
+      (should (= (length uses) 2))
+      (should (cl-every (lambda (id) (string-match-p "\\`[A-Za-z0-9_-]+\\'" id)) uses))
+      (should-not (equal (nth 0 uses) (nth 1 uses)))
+      (should (equal uses results))
+      (should (string-match-p "Hello, world" (forj-session-transcript (forj-session-record second)))))))
+
+(ert-deftest forj-test-loop-gemini-thought-signatures-go-back-with-their-calls ()
+  "Each functionCall goes back in the next requests with its own thoughtSignature, unchanged."
+  (forj-test-with-project forj-loop-test--files
+    (let* ((scenario (format "gemini-sigloop.%d" (random 1000000)))
+           (session (forj-loop-test--turn root (forj-loop-test--provider 'gemini scenario)
+                                          "Read a.txt and b.txt"))
+           (requests (forj-loop-test--requests scenario))
+           (signed (lambda (request)
+                     (cl-loop for content across (plist-get request :contents)
+                              append (cl-loop for part across (plist-get content :parts)
+                                              when (plist-get part :functionCall)
+                                              collect (list (plist-get (plist-get (plist-get part :functionCall) :args)
+                                                                       :path)
+                                                            (plist-get part :thoughtSignature)))))))
+      (should (= (length requests) 3))
+      (should (equal (funcall signed (nth 1 requests)) '(("a.txt" "SIG-A"))))
+      (should (equal (funcall signed (nth 2 requests)) '(("a.txt" "SIG-A") ("b.txt" "SIG-B"))))
+      (let ((ids (mapcar (lambda (c) (plist-get c :id)) (forj-loop-test--calls session))))
+        (should (= (length (delete-dups (copy-sequence ids))) 2)))
+      (should (string-match-p "alpha" (forj-session-transcript (forj-session-record session)))))))
+
+(ert-deftest forj-test-loop-anthropic-thinking-goes-back-before-its-tool-use ()
+  "The thinking and redacted_thinking blocks go back first in the assistant message, unchanged."
+  (forj-test-with-project forj-loop-test--files
+    (let* ((scenario (format "anthropic-thinkloop.%d" (random 1000000)))
+           (session (forj-loop-test--turn root (forj-loop-test--provider 'anthropic scenario :thinking 2048)
+                                          "Read a.txt"))
+           (requests (forj-loop-test--requests scenario))
+           (second (nth 1 requests))
+           (assistant (cl-find "assistant" (plist-get second :messages)
+                               :key (lambda (m) (plist-get m :role)) :test #'equal))
+           (content (append (plist-get assistant :content) nil))
+           (result (cl-find-if (lambda (b) (equal (plist-get b :type) "tool_result"))
+                               (plist-get (aref (plist-get second :messages) 2) :content))))
+      (should (= (length requests) 2))
+      (should (equal (plist-get second :thinking) '(:type "enabled" :budget_tokens 2048)))
+      (should (equal (mapcar (lambda (b) (plist-get b :type)) content)
+                     '("thinking" "redacted_thinking" "tool_use")))
+      (should (equal (nth 0 content)
+                     '(:type "thinking" :thinking "The user wants a.txt; I will read it."
+                             :signature "EqQBCkYIARgCKkBSIG-thinking-signature==")))
+      (should (equal (plist-get (nth 1 content) :data)
+                     "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"))
+      (should (equal (plist-get (nth 2 content) :id) (plist-get result :tool_use_id)))
+      (should (string-match-p "Done\\." (forj-session-transcript (forj-session-record session)))))))
+
+(ert-deftest forj-test-loop-anthropic-pause-turn-continues-the-turn ()
+  "pause_turn asks again and the turn goes on; a provider that keeps pausing is stopped, and the user told."
+  (forj-test-with-project forj-loop-test--files
+    (let* ((scenario (format "anthropic-pauseloop.%d" (random 1000000)))
+           (session (forj-loop-test--turn root (forj-loop-test--provider 'anthropic scenario) "Search"))
+           (requests (forj-loop-test--requests scenario))
+           (last (aref (plist-get (nth 1 requests) :messages)
+                       (1- (length (plist-get (nth 1 requests) :messages))))))
+      (should (= (length requests) 2))
+      ;; The paused reply goes back as the last message, for the model to go on from.
+      (should (equal (plist-get last :role) "assistant"))
+      (should (string-match-p "paused its turn (stop_reason \"pause_turn\"" (forj-loop-test--notices session)))
+      (should (string-match-p "Found it\\." (forj-session-transcript (forj-session-record session))))
+      (should (eq (forj-session-state session) 'idle)))
+    (let* ((scenario (format "anthropic-pausealways.%d" (random 1000000)))
+           (session (forj-loop-test--turn root (forj-loop-test--provider 'anthropic scenario) "Search")))
+      (should (= (length (forj-loop-test--requests scenario)) (1+ forj-loop-max-pauses)))
+      (should (string-match-p "forj stopped asking it to go on" (forj-loop-test--notices session)))
+      (should (eq (plist-get (forj-session-continuation session) :kind) 'paused)))))
+
+(ert-deftest forj-test-loop-silent-server-ends-the-turn-with-an-error ()
+  "A server that never answers, or stalls, ends the turn with a visible error; the user has the prompt."
+  (forj-test-with-project forj-loop-test--files
+    (let* ((forj-provider-idle-timeout 1)
+           (session (forj-loop-test--turn root (forj-loop-test--provider 'openai "openai-hang") "Hi" 15)))
+      (should (eq (forj-session-state session) 'idle))
+      (should (string-match-p "did not answer.*forj-provider-first-byte-timeout"
+                              (forj-loop-test--notices session))))
+    (let* ((forj-provider-idle-timeout 1)
+           (session (forj-loop-test--turn root (forj-loop-test--provider 'gemini "gemini-stall") "Hi" 15)))
+      (should (eq (forj-session-state session) 'idle))
+      (should (string-match-p "## Assistant\n\nHello" (forj-session-transcript (forj-session-record session))))
+      (should (string-match-p "stopped sending in the middle of the reply.*the text so far is kept"
+                              (forj-loop-test--notices session))))))
+
+(ert-deftest forj-test-loop-server-error-in-stream-and-key-echo-are-shown-safely ()
+  "llama.cpp's context error is shown as such; a 401 echoing the key names its source, not the key."
+  (forj-test-with-project forj-loop-test--files
+    (let ((session (forj-loop-test--turn root (forj-loop-test--provider 'openai "openai-streamerror" :local t)
+                                         "Hi")))
+      (should (string-match-p "exceed context window of 8192" (forj-loop-test--notices session)))
+      (should-not (string-match-p "empty" (forj-loop-test--notices session))))
+    (let* ((forj-provider-retries 0)
+           (session (forj-loop-test--turn root (forj-loop-test--provider 'anthropic "anthropic-echokey") "Hi"))
+           (transcript (forj-session-transcript (forj-session-record session))))
+      (should-not (string-match-p "SECRET" transcript))
+      (should (string-match-p "HTTP 401.*the key came from the environment variable FORJ_TEST_PROVIDER_KEY"
+                              transcript)))))
 
 (provide 'forj-loop-test)
 ;;; forj-loop-test.el ends here

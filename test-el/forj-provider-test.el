@@ -44,13 +44,17 @@
                 :key-env '("FORJ_TEST_PROVIDER_KEY"))
           more))
 
+(defvar forj-provider-test--messages nil
+  "The messages `forj-provider-test--run' sends, when not nil.")
+
 (defun forj-provider-test--run (provider &optional tools on-wait)
   "Run one request to PROVIDER; return (:text :calls :error :done :stop :waits :command).
 ON-WAIT, if given, is also called with the stream and each wait's arguments."
   (let* ((text "") (calls nil) (error nil) (done nil) (stop nil) (waits nil) (stream nil)
          (process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test-SECRET-123" process-environment)))
     (setq stream (forj-provider-start
-                  provider "You are a test." (list (list :role "user" :text "Hi"))
+                  provider "You are a test." (or forj-provider-test--messages
+                                                 (list (list :role "user" :text "Hi")))
                   tools
                   (list :on-text (lambda (s) (setq text (concat text s)))
                         :on-call (lambda (c) (push c calls))
@@ -180,7 +184,7 @@ ON-WAIT, if given, is also called with the stream and each wait's arguments."
   "An error event in the middle of a stream ends it with the provider's message."
   (let ((run (forj-provider-test--run (forj-provider-test--provider 'anthropic "overloaded"))))
     (should (equal (plist-get run :text) "Hello"))
-    (should (equal (plist-get run :error) "Overloaded (overloaded_error)"))))
+    (should (equal (plist-get run :error) "The provider reported an error in its reply: Overloaded (overloaded_error)"))))
 
 (ert-deftest forj-test-provider-no-key-and-no-server ()
   "A missing key names the variables to set; a refused connection is curl's own message."
@@ -281,6 +285,264 @@ ON-WAIT, if given, is also called with the stream and each wait's arguments."
     (should-not (plist-get run :done))
     (should-not (plist-get run :error))
     (should (= (forj-provider-test--requests scenario) 1))))
+
+;;; What providers need back, ids, silence, errors in a stream, keys
+
+(defun forj-provider-test--body ()
+  "The JSON body of the last request the fake server logged, parsed."
+  (forj-provider-json (plist-get (forj-provider-test--last-request) :body)))
+
+(ert-deftest forj-test-provider-gemini-thought-signature-goes-back-with-its-call ()
+  "A functionCall's thoughtSignature is kept with the call and sent back unchanged with it."
+  (let* ((run (forj-provider-test--run (forj-provider-test--provider 'gemini "signature" :native-tools t)
+                                       forj-provider-test--tools))
+         (call (car (plist-get run :calls))))
+    (should (plist-get run :done))
+    (should (equal (plist-get run :text) "Reading."))
+    (should (equal (plist-get (plist-get call :native) :thoughtSignature) "SIG-CALL-1"))
+    ;; The call goes back as the record keeps it: through the JSON of a
+    ;; tool-call block.
+    (let* ((kept (forj-tools-json-decode (forj-tools-json-encode call)))
+           (forj-provider-test--messages
+            (list (list :role "user" :text "Hi")
+                  (list :role "assistant" :text "Reading." :calls (list kept))
+                  (list :role "tool" :results (list (list :id (plist-get kept :id) :name "read_file"
+                                                          :content "{\"ok\":true}")))))
+           (run (forj-provider-test--run (forj-provider-test--provider 'gemini "text" :native-tools t)
+                                         forj-provider-test--tools))
+           (contents (plist-get (forj-provider-test--body) :contents))
+           (model (aref contents 1))
+           (part (cl-find-if (lambda (p) (plist-get p :functionCall)) (plist-get model :parts))))
+      (should (plist-get run :done))
+      (should (equal (plist-get model :role) "model"))
+      (should (equal (plist-get part :thoughtSignature) "SIG-CALL-1"))
+      (should (equal (plist-get (plist-get part :functionCall) :name) "read_file")))))
+
+(ert-deftest forj-test-provider-gemini-finish-reasons-are-told ()
+  "SAFETY, RECITATION and MAX_TOKENS end the reply with Gemini's reason."
+  (pcase-dolist (`(,case ,kind ,reason)
+                 '(("safety" refusal "finishReason SAFETY")
+                   ("recitation" refusal "finishReason RECITATION")
+                   ("maxtokens" length "finishReason MAX_TOKENS")))
+    (let* ((run (forj-provider-test--run (forj-provider-test--provider 'gemini case)))
+           (stop (plist-get run :stop)))
+      (should (plist-get run :done))
+      (should (eq (plist-get stop :kind) kind))
+      (should (string-match-p reason (plist-get stop :reason))))))
+
+(ert-deftest forj-test-provider-anthropic-thinking-goes-back-before-its-tool-use ()
+  "Thinking and redacted_thinking blocks are kept whole and sent back, unchanged, before their tool_use."
+  (let* ((run (forj-provider-test--run
+               (forj-provider-test--provider 'anthropic "thinking" :native-tools t :thinking 2048)
+               forj-provider-test--tools))
+         (call (car (plist-get run :calls)))
+         (request (forj-provider-test--body))
+         (before (plist-get (plist-get call :native) :before)))
+    (should (plist-get run :done))
+    (should (equal (plist-get request :thinking) '(:type "enabled" :budget_tokens 2048)))
+    (should (> (plist-get request :max_tokens) 2048))
+    (should (equal (plist-get call :id) "toolu_think"))
+    (should (equal (append before nil)
+                   '((:type "thinking" :thinking "The user wants a.txt; I will read it."
+                            :signature "EqQBCkYIARgCKkBSIG-thinking-signature==")
+                     (:type "redacted_thinking"
+                            :data "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"))))
+    ;; The thinking is not shown as text.
+    (should (equal (plist-get run :text) ""))
+    (let* ((kept (forj-tools-json-decode (forj-tools-json-encode call)))
+           (forj-provider-test--messages
+            (list (list :role "user" :text "Hi")
+                  (list :role "assistant" :text "Reading it." :calls (list kept))
+                  (list :role "tool" :results (list (list :id "toolu_think" :name "read_file"
+                                                          :content "{\"ok\":true}")))))
+           (run (forj-provider-test--run
+                 (forj-provider-test--provider 'anthropic "text" :native-tools t :thinking 2048)
+                 forj-provider-test--tools))
+           (assistant (aref (plist-get (forj-provider-test--body) :messages) 1))
+           (content (append (plist-get assistant :content) nil)))
+      (should (plist-get run :done))
+      (should (equal (mapcar (lambda (b) (plist-get b :type)) content)
+                     '("thinking" "redacted_thinking" "text" "tool_use")))
+      (should (equal (nth 0 content) (aref before 0)))
+      (should (equal (nth 1 content) (aref before 1)))
+      (should (equal (plist-get (nth 3 content) :id) "toolu_think")))))
+
+(ert-deftest forj-test-provider-anthropic-pause-turn-is-a-stop-of-its-own ()
+  "stop_reason pause_turn ends the reply as a pause, not as the end of the turn."
+  (let* ((run (forj-provider-test--run (forj-provider-test--provider 'anthropic "pause")))
+         (stop (plist-get run :stop)))
+    (should (plist-get run :done))
+    (should (equal (plist-get run :text) "Hello, world"))
+    (should (eq (plist-get stop :kind) 'pause))
+    (should (string-match-p "pause_turn" (plist-get stop :reason)))))
+
+(ert-deftest forj-test-provider-anthropic-maps-foreign-tool-ids ()
+  "Ids of other providers that Anthropic refuses are mapped, the same for the call and its result."
+  (let* ((forj-provider-test--messages
+          (list (list :role "user" :text "Hi")
+                (list :role "assistant" :text ""
+                      :calls (list (list :id "functions.read_file:0" :name "read_file" :args '(:path "a"))
+                                   (list :id "functions.read_file:1" :name "read_file" :args '(:path "b"))))
+                (list :role "tool"
+                      :results (list (list :id "functions.read_file:0" :name "read_file" :content "A")
+                                     (list :id "functions.read_file:1" :name "read_file" :content "B")))))
+         (run (forj-provider-test--run (forj-provider-test--provider 'anthropic "text" :native-tools t)
+                                       forj-provider-test--tools))
+         (messages (plist-get (forj-provider-test--body) :messages))
+         (uses (append (plist-get (aref messages 1) :content) nil))
+         (results (append (plist-get (aref messages 2) :content) nil)))
+    (should (plist-get run :done))
+    (should (= (length uses) 2))
+    (cl-loop for use in uses
+             for result in results
+             do (should (string-match-p "\\`[A-Za-z0-9_-]+\\'" (plist-get use :id)))
+             do (should (equal (plist-get use :id) (plist-get result :tool_use_id))))
+    (should-not (equal (plist-get (nth 0 uses) :id) (plist-get (nth 1 uses) :id)))))
+
+(ert-deftest forj-test-provider-made-up-ids-are-unique-across-replies ()
+  "A server that sends no call ids, and Gemini, never give the same id twice."
+  (pcase-dolist (`(,family ,case) '((openai "noids") (gemini "tools")))
+    (let ((ids (cl-loop repeat 2
+                        collect (plist-get (car (plist-get (forj-provider-test--run
+                                                            (forj-provider-test--provider
+                                                             family case :native-tools t)
+                                                            forj-provider-test--tools)
+                                                           :calls))
+                                           :id))))
+      (should (cl-every (lambda (id) (and (stringp id) (not (string-empty-p id)))) ids))
+      (should-not (equal (nth 0 ids) (nth 1 ids))))))
+
+(ert-deftest forj-test-provider-server-error-inside-a-200-stream-is-shown ()
+  "llama.cpp's error in the stream (a data object or an error: line) is shown, not an empty reply."
+  (dolist (case '("streamerror" "errorline"))
+    (let ((err (plist-get (forj-provider-test--run (forj-provider-test--provider 'openai case :local t))
+                          :error)))
+      (should (string-match-p "Requested tokens (25227) exceed context window of 8192" err))
+      (should-not (string-match-p "empty" err))))
+  (dolist (family '(openai anthropic gemini))
+    (let ((err (plist-get (forj-provider-test--run (forj-provider-test--provider family "error200"))
+                          :error)))
+      (should (string-match-p "HTTP 200 with an error.*The model fake-model does not exist" err)))))
+
+(ert-deftest forj-test-provider-silent-servers-end-in-a-visible-error ()
+  "A server that never answers, or stalls mid-stream, is given up after its timeout."
+  (let* ((forj-provider-first-byte-timeout 1)
+         (started (float-time))
+         (run (forj-provider-test--run (forj-provider-test--provider 'openai "hang"))))
+    (should (< (- (float-time) started) 10))
+    (should-not (plist-get run :done))
+    (should (string-match-p "did not answer.*forj-provider-first-byte-timeout" (plist-get run :error))))
+  ;; A provider's own :first-byte-timeout wins.
+  (let* ((forj-provider-first-byte-timeout 600)
+         (started (float-time))
+         (run (forj-provider-test--run (forj-provider-test--provider 'gemini "hang" :first-byte-timeout 1))))
+    (should (< (- (float-time) started) 10))
+    (should (string-match-p "did not answer" (plist-get run :error))))
+  ;; The idle timeout alone bounds the wait for the first event too.
+  (let* ((forj-provider-idle-timeout 1)
+         (started (float-time))
+         (run (forj-provider-test--run (forj-provider-test--provider 'anthropic "hang"))))
+    (should (< (- (float-time) started) 10))
+    (should-not (plist-get run :done))
+    (should (string-match-p "did not answer.*forj-provider-first-byte-timeout" (plist-get run :error))))
+  (let* ((forj-provider-idle-timeout 1)
+         (run (forj-provider-test--run (forj-provider-test--provider 'gemini "stall"))))
+    (should (equal (plist-get run :text) "Hello"))
+    (should (string-match-p "stopped sending in the middle of the reply.*forj-provider-idle-timeout"
+                            (plist-get run :error)))))
+
+(ert-deftest forj-test-provider-key-never-shown-and-its-source-named ()
+  "A 401 that echoes the key names where the key came from and never shows it; streamed text neither."
+  (dolist (family '(openai anthropic gemini))
+    (let ((err (plist-get (forj-provider-test--run (forj-provider-test--provider family "echokey"))
+                          :error)))
+      (should (string-match-p "HTTP 401" err))
+      (should-not (string-match-p "SECRET" err))
+      (should (string-match-p (regexp-quote forj-provider-redacted) err))
+      (should (string-match-p "the key came from the environment variable FORJ_TEST_PROVIDER_KEY" err))))
+  (let ((run (forj-provider-test--run (forj-provider-test--provider 'openai "keytext"))))
+    (should (plist-get run :done))
+    (should (equal (plist-get run :text) (concat "Your key is " forj-provider-redacted " and more."))))
+  (let ((run (forj-provider-test--run (forj-provider-test--provider 'openai "keycall" :native-tools t)
+                                      forj-provider-test--tools)))
+    (should (equal (forj-tools-json-encode (plist-get (car (plist-get run :calls)) :args))
+                   (format "{\"path\":\"k\",\"content\":[\"%s\"]}" forj-provider-redacted))))
+  (let ((run (forj-provider-test--run (forj-provider-test--provider 'openai "keycut"))))
+    (should (plist-get run :done))
+    (should (equal (plist-get run :text) (concat "Your key is " forj-provider-redacted)))))
+
+(ert-deftest forj-test-models-cloud-lists-from-endpoint-with-offline-fallback ()
+  "Each cloud family's models endpoint is asked with its key; unreachable, the known list stands."
+  (let ((process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test-SECRET-123" process-environment)))
+    (pcase-dolist (`(,family ,expected ,auth)
+                   '((gemini ("gemini-9-pro" "gemini-9-flash") "x-goog-api-key")
+                     (anthropic ("claude-test-9" "claude-test-8") "x-api-key")
+                     (openai ("local-coder" "local-small") "authorization")))
+      (let* ((provider (forj-provider-test--provider family "list" :name (format "list-%s" family)
+                                                     :models '("offline-1")))
+             (provider (cons :name (cons (format "list-%s" family) provider)))
+             (got 'waiting))
+        (forj-models-list provider (lambda (models _why) (setq got models)))
+        (should (forj-test--wait-for (lambda () (not (eq got 'waiting))) 10))
+        (should (equal got expected))
+        (let* ((request (forj-provider-test--last-request))
+               (headers (plist-get request :headers)))
+          (should (string-match-p "/models" (plist-get request :path)))
+          (should (string-match-p "SECRET" (forj-provider-test--header headers auth))))
+        (should (equal (forj-models-of provider) (cons "fake-model" expected)))))
+    (let* ((provider (list :name "list-down" :family 'anthropic :model "claude-sonnet-4-6"
+                           :models '("claude-opus-4-7") :url "http://127.0.0.1:9/v1"
+                           :key-env '("FORJ_TEST_PROVIDER_KEY")))
+           (why 'waiting))
+      (forj-models-list provider (lambda (_models reason) (setq why reason)))
+      (should (forj-test--wait-for (lambda () (not (eq why 'waiting))) 10))
+      (should (string-match-p "does not answer" why))
+      (should (equal (forj-models-of provider) '("claude-sonnet-4-6" "claude-opus-4-7"))))))
+
+(ert-deftest forj-test-provider-gemini-call-ids-go-back-when-gemini-gave-them ()
+  "A call Gemini gave an id goes back with it, and its result too, whatever forj calls it."
+  (let* ((run (forj-provider-test--run (forj-provider-test--provider 'gemini "withids" :native-tools t)
+                                       forj-provider-test--tools))
+         (call (car (plist-get run :calls))))
+    (should (equal (plist-get call :id) "fc-123"))
+    (let* ((kept (plist-put (forj-tools-json-decode (forj-tools-json-encode call)) :id "renamed-1"))
+           (forj-provider-test--messages
+            (list (list :role "user" :text "Hi")
+                  (list :role "assistant" :text "" :calls (list kept))
+                  (list :role "tool" :results (list (list :id "renamed-1" :name "read_file" :content "A")))))
+           (_ (forj-provider-test--run (forj-provider-test--provider 'gemini "text" :native-tools t)
+                                       forj-provider-test--tools))
+           (contents (plist-get (forj-provider-test--body) :contents))
+           (part (aref (plist-get (aref contents 1) :parts) 0))
+           (response (aref (plist-get (aref contents 2) :parts) 0)))
+      (should (equal (plist-get (plist-get part :functionCall) :id) "fc-123"))
+      (should (equal (plist-get part :thoughtSignature) "SIG-ID"))
+      (should (equal (plist-get (plist-get response :functionResponse) :id) "fc-123")))))
+
+(ert-deftest forj-test-provider-anthropic-tool-input-given-whole ()
+  "A tool_use whose input comes whole in content_block_start keeps that input."
+  (let* ((run (forj-provider-test--run (forj-provider-test--provider 'anthropic "wholeinput" :native-tools t)
+                                       forj-provider-test--tools))
+         (call (car (plist-get run :calls))))
+    (should (plist-get run :done))
+    (should (equal (forj-tools-json-encode (plist-get call :args)) "{\"path\":\"a.txt\"}"))))
+
+(ert-deftest forj-test-provider-openai-calls-without-index-stay-apart ()
+  "Calls sent whole, each without an index, are two calls, not one."
+  (let ((run (forj-provider-test--run (forj-provider-test--provider 'openai "noindex" :native-tools t)
+                                      forj-provider-test--tools)))
+    (should (plist-get run :done))
+    (should (equal (mapcar (lambda (c) (plist-get (plist-get c :args) :path)) (plist-get run :calls))
+                   '("a.txt" "b.txt")))))
+
+(ert-deftest forj-test-provider-vllm-error-object-and-gemini-bad-key ()
+  "vLLM's error object in the stream is shown; Gemini's 400 for a bad key names the key's source."
+  (let ((err (plist-get (forj-provider-test--run (forj-provider-test--provider 'openai "vllmerror" :local t))
+                        :error)))
+    (should (string-match-p "maximum context length is 4096 tokens" err)))
+  (let ((err (plist-get (forj-provider-test--run (forj-provider-test--provider 'gemini "badkey")) :error)))
+    (should (string-match-p "HTTP 400: API key not valid" err))
+    (should (string-match-p "the key came from the environment variable FORJ_TEST_PROVIDER_KEY" err))))
 
 (provide 'forj-provider-test)
 ;;; forj-provider-test.el ends here
