@@ -94,6 +94,14 @@ class Span:
 class Found:
     way: str
     spans: list[Span]
+    # Places a looser pass finds besides ``spans`` (lines no span covers): the
+    # text could mean those too, so a single edit is refused and names them all.
+    others: tuple[Span, ...] = ()
+
+    @property
+    def places(self) -> list[Span]:
+        """Every place any pass finds, in file order."""
+        return sorted([*self.spans, *self.others], key=lambda s: s.start)
 
 
 class Lines:
@@ -200,16 +208,26 @@ def find(
     passes: tuple[str, ...] = PASSES,
     whole_lines: bool = False,
 ) -> Found | None:
-    """The places ``old`` matches in ``text`` at the first pass that finds any.
+    """The places ``old`` matches in ``text``: the first pass that finds any,
+    and the places every looser pass finds besides.
 
     ``old`` and ``new`` are given with the file's line ends (``newline``),
     and so are the replacements.  With ``whole_lines`` even the exact pass
     matches whole lines only (``expected`` of a line range).  None when no
     pass finds anything.
+
+    The first pass that finds something does not settle the place alone: a
+    copy drifted a level (or stripped of trailing blanks) can equal a twin
+    block elsewhere exactly while a looser pass also finds the block it was
+    copied from.  So the looser passes run too, and whatever lines they
+    find that the first pass did not come back in ``others``; a caller
+    placing one edit refuses and names them all.
     """
+    exact: list[Span] = []
     if "exact" in passes and not whole_lines:
         exact = _find_exact(text, old, new)
-        if exact:
+        if exact and not all(_whole_line_span(text, s) for s in exact):
+            # Part of a line, copied as it is: no line pass reads it the same way.
             return Found("exact", exact)
     model_old = old.replace("\r\n", "\n")
     old_lines = model_old.split("\n")
@@ -219,16 +237,38 @@ def find(
     if ends_nl:
         old_lines.pop()
     if not any(line.strip() for line in old_lines):
-        return None  # blank lines alone match everywhere at these passes
+        return Found("exact", exact) if exact else None  # blank lines match everywhere
     lines = lines or Lines(text)
+    first: Found | None = Found("exact", exact) if exact else None
+    taken = {(s.first_line, s.last_line) for s in exact}
+    others: list[Span] = []
     for way in passes:
         if way == "exact" and not whole_lines:
             continue
         starts = _find_lines(lines, old_lines, way, ends_nl)
-        if starts:
+        if not starts:
+            continue
+        if first is None:
             spans = [_line_span(lines, i, old_lines, new, newline, ends_nl, way) for i in starts]
-            return Found(way, spans)
-    return None
+            first = Found(way, spans)
+            taken = {(s.first_line, s.last_line) for s in spans}
+            continue
+        for i in starts:
+            if (i + 1, i + len(old_lines)) not in taken:
+                span = _line_span(lines, i, old_lines, new, newline, ends_nl, way)
+                others.append(span)
+                taken.add((span.first_line, span.last_line))
+    if first is None:
+        return None
+    return Found(first.way, first.spans, tuple(others))
+
+
+def _whole_line_span(text: str, span: Span) -> bool:
+    """Whether a match covers whole lines: from a line's start to a line's end."""
+    if span.start > 0 and text[span.start - 1] != "\n":
+        return False
+    end = span.end
+    return end == len(text) or text[end - 1] == "\n" or text[end] in "\r\n"
 
 
 def _find_exact(text: str, old: str, new: str) -> list[Span]:
@@ -244,7 +284,13 @@ def _find_exact(text: str, old: str, new: str) -> list[Span]:
     line = 1
     counted = 0
     indented = old[:1] in (" ", "\t")
+    # An empty first line is a line of its own: it starts where a line starts,
+    # never at the end of whatever line comes before it.
+    blank_first = old.startswith(("\n", "\r\n"))
     while at >= 0:
+        if blank_first and at > 0 and text[at - 1] != "\n":
+            at = text.find(old, at + 1)
+            continue
         if at > 0 and text[at - 1] in " \t" and _whole_lines_elsewhere(text, old, at, indented):
             deeper += 1
         line += text.count("\n", counted, at)

@@ -326,19 +326,36 @@ def _resembles_nearby(
 def _window_match(
     loaded: Loaded, lines: list[str], region: Region, start: int, end: int
 ) -> _match.Found | None:
+    """``expected`` matched against exactly the stated lines, or None.
+
+    A final newline can be read two ways: ``X\\n\\n`` is the lines ``X`` and
+    an empty one (the last newline ends the last line), or ``X`` and two
+    empty ones (the pieces between newlines are the lines).  Where the stated
+    lines match either reading, they are the place; ``new_content`` is then
+    read the way ``expected`` was.
+    """
     assert region.expected is not None
     window = "".join(lines[start - 1 : end])
-    found = _match.find(
-        window,
-        _expected_text(region.expected, loaded.newline),
-        with_newlines(region.new_content, loaded.newline),
-        loaded.newline,
-        whole_lines=True,
-    )
-    if found is None:
-        return None
-    spans = [s for s in found.spans if s.first_line == 1 and s.last_line == end - start + 1]
-    return _match.Found(found.way, spans) if spans else None
+    model = region.expected.replace("\r\n", "\n")
+    new = region.new_content.replace("\r\n", "\n")
+    readings = [(_expected_text(model, loaded.newline), new)]
+    if model.endswith("\n"):
+        # The pieces between newlines as the lines: the new content's too.
+        readings.append((with_newlines(model, loaded.newline), new + "\n" if new else new))
+    for expected, content in readings:
+        found = _match.find(
+            window,
+            expected,
+            with_newlines(content, loaded.newline),
+            loaded.newline,
+            whole_lines=True,
+        )
+        if found is None:
+            continue
+        spans = [s for s in found.spans if s.first_line == 1 and s.last_line == end - start + 1]
+        if spans:
+            return _match.Found(found.way, spans)
+    return None
 
 
 def _expected_text(expected: str, newline: str) -> str:
@@ -372,11 +389,12 @@ def _with_expected(
     )
     if found is None:
         raise _expected_missed(loaded, lines, region, spot, matcher_lines)
-    if len(found.spans) > 1:
-        listed, places = _pointer.list_places(matcher_lines, found.spans)
+    if len(found.spans) > 1 or found.others:
+        # Several places, at one pass or across passes: never pick one.
+        listed, places = _pointer.list_places(matcher_lines, found.places)
         raise errors.bad_args(
             f"Lines {region.start_line}-{region.end_line} of {display} are not what "
-            f"'expected' says, and 'expected' occurs {len(found.spans)} times elsewhere "
+            f"'expected' says, and 'expected' occurs {len(found.places)} times elsewhere "
             f"in the file, so the place cannot be told; nothing was changed:\n{listed}",
             recovery=[
                 "Give start_line/end_line of the one you mean (see the list)",

@@ -25,6 +25,14 @@ PASS_NOTES = {
 }
 
 
+_WAYS = {
+    "exact": "match it exactly",
+    "trailing": "match it ignoring trailing whitespace",
+    "indent": "match it ignoring indentation",
+    "unicode": "match it reading typographic punctuation as ASCII",
+}
+
+
 class EditArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -96,12 +104,21 @@ class Edit(Tool[EditArgs]):
         if found is None:
             raise _missed(display, lines, args.old_string)
         spans = _non_overlapping(found.spans)
-        if len(spans) > 1 and not args.replace_all:
+        if not args.replace_all and (len(spans) > 1 or found.others):
+            # Two candidates, at one pass or across passes: never pick one.
+            spans = _non_overlapping(found.places)
             listed, places = _pointer.list_places(lines, spans)
-            how = "" if found.way == "exact" else f" ({PASS_NOTES[found.way]})"
+            if found.others:
+                how = (
+                    f" ({_lines_of(found.spans)} {_WAYS[found.way]}; "
+                    f"{_lines_of(list(found.others))} once more whitespace or typographic "
+                    "punctuation is tolerated)"
+                )
+            else:
+                how = "" if found.way == "exact" else f" ({PASS_NOTES[found.way]})"
             raise errors.bad_args(
-                f"old_string occurs {len(spans)} times in {display}{how}; nothing was "
-                f"changed:\n{listed}",
+                f"old_string occurs {len(spans)} times in {display}{how}, so the place meant "
+                f"cannot be told; nothing was changed:\n{listed}",
                 recovery=[
                     "Add neighbouring lines to old_string so it matches exactly one of these",
                     "Or set replace_all to true to change every occurrence",
@@ -158,6 +175,10 @@ class Edit(Tool[EditArgs]):
         if plan.credentials:
             result["credentials_kept"] = plan.credentials
         return result
+
+
+def _lines_of(spans: list[_match.Span]) -> str:
+    return ", ".join(f"lines {s.first_line}-{s.last_line}" for s in spans[:5])
 
 
 def _non_overlapping(spans: list[_match.Span]) -> list[_match.Span]:

@@ -1,0 +1,149 @@
+"""Edits are never written wrong: where a text could mean two places, refused.
+
+Through the real worker (plan, approve, execute) on real files.  Each test
+names the rule it proves; the property tests over real files
+(``test_edit_properties.py``) generate the same shapes at scale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import MakeWorker, call, run
+
+from forj_py.service import Worker
+
+
+def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
+    _, result = run(worker, list(calls), approved=[c["id"] for c in calls], capacity_bytes=1 << 20)
+    return list(result["results"])
+
+
+def _setup(worker: Worker, project: Path, name: str, text: str) -> None:
+    (project / name).write_text(text, encoding="utf-8")
+    (r,) = _exec(worker, call("r", "read_file", path=name))
+    assert r["ok"], r
+
+
+def _edit(worker: Worker, path: str, old: str, new: str, **more: Any) -> dict[str, Any]:
+    (r,) = _exec(worker, call("e", "edit", path=path, old_string=old, new_string=new, **more))
+    return r
+
+
+TWINS = (
+    "def outer():\n"
+    "    if ready:\n"
+    "        total = count(items)\n"
+    "        report(total)\n"
+    "\n"
+    "total = count(items)\n"
+    "report(total)\n"
+)
+
+
+def test_twin_block_found_exactly_and_by_indent_is_refused_naming_both(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """A copy drifted a level equals the twin exactly: both places named, none written."""
+    worker = make_worker()
+    _setup(worker, project, "t.py", TWINS)
+    r = _edit(worker, "t.py", "total = count(items)\nreport(total)\n", "report(0)\n")
+    assert not r["ok"], r
+    assert [m["start_line"] for m in r["error"]["details"]["matches"]] == [3, 6]
+    assert "lines 6-7 match it exactly" in r["error"]["message"]
+    assert (project / "t.py").read_text() == TWINS
+
+
+def test_twin_block_found_exactly_and_ignoring_trailing_blanks_is_refused(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    text = "a = 1  \nb = 2\nx\na = 1\nb = 2\n"
+    _setup(worker, project, "t.py", text)
+    r = _edit(worker, "t.py", "a = 1\nb = 2\n", "a = 3\n")
+    assert not r["ok"], r
+    assert [m["start_line"] for m in r["error"]["details"]["matches"]] == [1, 4]
+    assert (project / "t.py").read_text() == text
+
+
+def test_unique_text_still_applies_at_the_first_pass(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    _setup(worker, project, "t.py", TWINS)
+    r = _edit(worker, "t.py", "    if ready:\n", "    if ready and ok:\n")
+    assert r["ok"] and r["result"]["matched"] == "exact", r
+
+
+def test_old_string_starting_with_an_empty_line_matches_at_a_line_start(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """``\\nfoo`` means an empty line, then foo: not the end of the line before foo."""
+    worker = make_worker()
+    text = "x = 1\ndef foo():\n    pass\n\n\ndef bar():\n    pass\n"
+    _setup(worker, project, "t.py", text)
+    r = _edit(worker, "t.py", "\ndef foo():\n", "def foo2():\n")
+    assert not r["ok"], r
+    assert (project / "t.py").read_text() == text
+    r = _edit(worker, "t.py", "\n\ndef bar():\n", "\ndef bar():\n")
+    assert r["ok"], r
+    assert (project / "t.py").read_text() == "x = 1\ndef foo():\n    pass\n\ndef bar():\n    pass\n"
+
+
+def test_patch_hunk_without_number_or_unique_anchor_is_refused_when_context_repeats(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    text = "def a():\n    x = 1\n    return x\n\ndef b():\n    x = 1\n    return x\n"
+    _setup(worker, project, "p.py", text)
+    patch = "*** Begin Patch\n*** Update File: p.py\n@@\n     x = 1\n-    return x\n+    return 2\n*** End Patch\n"
+    (r,) = _exec(worker, call("p", "apply_patch", patch=patch))
+    assert not r["ok"], r
+    assert [m["start_line"] for m in r["error"]["details"]["matches"]] == [2, 6]
+    assert (project / "p.py").read_text() == text
+    # A unique anchor settles it.
+    anchored = patch.replace("@@\n", "@@ def b():\n")
+    (r,) = _exec(worker, call("p", "apply_patch", patch=anchored))
+    assert r["ok"], r
+    assert (project / "p.py").read_text().endswith("    x = 1\n    return 2\n")
+
+
+def test_patch_unified_hunk_whose_counts_disagree_is_refused_whole(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    text = "".join(f"line {i}\n" for i in range(1, 30))
+    _setup(worker, project, "u.txt", text)
+    patch = (
+        "--- a/u.txt\n+++ b/u.txt\n"
+        "@@ -2,2 +2,2 @@\n line 2\n-line 3\n+line three\n line 4\n-line 5\n+line five\n"
+        "@@ -20,3 +20,3 @@\n line 20\n-line 21\n+line twenty-one\n line 22\n"
+    )
+    (r,) = _exec(worker, call("p", "apply_patch", patch=patch))
+    assert not r["ok"], r
+    assert "hunk lines follow it" in r["error"]["message"]
+    assert (project / "u.txt").read_text() == text
+
+
+def test_expected_matching_the_stated_lines_under_either_newline_reading_keeps_the_range(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """``X\\n\\n`` for the lines X, '', '': the stated range wins, no blank line twice."""
+    worker = make_worker()
+    text = "a\nX\n\n\nb\nX\n\nc\n"
+    _setup(worker, project, "e.txt", text)
+    (r,) = _exec(
+        worker,
+        call(
+            "e",
+            "edit_region",
+            path="e.txt",
+            start_line=2,
+            end_line=4,
+            expected="X\n\n",
+            new_content="Y\n\n",
+        ),
+    )
+    assert r["ok"], r
+    assert (project / "e.txt").read_text() == "a\nY\n\n\nb\nX\n\nc\n"
