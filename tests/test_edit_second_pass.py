@@ -97,7 +97,10 @@ def test_patch_hunk_without_number_or_unique_anchor_is_refused_when_context_repe
     worker = make_worker()
     text = "def a():\n    x = 1\n    return x\n\ndef b():\n    x = 1\n    return x\n"
     _setup(worker, project, "p.py", text)
-    patch = "*** Begin Patch\n*** Update File: p.py\n@@\n     x = 1\n-    return x\n+    return 2\n*** End Patch\n"
+    patch = (
+        "*** Begin Patch\n*** Update File: p.py\n@@\n"
+        "     x = 1\n-    return x\n+    return 2\n*** End Patch\n"
+    )
     (r,) = _exec(worker, call("p", "apply_patch", patch=patch))
     assert not r["ok"], r
     assert [m["start_line"] for m in r["error"]["details"]["matches"]] == [2, 6]
