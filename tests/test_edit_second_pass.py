@@ -150,3 +150,67 @@ def test_expected_matching_the_stated_lines_under_either_newline_reading_keeps_t
     )
     assert r["ok"], r
     assert (project / "e.txt").read_text() == "a\nY\n\n\nb\nX\n\nc\n"
+
+
+# --- whole files and pasted surroundings -----------------------------------------------
+
+FILE = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(8))
+
+
+def test_new_string_holding_the_whole_file_is_refused_with_or_without_expected_or_crlf(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    for name, text in (("w.py", FILE), ("c.py", FILE.replace("\n", "\r\n"))):
+        _setup(worker, project, name, text)
+        whole = FILE.replace("return x + 3", "return x * 3")
+        r = _edit(worker, name, "    return x + 3\n", whole)
+        assert not r["ok"] and r["error"]["details"]["problem"] == "whole-file", r
+        for expected in (None, "    return x + 3\n"):
+            args: dict[str, Any] = {"path": name, "start_line": 11, "end_line": 11}
+            args["new_content"] = whole
+            if expected is not None:
+                args["expected"] = expected
+            (r,) = _exec(worker, call("e", "edit_region", **args))
+            assert not r["ok"] and r["error"]["details"]["problem"] == "whole-file", r
+        assert (project / name).read_bytes() == text.encode()
+
+
+def test_fenced_marked_or_numbered_new_text_is_refused_with_the_reason(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    _setup(worker, project, "f.py", FILE)
+    old = "def f2(x):\n    return x + 2\n"
+    cases = {
+        "fence": "```python\ndef f2(x):\n    return x * 2\n```\n",
+        "diff-markers": " def f2(x):\n-    return x + 2\n+    return x * 2\n",
+        "line-numbers": "     7\tdef f2(x):\n     8\t    return x * 2\n",
+    }
+    for problem, new in cases.items():
+        r = _edit(worker, "f.py", old, new)
+        assert not r["ok"] and r["error"]["details"]["problem"] == problem, (problem, r)
+    arrow = "  7\u2192def f2(x):\n  8\u2192    return x * 2\n"
+    r = _edit(worker, "f.py", old, arrow)
+    assert not r["ok"] and r["error"]["details"]["problem"] == "line-numbers", r
+    (r,) = _exec(worker, call("w", "write_file", path="f.py", content="```\n" + FILE + "```\n"))
+    assert not r["ok"] and r["error"]["details"]["problem"] == "fence", r
+    assert (project / "f.py").read_text() == FILE
+    # Markdown keeps its fences; a YAML list is no diff.
+    _setup(worker, project, "d.md", "# t\n\ntext\n")
+    r = _edit(worker, "d.md", "text\n", "```python\nx = 1\n```\n")
+    assert r["ok"], r
+    _setup(worker, project, "l.yml", "items:\n- a\n- b\n")
+    r = _edit(worker, "l.yml", "- a\n- b\n", "- a\n- c\n")
+    assert r["ok"], r
+
+
+def test_write_file_with_a_byte_order_mark_on_a_file_that_keeps_one_writes_one(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    (project / "b.txt").write_bytes("\ufeffhello\n".encode())
+    (r,) = _exec(worker, call("r", "read_file", path="b.txt"))
+    (r,) = _exec(worker, call("w", "write_file", path="b.txt", content="\ufeffbye\n"))
+    assert r["ok"], r
+    assert (project / "b.txt").read_bytes() == "\ufeffbye\n".encode()

@@ -198,6 +198,161 @@ def check_placeholders(new: str, replaced: str, first_line: int, what: str, wher
     )
 
 
+# --- pasted surroundings: the whole file, a fence, diff markers, a read gutter -------
+
+_MARKDOWN = {".md", ".markdown", ".mdx", ".mkd", ".rmd", ".qmd"}
+_FENCE = re.compile(r"^\s*(```+|~~~+)\s*[\w+#.-]*\s*$")
+# A read tool's line numbers: forj's "    12\t", the arrow form "  12→", "12:" / "12|".
+_GUTTER = re.compile(r"^\s*(\d+)(?:\t|\u2192|: ?| ?\| ?)")
+WHOLE_FILE_SHARE = 0.6  # of the lines outside the range, repeated in the new text
+
+
+def _suffix(where: str) -> str:
+    name = where.rsplit("/", 1)[-1]
+    return name[name.rfind(".") :].lower() if "." in name else ""
+
+
+def _telling(line: str) -> bool:
+    """A line that says something about where it is: not a brace, not blank."""
+    text = line.strip()
+    return len(text) >= 4 and any(ch.isalnum() for ch in text)
+
+
+def check_pasted(
+    new: str, replaced: str, text: str, first: int, last: int, what: str, where: str, path: str
+) -> None:
+    """Refuse new text that carries what surrounds an edit rather than the edit.
+
+    ``replaced`` stands at lines ``first..last`` of ``text`` (the file at
+    ``path``).  Refused: the whole file (or most of it) pasted in place of
+    a few lines, which would leave the file holding itself; a Markdown
+    fence around code for a file that is not Markdown; diff markers on
+    every line; a read tool's line-number gutter.  Each only when the
+    replaced text did not have the same shape itself.
+    """
+    new_lines = new.replace("\r\n", "\n").split("\n")
+    old_lines = replaced.replace("\r\n", "\n").split("\n")
+    body = [line for line in new_lines if line.strip()]
+    if not body:
+        return
+    _check_fence(body, old_lines, what, where, path)
+    _check_markers(body, old_lines, what, where)
+    _check_gutter(body, old_lines, what, where)
+    _check_whole_file(new_lines, old_lines, text, first, last, what, where)
+
+
+def _pasted(what: str, where: str, why: str, problem: str, send: str) -> ToolFailure:
+    return errors.bad_args(
+        f"{what} {why}; written as is, {where} would hold it; nothing was changed",
+        recovery=[send, "Send only the lines that belong in the file, as the file will hold them"],
+        path=where,
+        problem=problem,
+    )
+
+
+def _check_fence(body: list[str], old_lines: list[str], what: str, where: str, path: str) -> None:
+    if _suffix(path) in _MARKDOWN:
+        return
+    if not (_FENCE.match(body[0]) and len(body) >= 2 and _FENCE.match(body[-1])):
+        return
+    old_body = [line for line in old_lines if line.strip()]
+    if old_body and _FENCE.match(old_body[0]):
+        return  # the file has the fence itself (a docstring's example, a here-document)
+    raise _pasted(
+        what,
+        where,
+        f"is wrapped in a Markdown code fence ({body[0].strip()!r} ... {body[-1].strip()!r}), "
+        "which is chat formatting, not part of the file",
+        "fence",
+        "Send the text without the ``` lines around it",
+    )
+
+
+def _check_markers(body: list[str], old_lines: list[str], what: str, where: str) -> None:
+    if not all(line[:1] in "+- " for line in body):
+        return
+    if not any(line[:1] in "+-" for line in body):
+        return  # all indented by a space: indentation, not markers
+    old_body = {line.strip() for line in old_lines if line.strip()}
+    unmarked_old = [line[1:].strip() for line in body if line[:1] in "- " and line[1:].strip()]
+    if not unmarked_old or not all(line in old_body for line in unmarked_old):
+        return  # the '-' and ' ' lines are not the replaced lines: a list, not a diff
+    if all(line.strip() in old_body for line in body):
+        return  # the replaced lines read so themselves
+    raise _pasted(
+        what,
+        where,
+        "carries diff markers: every line starts with '+', '-' or ' ', and without them "
+        "its '-' and ' ' lines are the lines it replaces",
+        "diff-markers",
+        "Send the new lines as the file will read, without '+', '-' or ' ' in front "
+        "(or use apply_patch for a diff)",
+    )
+
+
+def _check_gutter(body: list[str], old_lines: list[str], what: str, where: str) -> None:
+    numbers = []
+    for line in body:
+        m = _GUTTER.match(line)
+        if m is None:
+            return
+        numbers.append(int(m.group(1)))
+    if any(_GUTTER.match(line) for line in old_lines if line.strip()):
+        return  # the replaced lines start with numbers too: data, not a gutter
+    consecutive = all(b == a + 1 for a, b in zip(numbers, numbers[1:], strict=False))
+    if len(numbers) < 2 and not ("\t" in body[0] or "\u2192" in body[0]):
+        return
+    if len(numbers) >= 2 and not consecutive:
+        return
+    raise _pasted(
+        what,
+        where,
+        f"starts every line with a line number ({body[0].strip()[:40]!r}), as read_file "
+        "shows lines; the numbers are not part of the file",
+        "line-numbers",
+        "Send the lines without the line numbers and the tab or arrow after them",
+    )
+
+
+def _check_whole_file(
+    new_lines: list[str],
+    old_lines: list[str],
+    text: str,
+    first: int,
+    last: int,
+    what: str,
+    where: str,
+) -> None:
+    if len(new_lines) < 4 or len(new_lines) < len(old_lines) + 2:
+        return  # not longer than what it replaces: no room for the file around it
+    file_lines = text.replace("\r\n", "\n").split("\n")
+    if len(file_lines) < 6:
+        return
+    replaced = {line.strip() for line in old_lines}
+    outside = {
+        line.strip()
+        for k, line in enumerate(file_lines, 1)
+        if (k < first or k > last) and _telling(line) and line.strip() not in replaced
+    }
+    if len(outside) < 2:
+        return
+    carried = outside & {line.strip() for line in new_lines}
+    if len(carried) < 2 or len(carried) < WHOLE_FILE_SHARE * len(outside):
+        return
+    raise errors.bad_args(
+        f"{what} holds most of the file ({len(carried)} of the {len(outside)} distinct lines "
+        f"outside {where} are in it), in place of {last - first + 1} line(s): written as "
+        "is, the file would hold itself twice; nothing was changed",
+        recovery=[
+            "Send only the new text of the lines being replaced",
+            "To replace the whole file, use write_file with the full content",
+        ],
+        path=where,
+        problem="whole-file",
+        carried_lines=len(carried),
+    )
+
+
 # --- redacted credentials ------------------------------------------------------------
 
 

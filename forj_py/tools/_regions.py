@@ -161,6 +161,9 @@ def place(ctx: ToolContext | None, loaded: Loaded, regions: list[Region]) -> lis
         replaced = "".join(lines[item.start - 1 : item.end])
         where = f"lines {item.start}-{item.end} of {display}"
         _guards.check_double_escape(item.replacement, replaced, "new_content", where)
+        _guards.check_pasted(
+            item.replacement, replaced, text, item.start, item.end, "new_content", where, display
+        )
         _guards.check_placeholders(item.replacement, replaced, item.start, "new_content", where)
         placed.append(item)
     _check_overlaps(display, placed)

@@ -134,6 +134,16 @@ class Edit(Tool[EditArgs]):
             replaced = text[span.start : span.end]
             where = f"lines {span.first_line}-{span.last_line} of {display}"
             _guards.check_double_escape(span.replacement, replaced, "new_string", where)
+            _guards.check_pasted(
+                span.replacement,
+                replaced,
+                text,
+                span.first_line,
+                span.last_line,
+                "new_string",
+                where,
+                display,
+            )
             _guards.check_placeholders(
                 span.replacement, replaced, span.first_line, "new_string", where
             )
