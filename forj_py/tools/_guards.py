@@ -14,6 +14,7 @@ the file, or an escape that the replaced text had too, passes.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from .. import errors
@@ -299,7 +300,7 @@ def _check_gutter(body: list[str], old_lines: list[str], what: str, where: str) 
         numbers.append(int(m.group(1)))
     if any(_GUTTER.match(line) for line in old_lines if line.strip()):
         return  # the replaced lines start with numbers too: data, not a gutter
-    consecutive = all(b == a + 1 for a, b in zip(numbers, numbers[1:], strict=False))
+    consecutive = all(b == a + 1 for a, b in itertools.pairwise(numbers))
     if len(numbers) < 2 and not ("\t" in body[0] or "\u2192" in body[0]):
         return
     if len(numbers) >= 2 and not consecutive:
