@@ -514,22 +514,20 @@ def closest(lines: Lines, wanted: str) -> Closest | None:
         weight = 1 / len(where) if where else 0.0
         for pos in where:
             votes[pos - k] = votes.get(pos - k, 0.0) + weight
-    matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2("\n".join(want_keys))
     candidates: list[int]
     if votes:
         ranked = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))
         candidates = [start for start, _ in ranked[:6]]
     else:
-        candidates = _first_line_candidates(keys, want_keys[0] if want_keys else "", n)
+        candidates = _first_line_candidates(lines, want_keys[0] if want_keys else "", n)
+    alike = Similarity(want_keys)
     scored: list[Closest] = []
     for start in candidates:
         best: Closest | None = None
         for first, width in ((start, n), (start, n + 1), (start - 1, n + 1), (start, n - 1)):
             first = max(first, 0)
             width = max(min(width, len(keys) - first), 1)
-            matcher.set_seq1("\n".join(keys[first : first + width]))
-            ratio = matcher.ratio()
+            ratio = alike.ratio(keys[first : first + width])
             if best is None or ratio > best.ratio + 1e-9:
                 best = Closest(first + 1, first + width, ratio)
         if best is not None:
@@ -550,12 +548,97 @@ def closest(lines: Lines, wanted: str) -> Closest | None:
     return Closest(top.first_line, top.last_line, top.ratio, tuple(others))
 
 
-def _first_line_candidates(keys: list[str], first: str, n: int) -> list[int]:
+def _first_line_candidates(lines: Lines, first: str, n: int) -> list[int]:
+    """Lines most like ``first``: those sharing most of its words, then by characters."""
+    keys = lines.keys("unicode")
+    last = max(len(keys) - n + 1, 1)
+    # The longest words tell most; each is looked for in the whole text (in C).
+    words = sorted(set(_WORD.findall(first[:HEAD])), key=len, reverse=True)[:MAX_WORDS]
+    hits: dict[int, int] = {}
+    text, starts = lines.text, lines.starts
+    for word in words:
+        seen: set[int] = set()
+        at = text.find(word)
+        while at >= 0 and len(seen) < _MAX_VOTE_POSITIONS:
+            seen.add(bisect.bisect_right(starts, at) - 1)
+            at = text.find(word, at + len(word))
+        if at >= 0:
+            continue  # a word this common says nothing about where
+        for i in seen:
+            hits[i] = hits.get(i, 0) + 1
+    ranked = sorted((i for i in hits if i < last), key=lambda i: (-hits[i], i))
+    pool = ranked[:64] or list(range(min(last, 64)))
     matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2(first)
+    # A line's head tells as much as its whole here, at a bounded cost per line.
+    matcher.set_seq2(first[:HEAD])
     scored = []
-    for i, key in enumerate(keys[: max(len(keys) - n + 1, 1)]):
-        matcher.set_seq1(key)
+    for i in pool:
+        matcher.set_seq1(keys[i][:HEAD])
         scored.append((matcher.quick_ratio(), -i))
     scored.sort(reverse=True)
     return [-i for _, i in scored[:8]]
+
+
+MAX_WORDS = 12
+_WORD = re.compile(r"\w{3,}")
+HEAD = 160  # characters of a line compared when nothing else tells where it is
+CHAR_BUDGET = 4000  # texts this short are compared character by character
+
+
+class Similarity:
+    """How alike stretches of lines are to one wanted stretch, in bounded time.
+
+    Short texts are compared character by character (difflib's ratio).
+    Longer ones, where that comparison grows with the product of the
+    lengths (a minute for one 8 KB line), are compared line by line: equal
+    lines count whole, and a changed line counts what it shares with its
+    counterpart at both ends, which finds the one changed word of a
+    100 KB line in a single pass.
+    """
+
+    def __init__(self, want: list[str]) -> None:
+        self.want = want
+        self.size = sum(len(line) + 1 for line in want)
+        self._chars: difflib.SequenceMatcher[str] | None = None
+        if self.size <= CHAR_BUDGET:
+            self._chars = difflib.SequenceMatcher(autojunk=False)
+            self._chars.set_seq2("\n".join(want))
+        self._lines: difflib.SequenceMatcher[str] = difflib.SequenceMatcher(autojunk=False)
+        self._lines.set_seq2(want)
+
+    def ratio(self, have: list[str]) -> float:
+        size = sum(len(line) + 1 for line in have)
+        if self._chars is not None and size <= CHAR_BUDGET:
+            self._chars.set_seq1("\n".join(have))
+            return self._chars.ratio()
+        total = size + self.size
+        if not total:
+            return 1.0
+        self._lines.set_seq1(have)
+        shared = 0
+        for tag, i1, i2, j1, j2 in self._lines.get_opcodes():
+            if tag == "equal":
+                shared += sum(len(line) + 1 for line in have[i1:i2])
+            elif tag == "replace":
+                for a, b in zip(have[i1:i2], self.want[j1:j2], strict=False):
+                    shared += _ends_shared(a, b)
+        return min(2 * shared / total, 1.0)
+
+
+def _ends_shared(a: str, b: str) -> int:
+    """Characters ``a`` and ``b`` share at their start and end (not overlapping)."""
+    limit = min(len(a), len(b))
+    return min(_common(a, b, limit, head=True) + _common(a, b, limit, head=False), limit)
+
+
+def _common(a: str, b: str, limit: int, head: bool) -> int:
+    """Length of the common prefix (or suffix): halving, each comparison a slice in C."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        same = a[:mid] == b[:mid] if head else a[len(a) - mid :] == b[len(b) - mid :]
+        if same:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -20,7 +20,6 @@ apply bottom-up so each stays valid.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 from dataclasses import dataclass
 
@@ -299,12 +298,11 @@ def _resembles_nearby(
     body = [line for line in new_lines if line]
     if not body:
         return 0, ""
-    matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2("\n".join(body))
+    # Bounded comparison: a long line costs one pass, not its length squared.
+    similarity = _match.Similarity(body)
 
     def alike(first: int, last: int) -> float:
-        matcher.set_seq1("\n".join(x.strip() for x in lines[first - 1 : last] if x.strip()))
-        return matcher.ratio()
+        return similarity.ratio([x.strip() for x in lines[first - 1 : last] if x.strip()])
 
     here = alike(start, end)
     if here >= UNLIKE:
