@@ -214,3 +214,46 @@ def test_write_file_with_a_byte_order_mark_on_a_file_that_keeps_one_writes_one(
     (r,) = _exec(worker, call("w", "write_file", path="b.txt", content="\ufeffbye\n"))
     assert r["ok"], r
     assert (project / "b.txt").read_bytes() == "\ufeffbye\n".encode()
+
+
+# --- double escaping --------------------------------------------------------------------
+
+
+def test_double_escape_caught_on_one_line_ranges_two_line_texts_and_whole_files(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    text = "def f(x):\n    y = x + 1\n    return y\n"
+    # A file that holds a literal \n elsewhere no longer turns the guard off.
+    holder = text + 'SEP = "\\n"\nJOIN = x\\ny\n'
+    _setup(worker, project, "f.py", holder)
+    calls = [
+        call("a", "edit_region", path="f.py", start_line=2, end_line=2,
+             new_content="    y = x + 1\\n    y = y * 2"),
+        call("b", "edit", path="f.py", old_string="    y = x + 1\n",
+             new_string="    y = x + 2\\n    y = y * 2\\n    y = y - 1\n"),
+        call("c", "write_file", path="f.py", content="def f(x):\\n    return x\\n"),
+    ]  # fmt: skip
+    for c in calls:
+        (r,) = _exec(worker, c)
+        assert not r["ok"] and r["error"]["details"]["problem"] == "double-escaped", r
+    assert (project / "f.py").read_text() == holder
+
+
+def test_real_backslashes_stay_real_regex_comment_c_string_elisp_char_printf(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    files = {
+        "r.py": ("    pat = None\n    x = 1\n", '    pat = re.compile(r"\\n\\n+")  # \\n\\n'),
+        "j.js": ("  let re = null;\n  x();\n", "  let re = /\\n\\n+/g; // split on \\n\\n"),
+        "c.c": ("  int a;\n  a = 0;\n", '  printf("%d\\n\\n", a); puts("\\n");'),
+        "e.el": ("  (setq a 1)\n  (setq b 2)\n", "  (insert ?\\n ?\\n) ; two \\n"),
+    }
+    for name, (old, new) in files.items():
+        _setup(worker, project, name, old)
+        (r,) = _exec(
+            worker, call("e", "edit_region", path=name, start_line=1, end_line=2, new_content=new)
+        )
+        assert r["ok"], (name, r)
+        assert (project / name).read_text() == new + "\n"

@@ -40,16 +40,28 @@ def _quotes(where: str) -> str:
 
 
 def literal_newlines(text: str, where: str = "") -> int:
-    """How many literal backslash-n pairs stand outside string literals.
+    """How many literal backslash-n pairs stand outside string literals and comments."""
+    return _scan(text, where)[0]
 
-    A string literal's own ``\\n`` (``printf("done\\n")``) is normal code;
-    an escaped backslash (``\\\\n``) is not a newline either.  A line
-    comment runs to the next literal ``\\n``.  What opens a string depends
-    on the file (``where``): no apostrophe in Lisp or between two letters,
-    no triple quote; a quote that never closes opened nothing.
+
+def _scan(text: str, where: str = "") -> tuple[int, int, list[int]]:
+    """Literal backslash-n pairs: (outside strings and comments, inside comments, offsets).
+
+    A string literal's own ``\\n`` (``printf("done\\n")``) is normal code, and
+    so is a regular expression literal's (``/\\n+/``) and Emacs Lisp's
+    character ``?\\n``; an escaped backslash (``\\\\n``) is not a newline
+    either.  A comment runs to the next literal ``\\n`` (in text escaped twice,
+    that is where it ended); those in comments are counted apart, since a
+    real comment may speak of ``\\n``.  What opens a string depends on the file
+    (``where``): no apostrophe in Lisp or between two letters, no triple
+    quote; a quote that never closes opened nothing.  The offsets are those
+    of the pairs counted outside strings and comments.
     """
     quotes = _quotes(where)
-    count = 0
+    lisp = quotes == '"' and _suffix(where) in _LISP
+    c_like = quotes == "\"'`"
+    code = in_comment = 0
+    at: list[int] = []
     i, n = 0, len(text)
     quote = ""
     opened = -1
@@ -61,9 +73,12 @@ def literal_newlines(text: str, where: str = "") -> int:
             if text[i + 1] == "n":
                 if quote:
                     inside += 1
-                else:
-                    count += 1
+                elif comment:
+                    in_comment += 1
                     comment = False
+                else:
+                    code += 1
+                    at.append(i)
             i += 2
             continue
         if comment:
@@ -75,6 +90,9 @@ def literal_newlines(text: str, where: str = "") -> int:
                 inside = 0
             i += 1
             continue
+        if lisp and ch == "?" and text.startswith("?\\", i):
+            i += 3  # a character literal: ?\n is the newline character
+            continue
         if ch in quotes and text.startswith(ch * 3, i):
             i += 3  # a triple quote spans real lines: no help in telling
             continue
@@ -82,29 +100,57 @@ def literal_newlines(text: str, where: str = "") -> int:
             ch == "'" and 0 < i < n - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
         ):
             quote, opened, inside = ch, i, 0
+        elif c_like and ch == "/" and _regex_starts(text, i):
+            quote, opened, inside = "/", i, 0
         elif ch == "#" or text.startswith("//", i) or (ch == ";" and quotes == '"'):
             comment = True
         i += 1
-    if quote:
+    if quote and inside:
         # Never closed: it was no string. Count on from just after it.
-        return count + literal_newlines(text[opened + 1 :], where) if inside else count
-    return count
+        more, more_comment, more_at = _scan(text[opened + 1 :], where)
+        return code + more, in_comment + more_comment, at + [opened + 1 + k for k in more_at]
+    return code, in_comment, at
+
+
+def _regex_starts(text: str, i: int) -> bool:
+    """Whether the ``/`` at ``i`` opens a regular expression literal (JavaScript's)."""
+    if text.startswith(("//", "/*"), i):
+        return False
+    before = text[:i].rstrip()
+    return not before or before[-1] in "(=,:;!&|?{}[+" or before.endswith("return")
 
 
 def check_double_escape(new: str, replaced: str, what: str, where: str) -> None:
-    """Refuse one-line text full of literal ``\\n`` that replaces several lines."""
-    replaced_lines = replaced.count("\n") + (0 if replaced.endswith("\n") else 1)
-    if "\n" in new.rstrip("\r\n") or replaced_lines < 2:
+    """Refuse one-line text whose literal ``\\n`` stand for line breaks.
+
+    The signs, any one enough: two literal ``\\n`` outside strings and
+    comments; or one, where a piece it separates is a line of the replaced
+    text, or starts at the replaced text's own indentation.  Never for
+    sequences the replaced text held around the same words, nor for text
+    with real line breaks of its own.
+    """
+    if "\n" in new.rstrip("\r\n") or "\\n" not in new:
         return
-    if new.count("\\n") < 2:
+    code, in_comment, at = _scan(new, where)
+    if code + in_comment == 0:
         return
-    count = literal_newlines(new, where)
-    if count < 2 or literal_newlines(replaced, where) > 0:
+    kept = [k for k in at if new[max(k - 8, 0) : k + 10] in replaced]
+    if kept and len(kept) == len(at) and not in_comment:
+        return  # the replaced text held the same sequences
+    fresh = code - len(kept)
+    pieces = [p.strip() for p in new.split("\\n")]
+    old_lines = {line.strip() for line in replaced.replace("\r\n", "\n").split("\n")}
+    shared = [p for p in pieces if _telling(p) and p in old_lines]
+    indents = {_leading(line) for line in replaced.split("\n") if line.strip()} - {""}
+    indented = any(_leading(piece) in indents for piece in new.split("\\n")[1:] if piece.strip())
+    evidence = indented or (bool(shared) and len(pieces) > len(shared))
+    if fresh < 2 and not (fresh + in_comment >= 1 and evidence):
         return
+    count = code + in_comment
     raise errors.bad_args(
-        f"{what} is a single line holding {count} literal '\\n' sequences, and it would "
-        f"replace several lines of {where}: it looks escaped twice, and written as is it "
-        "would put the whole text on one line; nothing was changed",
+        f"{what} is a single line holding {count} literal '\\n' sequences where {where} "
+        "has real lines: it looks escaped twice, and written as is it would put the text "
+        "on one line; nothing was changed",
         recovery=[
             f"Send {what} again with real line breaks: in the JSON arguments a line break "
             'is written "\\n" (one backslash), not "\\\\n"',
@@ -114,6 +160,10 @@ def check_double_escape(new: str, replaced: str, what: str, where: str) -> None:
         problem="double-escaped",
         literal_newlines=count,
     )
+
+
+def _leading(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
 
 
 # --- lazy placeholders -----------------------------------------------------------------
