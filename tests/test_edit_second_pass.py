@@ -257,3 +257,64 @@ def test_real_backslashes_stay_real_regex_comment_c_string_elisp_char_printf(
         )
         assert r["ok"], (name, r)
         assert (project / name).read_text() == new + "\n"
+
+
+# --- lazy placeholders ------------------------------------------------------------------
+
+C_FILE = "int f(int a) {\n  int b = a;\n  b++;\n  b++;\n  return b;\n}\n"
+
+
+def test_placeholders_in_every_wording_and_comment_style_are_refused(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    _setup(worker, project, "f.c", C_FILE)
+    for lazy in ("  ...", "  // ... snip ...", "  /* [snip] */", "  [...]", "  // rest unchanged"):
+        new = f"int f(int a) {{\n  int b = a * 2;\n{lazy}\n}}\n"
+        (r,) = _exec(
+            worker, call("e", "edit_region", path="f.c", start_line=1, end_line=6, new_content=new)
+        )
+        assert not r["ok"] and r["error"]["details"]["problem"] == "placeholder", (lazy, r)
+    _setup(worker, project, "p.py", "def f():\n    a = 1\n    b = 2\n    return a\n")
+    new = "def f():\n    a = 3\n    ...  # ... (unchanged)\n"
+    (r,) = _exec(
+        worker, call("e", "edit_region", path="p.py", start_line=1, end_line=4, new_content=new)
+    )
+    assert not r["ok"] and r["error"]["details"]["problem"] == "placeholder", r
+
+
+def test_a_dropped_line_counts_even_when_its_text_recurs(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """``b++;`` twice in the file, once in the new text: one of them is dropped."""
+    worker = make_worker()
+    _setup(worker, project, "f.c", C_FILE)
+    new = "int f(int a) {\n  int b = a;\n  b++;\n  // ... existing code ...\n  return b;\n}\n"
+    (r,) = _exec(
+        worker, call("e", "edit_region", path="f.c", start_line=1, end_line=6, new_content=new)
+    )
+    assert not r["ok"] and r["error"]["details"]["problem"] == "placeholder", r
+    assert r["error"]["details"]["dropped_lines"] == [4], r
+
+
+def test_real_code_and_plain_comments_are_not_placeholders(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    cases = {
+        "a.py": "class P:\n    def f(self) -> int:\n        ...\n",
+        "b.js": "function g(...args) {\n  // Rest of the arguments are passed on\n"
+        "  return h(...args);\n}\n",
+        "c.go": "func g(xs ...int) int {\n\t// Remaining items are summed below\n"
+        "\treturn sum(xs...)\n}\n",
+        "d.c": "int g(int n, ...) {\n  /* Other platforms use the default */\n  return n;\n}\n",
+        "e.py": "def g():\n    # No change in behaviour for callers\n    return 1\n",
+    }
+    for name, new in cases.items():
+        _setup(worker, project, name, "one\ntwo\nthree\nfour\n")
+        (r,) = _exec(
+            worker,
+            call("e", "edit_region", path=name, start_line=1, end_line=4, new_content=new),
+        )
+        assert r["ok"], (name, r)
+        assert (project / name).read_text() == new

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 
 from .. import errors
 from ..errors import ToolFailure
@@ -168,48 +169,85 @@ def _leading(line: str) -> str:
 
 # --- lazy placeholders -----------------------------------------------------------------
 
-_LEADER = re.compile(r"^(?:#+|//+|/\*+|\*+|--+|;+|<!--|\{/\*|\(\*|%+|\"\"\"|''')\s*")
+_LEADER = re.compile(
+    r"^(?:#+|//+|/\*+|\*+|--+|;+|<!--|\{/\*|\(\*|%+|\"\"\"|'''|'|rem\b|::)\s*", re.IGNORECASE
+)
 _TRAILER = re.compile(r"\s*(?:\*+/\}?|-->|\*\)|\"\"\"|''')\s*$")
-_ELLIPSIS_ONLY = {"...", "\u2026", "[...]", "(...)", "etc", "etc.", "...etc", "... etc"}
-_PLACEHOLDER_WORDS = re.compile(
-    r"^(?:\.\.\.|\u2026)*\s*[\[(]?\s*(?:\.\.\.|\u2026)?\s*(?:"
-    r"(?:the\s+)?rest\s+of\b"
-    r"|(?:the\s+)?remaining\s+(?:code|lines|content|methods|functions|cases|tests|file)\b"
-    r"|(?:the\s+)?existing\s+(?:code|content|lines|implementation|methods|functions|imports)\b"
-    r"|(?:\w+\s+)?unchanged\b"
-    r"|(?:code|content|lines?|implementation|body)\s+(?:unchanged|omitted|elided|as\s+before)\b"
-    r"|same\s+as\s+(?:before|above|original|previous)\b"
-    r"|previous\s+(?:code|content|lines|implementation)\b"
-    r"|other\s+(?:code|methods|functions|lines|cases)\b"
-    r"|(?:code\s+)?omitted\b"
-    r"|keep\s+(?:existing|the\s+rest)\b"
-    r"|no\s+changes?\b"
+# What surrounds a placeholder's words: ellipses, brackets, dashes, punctuation.
+_WRAPPING = " \t.\u2026[](){}<>-\u2013\u2014:;,!*=~_"
+_ALONE = {"", "snip", "snipped", "etc", "truncated", "omitted", "elided", "cut", "more"}
+_THING = (
+    r"(?:code|file|lines?|content|contents|implementation|methods?|functions?|class|body|"
+    r"module|cases|tests?|imports|logic|definitions?|fields|properties|config|script|loop|"
+    r"handlers?|helpers|components?|routes|styles|markup|section|block|program|original)"
+)
+_SO = (
+    r"(?:\s+(?:is\s+|are\s+|remains?\s+|stays?\s+|goes\s+|kept\s+|left\s+)?"
+    r"(?:unchanged|the\s+same|as\s+before|as\s+is|omitted|elided|here|below|above|"
+    r"not\s+shown|not\s+changed|untouched|intact))?"
+)
+_PLACEHOLDER = re.compile(
+    r"(?:"
+    rf"(?:the\s+)?(?:rest|remainder)(?:\s+of\s+(?:the\s+|this\s+)?(?:\w+\s+)?{_THING})?{_SO}"
+    rf"|(?:the\s+)?(?:remaining|existing|previous|other|original|same)\s+(?:\w+\s+)?{_THING}{_SO}"
+    rf"|(?:\w+\s+){{0,3}}(?:unchanged|omitted|elided|untouched|as\s+before|not\s+shown)"
+    r"|same\s+as\s+(?:before|above|below|original|previous|the\s+original)"
+    r"|keep(?:s)?\s+(?:existing|the\s+rest|as\s+is|the\s+same)(?:\s+\w+)?"
+    r"|no\s+changes?(?:\s+(?:here|below|above|needed))?"
+    r"|(?:\w+\s+)?(?:code|content|lines?|implementation|body)\s+(?:omitted|elided|as\s+before)"
     r")",
     re.IGNORECASE,
 )
+_PYTHON = {".py", ".pyi", ".pyw"}
 
 
-def is_placeholder(line: str) -> bool:
-    """Whether ``line`` is an abbreviation standing for code, not code."""
+def is_placeholder(line: str, where: str = "") -> bool:
+    """Whether ``line`` is an abbreviation standing for code, not code.
+
+    A placeholder is a comment (in any comment style) or a bracketed note
+    that holds nothing but the abbreviation: ellipses, "snip", or words
+    such as "rest of the code unchanged".  A comment that says more
+    ("Rest of the list is parsed below") is a comment.  A bare ``...`` is
+    Python's Ellipsis in Python and a placeholder elsewhere; spreads and
+    variadics (``...args``, ``args...``) are code.
+    """
     text = line.strip()
     if not text:
         return False
+    ellipsis = text.startswith(("...", "\u2026"))
+    if ellipsis and text.lstrip(".\u2026").strip():
+        # "...  # unchanged" after Python's Ellipsis: the comment decides.
+        rest = text.lstrip(".\u2026").strip()
+        if _LEADER.match(rest):
+            text = rest
     leader = _LEADER.match(text)
     body = _TRAILER.sub("", text[leader.end() :] if leader else text).strip()
-    if leader and body.lower() in _ELLIPSIS_ONLY:
-        return True
-    if not leader and not body.startswith(("(", "[", "...", "\u2026")):
-        return False  # bare code: Python's own ``...`` is a statement
-    return _PLACEHOLDER_WORDS.match(body) is not None
+    if not leader:
+        if text in ("...", "\u2026"):
+            return _suffix(where) not in _PYTHON
+        if not (text[:1] in "[(" or ellipsis):
+            return False  # bare code: a spread, a call, a statement
+    words = " ".join(body.strip(_WRAPPING).split()).lower()
+    if not leader and not (words in _ALONE or body.strip(_WRAPPING) != body):
+        return False  # "(x)" or "[a, b]" is code: a note comes wrapped in dots or brackets
+    if words in _ALONE:
+        # Wrapping alone ("# ...", "[...]") or one word ("# snip"), but not a bare "#".
+        return bool(body.strip()) and (bool(words) or any(c in body for c in ".\u2026"))
+    return _PLACEHOLDER.fullmatch(words) is not None
 
 
 MAX_DROPPED_SHOWN = 8
 
 
 def check_placeholders(new: str, replaced: str, first_line: int, what: str, where: str) -> None:
-    """Refuse a placeholder that stands for original lines the new text no longer holds."""
+    """Refuse a placeholder that stands for original lines the new text no longer holds.
+
+    Lines are counted, not just compared: a line whose text recurs (a
+    ``}``, a ``return None``) is dropped when the new text holds it fewer
+    times than the replaced text did.
+    """
     new_lines = new.replace("\r\n", "\n").split("\n")
-    added = [line for line in new_lines if is_placeholder(line)]
+    added = [line for line in new_lines if is_placeholder(line, where)]
     if not added:
         return
     old_lines = replaced.replace("\r\n", "\n").split("\n")
@@ -217,12 +255,16 @@ def check_placeholders(new: str, replaced: str, first_line: int, what: str, wher
     fresh = [line for line in added if line.strip() not in before]
     if not fresh:
         return
-    kept = {line.strip() for line in new_lines}
-    dropped = [
-        (first_line + k, line)
-        for k, line in enumerate(old_lines)
-        if line.strip() and line.strip() not in kept
-    ]
+    kept = Counter(line.strip() for line in new_lines)
+    dropped = []
+    for k, line in enumerate(old_lines):
+        key = line.strip()
+        if not key:
+            continue
+        if kept[key] > 0:
+            kept[key] -= 1
+        else:
+            dropped.append((first_line + k, line))
     if not dropped:
         return
     # File text reaches the model: credentials in it stay redacted.
