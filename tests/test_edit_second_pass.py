@@ -318,3 +318,40 @@ def test_real_code_and_plain_comments_are_not_placeholders(
         )
         assert r["ok"], (name, r)
         assert (project / name).read_text() == new
+
+
+# --- indentation ------------------------------------------------------------------------
+
+
+def test_new_text_already_at_the_files_depth_is_kept_not_reindented(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    text = "class A:\n    def f(self):\n        return 1\n"
+    _setup(worker, project, "a.py", text)
+    # The old text drifted a level deeper; the new one was written at the file's depth.
+    r = _edit(
+        worker,
+        "a.py",
+        "        def f(self):\n            return 1\n",
+        "    def f(self):\n        return 2\n",
+    )
+    assert r["ok"] and r["result"]["matched"] == "indent", r
+    assert (project / "a.py").read_text() == "class A:\n    def f(self):\n        return 2\n"
+
+
+def test_two_kept_lines_of_the_same_text_map_to_their_own_file_lines(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """The model's copy lost the file's odd trailing blanks; each kept line keeps its own."""
+    worker = make_worker()
+    text = "if (a) {\n  x();\n  } \n  y();\n  }\t\n"
+    _setup(worker, project, "b.js", text)
+    r = _edit(
+        worker,
+        "b.js",
+        "    x();\n    }\n    y();\n    }\n",
+        "    x();\n    }\n    z();\n    }\n",
+    )
+    assert r["ok"], r
+    assert (project / "b.js").read_text() == "if (a) {\n  x();\n  } \n  z();\n  }\t\n"

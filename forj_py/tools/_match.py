@@ -374,12 +374,26 @@ def _line_span(
     kept: dict[str, str] = {}
     for old_line, file_line in zip(old_lines, file_lines, strict=True):
         kept.setdefault(old_line, file_line)
-    shift = _Reindent(old_lines, file_lines) if way in ("indent", "unicode") else None
+    # Lines kept in place map to their own file line, found by aligning the
+    # new text with the old: two kept lines of the same text (a closing
+    # brace at two depths) each keep their own.
+    own: dict[int, str] = {}
+    aligned = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in aligned.get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                own[j1 + k] = file_lines[i1 + k]
+    shift = None
+    if way in ("indent", "unicode") and _drifted(old_lines, file_lines, new_lines, own):
+        shift = _Reindent(old_lines, file_lines)
     punct = _punct_map(old_lines, file_lines, lines.text) if way == "unicode" else {}
     out = []
-    for line in new_lines:
+    for j, line in enumerate(new_lines):
+        if j in own:
+            out.append(own[j])  # a line the model meant to keep: the file's own text
+            continue
         if line in kept:
-            out.append(kept[line])  # a line the model meant to keep: the file's own text
+            out.append(kept[line])
             continue
         if punct and not line.isascii():
             line = "".join(punct.get(ch, ch) for ch in line)
@@ -390,6 +404,24 @@ def _line_span(
     if newline != "\n":
         replacement = replacement.replace("\n", newline)
     return Span(lines.starts[first], end, first + 1, first + n, replacement)
+
+
+def _drifted(
+    old_lines: list[str], file_lines: list[str], new_lines: list[str], own: dict[int, str]
+) -> bool:
+    """Whether the new text carries the old text's drift, so it needs re-indenting.
+
+    The lines the model wrote itself (not kept from the old text) are
+    compared by depth: some at a depth only the file's lines have, and
+    none at a depth only the model's old lines have, mean the new text
+    already sits at the file's depth, and it is kept as written.
+    """
+    old_depths = {_indent(o) for o in old_lines if o.strip()}
+    file_depths = {_indent(f) for f in file_lines if f.strip()}
+    written = {_indent(line) for j, line in enumerate(new_lines) if j not in own and line.strip()}
+    at_file = written & (file_depths - old_depths)
+    at_old = written & (old_depths - file_depths)
+    return not (at_file and not at_old)
 
 
 class _Reindent:
