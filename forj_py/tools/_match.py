@@ -379,12 +379,12 @@ def _line_span(
     # brace at two depths) each keep their own.
     own: dict[int, str] = {}
     aligned = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in aligned.get_opcodes():
+    for tag, i1, i2, j1, _ in aligned.get_opcodes():
         if tag == "equal":
             for k in range(i2 - i1):
                 own[j1 + k] = file_lines[i1 + k]
     shift = None
-    if way in ("indent", "unicode") and _drifted(old_lines, file_lines, new_lines, own):
+    if way in ("indent", "unicode") and _drifted(old_lines, file_lines, new_lines):
         shift = _Reindent(old_lines, file_lines)
     punct = _punct_map(old_lines, file_lines, lines.text) if way == "unicode" else {}
     out = []
@@ -406,22 +406,17 @@ def _line_span(
     return Span(lines.starts[first], end, first + 1, first + n, replacement)
 
 
-def _drifted(
-    old_lines: list[str], file_lines: list[str], new_lines: list[str], own: dict[int, str]
-) -> bool:
+def _drifted(old_lines: list[str], file_lines: list[str], new_lines: list[str]) -> bool:
     """Whether the new text carries the old text's drift, so it needs re-indenting.
 
-    The lines the model wrote itself (not kept from the old text) are
-    compared by depth: some at a depth only the file's lines have, and
-    none at a depth only the model's old lines have, mean the new text
-    already sits at the file's depth, and it is kept as written.
+    Models start the old and the new text at the same level.  A new text
+    whose first line sits at the file's depth where the old text's first
+    line did not was written for the file as it is: it is kept as written.
     """
-    old_depths = {_indent(o) for o in old_lines if o.strip()}
-    file_depths = {_indent(f) for f in file_lines if f.strip()}
-    written = {_indent(line) for j, line in enumerate(new_lines) if j not in own and line.strip()}
-    at_file = written & (file_depths - old_depths)
-    at_old = written & (old_depths - file_depths)
-    return not (at_file and not at_old)
+    old_base = next((_indent(o) for o in old_lines if o.strip()), None)
+    file_base = next((_indent(f) for f in file_lines if f.strip()), None)
+    new_base = next((_indent(n) for n in new_lines if n.strip()), None)
+    return not (new_base is not None and new_base == file_base and new_base != old_base)
 
 
 class _Reindent:
