@@ -69,6 +69,22 @@ def _scan(text: str, where: str = "") -> tuple[int, int, list[int]]:
     inside = 0  # literal newlines counted as inside the open string
     comment = False
     while i < n:
+        if not quote and not comment:
+            # Jump to the next character that can matter (in C).
+            m = _SPECIAL.search(text, i)
+            if m is None:
+                break
+            i = m.start()
+        elif quote:
+            m = _IN_STRING[quote].search(text, i)
+            if m is None:
+                break
+            i = m.start()
+        else:
+            k = text.find("\\", i)
+            if k < 0:
+                break
+            i = k
         ch = text[i]
         if ch == "\\" and i + 1 < n:
             if text[i + 1] == "n":
@@ -111,6 +127,10 @@ def _scan(text: str, where: str = "") -> tuple[int, int, list[int]]:
         more, more_comment, more_at = _scan(text[opened + 1 :], where)
         return code + more, in_comment + more_comment, at + [opened + 1 + k for k in more_at]
     return code, in_comment, at
+
+
+_SPECIAL = re.compile(r"[\\\"'`#/;?]")
+_IN_STRING = {q: re.compile("[\\\\" + re.escape(q) + "]") for q in "\"'`/"}
 
 
 def _regex_starts(text: str, i: int) -> bool:
@@ -199,6 +219,13 @@ _PLACEHOLDER = re.compile(
     re.IGNORECASE,
 )
 _PYTHON = {".py", ".pyi", ".pyw"}
+MAX_PLACEHOLDER = 200  # a note standing for code is short; longer lines are code
+# Every placeholder holds one of these: a cheap first test for each line.
+_HINT = re.compile(
+    r"\.\.\.|\u2026|snip|etc|unchang|rest|remain|exist|omit|elid|same|keep|change|previous|"
+    r"other|original|cut|truncat|more|untouch|shown|before|intact",
+    re.IGNORECASE,
+)
 
 
 def is_placeholder(line: str, where: str = "") -> bool:
@@ -212,7 +239,7 @@ def is_placeholder(line: str, where: str = "") -> bool:
     variadics (``...args``, ``args...``) are code.
     """
     text = line.strip()
-    if not text:
+    if not text or len(text) > MAX_PLACEHOLDER or not _HINT.search(text):
         return False
     ellipsis = text.startswith(("...", "\u2026"))
     if ellipsis and text.lstrip(".\u2026").strip():

@@ -587,8 +587,10 @@ def _first_line_candidates(lines: Lines, first: str, n: int) -> list[int]:
         seen: set[int] = set()
         at = text.find(word)
         while at >= 0 and len(seen) < _MAX_VOTE_POSITIONS:
-            seen.add(bisect.bisect_right(starts, at) - 1)
-            at = text.find(word, at + len(word))
+            line = bisect.bisect_right(starts, at) - 1
+            seen.add(line)
+            # On from the next line: a word repeated along one long line costs one search.
+            at = text.find(word, starts[line + 1]) if line + 1 < len(starts) else -1
         if at >= 0:
             continue  # a word this common says nothing about where
         for i in seen:
