@@ -355,3 +355,32 @@ def test_two_kept_lines_of_the_same_text_map_to_their_own_file_lines(
     )
     assert r["ok"], r
     assert (project / "b.js").read_text() == "if (a) {\n  x();\n  } \n  z();\n  }\t\n"
+
+
+# --- the off-by-lines guard ---------------------------------------------------------------
+
+
+def test_off_by_lines_guard_needs_evidence_not_a_repeated_edge_line(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """A commit's new first line may repeat the line above: that alone refuses nothing."""
+    worker = make_worker()
+    text = "func a() error {\n\treturn nil\n}\n\nfunc b() {\n\tx := 1\n}\n"
+    _setup(worker, project, "a.go", text)
+    # An insertion a diff slid along repeated lines: it starts as the line above does.
+    new = "\treturn nil\n}\n\nfunc c() error {\n"
+    (r,) = _exec(
+        worker,
+        call("i", "edit_region", path="a.go", start_line=3, end_line=2, new_content=new),
+    )
+    assert r["ok"], r
+    after = "func a() error {\n\treturn nil\n\treturn nil\n}\n\nfunc c() error {\n}\n"
+    assert (project / "a.go").read_text() == after + "\nfunc b() {\n\tx := 1\n}\n"
+    # A replacement starting where its range starts, whose last line repeats the line below.
+    _setup(worker, project, "b.go", "func b() int {\n\tx := 1\n\treturn x\n}\n")
+    (r,) = _exec(
+        worker,
+        call("e", "edit_region", path="b.go", start_line=1, end_line=2,
+             new_content="func b() int {\n\tx := 2\n\treturn x\n"),
+    )  # fmt: skip
+    assert r["ok"], r

@@ -21,6 +21,7 @@ apply bottom-up so each stays valid.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 
 from .. import errors
@@ -243,16 +244,29 @@ def _echo_guard(display: str, lines: list[str], region: Region, start: int, end:
     for distance in range(1, MAX_SHIFT + 1):
         for n in (-distance, distance):
             if end < start:
-                fits = distance == 1 and (
-                    (n < 0 and not _trivial(first) and line(start - 1) == first)
-                    or (n > 0 and not _trivial(last) and line(start) == last)
+                # An insertion whose edge repeats its neighbour is what a diff
+                # shows when it slides an insertion along repeated lines: no
+                # evidence on its own.  Both edges repeating their neighbours is.
+                fits = (
+                    distance == 1
+                    and n < 0
+                    and not (_trivial(first) and _trivial(last))
+                    and line(start - 1) == first
+                    and line(start) == last
+                    and len(new_lines) > 1
                 )
             else:
                 both = line(start + n) == first and line(end + n) == last
                 fits = both and not (_trivial(first) and _trivial(last))
                 if distance == 1 and not fits:
-                    fits = (n < 0 and not _trivial(first) and line(start - 1) == first) or (
+                    echo = (n < 0 and not _trivial(first) and line(start - 1) == first) or (
                         n > 0 and not _trivial(last) and line(end + 1) == last
+                    )
+                    # One edge repeating a neighbour is evidence only when the
+                    # shifted lines share more with the new content than the
+                    # lines given do.
+                    fits = echo and _shared(lines, new_lines, start + n, end + n) > _shared(
+                        lines, new_lines, start, end
                     )
             if fits:
                 shift = n
@@ -285,6 +299,19 @@ def _echo_guard(display: str, lines: list[str], region: Region, start: int, end:
         problem="off-by-lines",
         suggested={"start_line": suggest_start, "end_line": suggest_end},
     )
+
+
+def _shared(lines: list[str], new_lines: list[str], first: int, last: int) -> int:
+    """How many telling lines ``new_lines`` and lines ``first..last`` have in common."""
+    have = Counter(
+        x.strip() for x in lines[max(first - 1, 0) : max(last, 0)] if not _trivial(x.strip())
+    )
+    count = 0
+    for line in new_lines:
+        if have[line] > 0:
+            have[line] -= 1
+            count += 1
+    return count
 
 
 UNLIKE = 0.5  # new content this unlike the lines it replaces...
