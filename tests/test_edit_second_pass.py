@@ -384,3 +384,22 @@ def test_off_by_lines_guard_needs_evidence_not_a_repeated_edge_line(
              new_content="func b() int {\n\tx := 2\n\treturn x\n"),
     )  # fmt: skip
     assert r["ok"], r
+
+
+# --- typographic punctuation ----------------------------------------------------------------
+
+
+def test_punctuation_pass_keeps_each_places_own_quotes_where_the_file_mixes_them(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    text = 'def f():\n    msg = "Hello"  # says \u201chello\u201d\n    return msg\n'
+    _setup(worker, project, "q.py", text)
+    r = _edit(
+        worker,
+        "q.py",
+        "    msg = \u201cHello\u201d  # says \u201chello\u201d\n",
+        "    msg = \u201cHi there\u201d  # says \u201chello\u201d\n",
+    )
+    assert r["ok"] and r["result"]["matched"] == "unicode", r
+    assert (project / "q.py").read_text() == text.replace('"Hello"', '"Hi there"')

@@ -378,11 +378,15 @@ def _line_span(
     # new text with the old: two kept lines of the same text (a closing
     # brace at two depths) each keep their own.
     own: dict[int, str] = {}
+    counterpart: dict[int, int] = {}  # a changed new line -> the old line it rewrites
     aligned = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, _ in aligned.get_opcodes():
+    for tag, i1, i2, j1, j2 in aligned.get_opcodes():
         if tag == "equal":
             for k in range(i2 - i1):
                 own[j1 + k] = file_lines[i1 + k]
+        elif tag == "replace":
+            for k in range(min(i2 - i1, j2 - j1)):
+                counterpart[j1 + k] = i1 + k
     shift = None
     if way in ("indent", "unicode") and _drifted(old_lines, file_lines, new_lines):
         shift = _Reindent(old_lines, file_lines)
@@ -395,8 +399,12 @@ def _line_span(
         if line in kept:
             out.append(kept[line])
             continue
-        if punct and not line.isascii():
-            line = "".join(punct.get(ch, ch) for ch in line)
+        if way == "unicode" and not line.isascii():
+            k = counterpart.get(j)
+            if k is not None:
+                line = _punct_in_place(line, old_lines[k], file_lines[k], punct)
+            else:
+                line = "".join(punct.get(ch, ch) for ch in line)
         if shift is not None and line.strip():
             line = shift.apply(line)
         out.append(line)
@@ -459,6 +467,73 @@ class _Reindent:
         width = len(self.file_base) + round((len(indent) - len(self.old_base)) * self.ratio)
         width = max(width, 0)
         return ("\t" if self.tabs else " ") * width + body
+
+
+MAX_ALIGNED = 2000  # longer lines take the edit's one mapping, not a per-position one
+
+
+def _punct_in_place(new: str, old: str, file_line: str, punct: dict[str, str]) -> str:
+    """A changed line's typographic characters, each as the file has it at that place.
+
+    Where the new line keeps the old line's character, the file's own
+    character at that place is written (the file may mix ``"`` and ``“``);
+    a character the model wrote anew follows the edit's mapping only when
+    the file's own characters agree on one form, and otherwise stays as
+    the model wrote it.
+    """
+    if len(new) > MAX_ALIGNED or len(old) > MAX_ALIGNED:
+        return "".join(punct.get(ch, ch) for ch in new)
+    at_file = _positions(old, file_line)
+    out = list(new)
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        for j in range(j1, j2):
+            ch = new[j]
+            if ch not in _PUNCT_MAP:
+                continue
+            if tag == "equal":
+                out[j] = at_file.get(i1 + j - j1, ch)
+            elif ch in punct and not (ch in file_line and punct[ch] != ch):
+                out[j] = punct[ch]
+    return "".join(out)
+
+
+def _positions(old: str, file_line: str) -> dict[int, str]:
+    """For each typographic character of ``old``, what the file has in its place."""
+    found: dict[int, str] = {}
+    i = j = 0
+    while i < len(old) and j < len(file_line):
+        if old[i] == file_line[j]:
+            if old[i] in _PUNCT_MAP:
+                found[i] = old[i]
+            i += 1
+            j += 1
+            continue
+        if old[i].isspace() and file_line[j].isspace():
+            i += 1
+            j += 1
+            continue
+        plain = _PUNCT_MAP.get(old[i])
+        if plain is not None and file_line.startswith(plain, j):
+            if plain == "-":
+                plain = file_line[j : len(file_line) - len(file_line[j:].lstrip("-"))]
+            found[i] = plain
+            i += 1
+            j += len(plain)
+            continue
+        fancy = _PUNCT_MAP.get(file_line[j])
+        if fancy is not None and old.startswith(fancy, i):
+            i += len(fancy)
+            j += 1
+            continue
+        if old[i].isspace():
+            i += 1
+            continue
+        if file_line[j].isspace():
+            j += 1
+            continue
+        break
+    return found
 
 
 def _punct_map(old_lines: list[str], file_lines: list[str], text: str) -> dict[str, str]:
