@@ -486,7 +486,7 @@ def _punct_in_place(new: str, old: str, file_line: str, punct: dict[str, str]) -
     at_file = _positions(old, file_line)
     out = list(new)
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, _, j1, j2 in matcher.get_opcodes():
         for j in range(j1, j2):
             ch = new[j]
             if ch not in _PUNCT_MAP:
