@@ -403,3 +403,46 @@ def test_punctuation_pass_keeps_each_places_own_quotes_where_the_file_mixes_them
     )
     assert r["ok"] and r["result"]["matched"] == "unicode", r
     assert (project / "q.py").read_text() == text.replace('"Hello"', '"Hi there"')
+
+
+def test_depth_in_columns_tabs_then_alignment_spaces_as_emacs_writes_them(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """Lisp alignment after tabs (tab width 8): a copy drifted two columns, in spaces."""
+    worker = make_worker()
+    text = '(defun f ()\n  (let ((x 1)\n\t(y 2))\n    (message "%d"\n\t     x)))\n'
+    _setup(worker, project, "f.el", text)
+    old = '    (let ((x 1)\n          (y 2))\n      (message "%d"\n               x)))\n'
+    new = (
+        '    (let ((x 1)\n          (y 2)\n            (z 3))\n      (message "%d"\n'
+        "               x)))\n"
+    )
+    r = _edit(worker, "f.el", old, new)
+    assert r["ok"] and r["result"]["matched"] == "indent", r
+    assert (project / "f.el").read_text() == (
+        '(defun f ()\n  (let ((x 1)\n\t(y 2)\n\t  (z 3))\n    (message "%d"\n\t     x)))\n'
+    )
+
+
+def test_tab_width_from_editorconfig_places_alignment_in_a_two_column_file(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    worker = make_worker()
+    (project / ".editorconfig").write_text(
+        "root = true\n\n[*.{c,h}]\nindent_style = tab\ntab_width = 2\n"
+    )
+    text = "int f() {\n\tif (a) {\n\t\tb(1,\n\t\t  2);\n\t}\n}\n"
+    _setup(worker, project, "t.c", text)
+    old = "  int f() {\n    if (a) {\n      b(1,\n        2);\n"
+    new = "  int f() {\n    if (a) {\n      b(1,\n        2);\n      c(3,\n        4);\n"
+    r = _edit(worker, "t.c", old, new)
+    assert r["ok"] and r["result"]["matched"] == "indent", r
+    assert (project / "t.c").read_text() == (
+        "int f() {\n\tif (a) {\n\t\tb(1,\n\t\t  2);\n\t\tc(3,\n\t\t  4);\n\t}\n}\n"
+    )
+    # A depth the copy's pairs cannot tell (they disagree) is refused, not guessed.
+    _setup(worker, project, "u.c", "int g() {\n\tx(1,\n\t  2);\n\t\tz();\n}\n")
+    old = "    x(1,\n      2);\n        z();\n"
+    r = _edit(worker, "u.c", old, old + "          w();\n")
+    assert not r["ok"] and r["error"]["details"]["problem"] == "indentation-unclear", r
+    assert (project / "u.c").read_text() == "int g() {\n\tx(1,\n\t  2);\n\t\tz();\n}\n"

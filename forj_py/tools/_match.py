@@ -207,6 +207,7 @@ def find(
     lines: Lines | None = None,
     passes: tuple[str, ...] = PASSES,
     whole_lines: bool = False,
+    tab_width: int = 8,
 ) -> Found | None:
     """The places ``old`` matches in ``text``: the first pass that finds any,
     and the places every looser pass finds besides.
@@ -249,13 +250,21 @@ def find(
         if not starts:
             continue
         if first is None:
-            spans = [_line_span(lines, i, old_lines, new, newline, ends_nl, way) for i in starts]
+            spans = [
+                _line_span(lines, i, old_lines, new, newline, ends_nl, way, tab_width)
+                for i in starts
+            ]
             first = Found(way, spans)
             taken = {(s.first_line, s.last_line) for s in spans}
             continue
         for i in starts:
             if (i + 1, i + len(old_lines)) not in taken:
-                span = _line_span(lines, i, old_lines, new, newline, ends_nl, way)
+                try:
+                    span = _line_span(lines, i, old_lines, new, newline, ends_nl, way, tab_width)
+                except IndentUnclear:
+                    # Only listed, never written: the place is what counts.
+                    start, end = lines.starts[i], lines.end_of(i + len(old_lines) - 1, ends_nl)
+                    span = Span(start, end, i + 1, i + len(old_lines), "")
                 others.append(span)
                 taken.add((span.first_line, span.last_line))
     if first is None:
@@ -360,6 +369,7 @@ def _line_span(
     newline: str,
     ends_nl: bool,
     way: str,
+    tab_width: int = 8,
 ) -> Span:
     n = len(old_lines)
     end = lines.end_of(first + n - 1, ends_nl)
@@ -389,7 +399,7 @@ def _line_span(
                 counterpart[j1 + k] = i1 + k
     shift = None
     if way in ("indent", "unicode") and _drifted(old_lines, file_lines, new_lines):
-        shift = _Reindent(old_lines, file_lines)
+        shift = _Reindent(old_lines, file_lines, tab_width)
     punct = _punct_map(old_lines, file_lines, lines.text) if way == "unicode" else {}
     out = []
     for j, line in enumerate(new_lines):
@@ -400,9 +410,9 @@ def _line_span(
             out.append(kept[line])
             continue
         if way == "unicode" and not line.isascii():
-            k = counterpart.get(j)
-            if k is not None:
-                line = _punct_in_place(line, old_lines[k], file_lines[k], punct)
+            rewrites = counterpart.get(j)
+            if rewrites is not None:
+                line = _punct_in_place(line, old_lines[rewrites], file_lines[rewrites], punct)
             else:
                 line = "".join(punct.get(ch, ch) for ch in line)
         if shift is not None and line.strip():
@@ -427,36 +437,63 @@ def _drifted(old_lines: list[str], file_lines: list[str], new_lines: list[str]) 
     return not (new_base is not None and new_base == file_base and new_base != old_base)
 
 
-class _Reindent:
-    """Moves the model's indentation onto the file's, keeping relative depth."""
+def columns(indent: str, tab_width: int) -> int:
+    """How many columns ``indent`` spans, tabs stopping at multiples of ``tab_width``."""
+    col = 0
+    for ch in indent:
+        col = (col // tab_width + 1) * tab_width if ch == "\t" else col + 1
+    return col
 
-    def __init__(self, old_lines: list[str], file_lines: list[str]) -> None:
+
+class _Reindent:
+    """Moves the model's indentation onto the file's, keeping relative depth.
+
+    Depth is measured in columns, tabs at the file's tab width: a file that
+    indents with tabs and aligns with spaces after them (gofmt continuation
+    lines, Lisp alignment) has depths no count of characters tells.  A
+    depth the old text showed takes the file's own indentation for it;
+    another is moved by the ratio the pairs of old and file lines show, and
+    written as the file writes indentation (tabs as far as they go, then
+    spaces, in a file that indents with tabs).  Where the pairs disagree on
+    that ratio, a new depth cannot be told and the edit is refused.
+    """
+
+    def __init__(self, old_lines: list[str], file_lines: list[str], tab_width: int = 8) -> None:
+        self.width = max(tab_width, 1)
         pairs = [
             (_indent(o), _indent(f))
             for o, f in zip(old_lines, file_lines, strict=True)
             if o.strip() and f.strip()
         ]
         self.known: dict[str, str] = {}
+        self.known_cols: dict[int, str] = {}
         for o, f in pairs:
             self.known.setdefault(o, f)
-        self.old_base, self.file_base = pairs[0] if pairs else ("", "")
-        self.tabs = "\t" in self.file_base or any("\t" in f for _, f in pairs)
-        self.ratio = 0.0
+            self.known_cols.setdefault(self._cols(o), f)
+        old_base, file_base = pairs[0] if pairs else ("", "")
+        self.old_base, self.file_base = self._cols(old_base), self._cols(file_base)
+        self.tabs = "\t" in file_base or any("\t" in f for _, f in pairs)
+        ratios = set()
         for o, f in pairs:
-            if len(o) != len(self.old_base) and len(f) != len(self.file_base):
-                self.ratio = (len(f) - len(self.file_base)) / (len(o) - len(self.old_base))
-                if self.ratio > 0:
-                    break
-        if self.ratio <= 0:
-            model_tabs = "\t" in self.old_base or any("\t" in o for o, _ in pairs)
+            oc, fc = self._cols(o) - self.old_base, self._cols(f) - self.file_base
+            if oc and fc and fc / oc > 0:
+                ratios.add(round(fc / oc, 6))
+        self.unclear = len(ratios) > 1
+        if len(ratios) == 1:
+            self.ratio = ratios.pop()
+        else:
+            model_tabs = "\t" in old_base or any("\t" in o for o, _ in pairs)
             # One tab per four spaces, the common width, when nothing shows otherwise.
             self.ratio = (
-                0.25
+                self.width / 4
                 if self.tabs and not model_tabs
-                else 4.0
+                else 4 / self.width
                 if model_tabs and not self.tabs
                 else 1.0
             )
+
+    def _cols(self, indent: str) -> int:
+        return columns(indent, self.width)
 
     def apply(self, line: str) -> str:
         indent = _indent(line)
@@ -464,9 +501,24 @@ class _Reindent:
         known = self.known.get(indent)
         if known is not None:
             return known + body
-        width = len(self.file_base) + round((len(indent) - len(self.old_base)) * self.ratio)
-        width = max(width, 0)
-        return ("\t" if self.tabs else " ") * width + body
+        col = self._cols(indent)
+        known = self.known_cols.get(col)
+        if known is not None:
+            return known + body
+        if self.unclear:
+            raise IndentUnclear(line)
+        target = max(self.file_base + round((col - self.old_base) * self.ratio), 0)
+        if self.tabs:
+            return "\t" * (target // self.width) + " " * (target % self.width) + body
+        return " " * target + body
+
+
+class IndentUnclear(ValueError):
+    """A new line's depth cannot be told from the old text's (see :class:`_Reindent`)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
 
 
 MAX_ALIGNED = 2000  # longer lines take the edit's one mapping, not a per-position one

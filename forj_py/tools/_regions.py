@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .. import errors
 from . import _guards, _match, _pointer
-from ._edit import Loaded, split_lines, with_newlines
+from ._edit import DEFAULT_TAB_WIDTH, Loaded, split_lines, tab_width, with_newlines
 from .registry import ToolContext
 
 Hunk = tuple[int, int, int]  # first line (1-based), lines replaced, lines written
@@ -139,6 +139,7 @@ def place(ctx: ToolContext | None, loaded: Loaded, regions: list[Region]) -> lis
     lines = split_lines(text)
     matcher_lines = _match.Lines(text)
     changes = earlier_changes(ctx, loaded.sp.canonical) if ctx is not None else []
+    tabs = tab_width(ctx, loaded) if ctx is not None else DEFAULT_TAB_WIDTH
     placed = []
     for region in regions:
         new_content, restored = _guards.restore_credentials(
@@ -153,7 +154,10 @@ def place(ctx: ToolContext | None, loaded: Loaded, regions: list[Region]) -> lis
         if not changes:
             spot = (region.start_line, region.end_line)
         if region.expected is not None and region.expected.strip():
-            item = _with_expected(loaded, lines, matcher_lines, region, spot)
+            try:
+                item = _with_expected(loaded, lines, matcher_lines, region, spot, tabs)
+            except _match.IndentUnclear as exc:
+                raise _pointer.indent_refusal(exc, "'expected'", display) from None
         else:
             item = _without_expected(loaded, lines, region, spot)
         item.mapped = mapped and item.relocated_from is None
@@ -352,7 +356,7 @@ def _resembles_nearby(
 
 
 def _window_match(
-    loaded: Loaded, lines: list[str], region: Region, start: int, end: int
+    loaded: Loaded, lines: list[str], region: Region, start: int, end: int, tabs: int
 ) -> _match.Found | None:
     """``expected`` matched against exactly the stated lines, or None.
 
@@ -377,6 +381,7 @@ def _window_match(
             with_newlines(content, loaded.newline),
             loaded.newline,
             whole_lines=True,
+            tab_width=tabs,
         )
         if found is None:
             continue
@@ -398,11 +403,12 @@ def _with_expected(
     matcher_lines: _match.Lines,
     region: Region,
     spot: tuple[int, int] | None,
+    tabs: int,
 ) -> Placed:
     assert region.expected is not None
     display = loaded.sp.display
     if spot is not None and _in_bounds(len(lines), *spot) and spot[1] >= spot[0]:
-        here = _window_match(loaded, lines, region, *spot)
+        here = _window_match(loaded, lines, region, *spot, tabs)
         if here is not None:
             return Placed(region, spot[0], spot[1], here.spans[0].replacement, matched=here.way)
     if region.end_line < region.start_line:
@@ -414,6 +420,7 @@ def _with_expected(
         loaded.newline,
         lines=matcher_lines,
         whole_lines=True,
+        tab_width=tabs,
     )
     if found is None:
         raise _expected_missed(loaded, lines, region, spot, matcher_lines)

@@ -100,7 +100,12 @@ class Edit(Tool[EditArgs]):
         old = _edit.with_newlines(old_string, loaded.newline)
         new = _edit.with_newlines(new_string, loaded.newline)
         lines = _match.Lines(text)
-        found = _match.find(text, old, new, loaded.newline, lines=lines)
+        try:
+            found = _match.find(
+                text, old, new, loaded.newline, lines=lines, tab_width=_edit.tab_width(ctx, loaded)
+            )
+        except _match.IndentUnclear as exc:
+            raise _pointer.indent_refusal(exc, "old_string", display) from None
         if found is None:
             raise _missed(display, lines, args.old_string)
         spans = _non_overlapping(found.spans)
