@@ -427,14 +427,20 @@ def _line_span(
 def _drifted(old_lines: list[str], file_lines: list[str], new_lines: list[str]) -> bool:
     """Whether the new text carries the old text's drift, so it needs re-indenting.
 
-    Models start the old and the new text at the same level.  A new text
-    whose first line sits at the file's depth where the old text's first
-    line did not was written for the file as it is: it is kept as written.
+    Models start the old and the new text with the same line at the same
+    level.  Where the new text's first line is the old text's first line
+    (the same words) at the file's depth instead of the copy's, the new
+    text was written for the file as it is and is kept as written; without
+    that evidence it carries the drift.
     """
-    old_base = next((_indent(o) for o in old_lines if o.strip()), None)
-    file_base = next((_indent(f) for f in file_lines if f.strip()), None)
-    new_base = next((_indent(n) for n in new_lines if n.strip()), None)
-    return not (new_base is not None and new_base == file_base and new_base != old_base)
+    old_first = next((o for o in old_lines if o.strip()), None)
+    file_first = next((f for f in file_lines if f.strip()), None)
+    new_first = next((n for n in new_lines if n.strip()), None)
+    if old_first is None or file_first is None or new_first is None:
+        return True
+    if new_first.strip() != old_first.strip():
+        return True
+    return not (_indent(new_first) == _indent(file_first) != _indent(old_first))
 
 
 def columns(indent: str, tab_width: int) -> int:
