@@ -239,6 +239,8 @@ def find(
         old_lines.pop()
     if not any(line.strip() for line in old_lines):
         return Found("exact", exact) if exact else None  # blank lines match everywhere
+    if exact and not _may_find_more(text, old_lines, len(exact)):
+        return Found("exact", exact)
     lines = lines or Lines(text)
     first: Found | None = Found("exact", exact) if exact else None
     taken = {(s.first_line, s.last_line) for s in exact}
@@ -270,6 +272,38 @@ def find(
     if first is None:
         return None
     return Found(first.way, first.spans, tuple(others))
+
+
+def _may_find_more(text: str, old_lines: list[str], found: int) -> bool:
+    """Whether a looser pass could find lines the exact matches do not cover.
+
+    A cheap test in C before cutting a large file into lines three ways:
+    every looser match holds the old text's longest line (stripped) as a
+    substring of the file, unless typographic characters or ``--`` stand in
+    it, which only the lines holding those can show.
+    """
+    stripped = [line.strip() for line in old_lines]
+    anchor = max(stripped, key=len)
+    if text.count(anchor) > found * sum(line.count(anchor) for line in stripped):
+        return True
+    plain = _unicode_key(anchor)
+    if plain != anchor and plain and plain in text:
+        return True  # the same line written plainly elsewhere
+    want = {_unicode_key(line) for line in old_lines if line.strip()}
+    if text.isascii() and all(key.isascii() for key in want) and "--" not in text:
+        return False
+    seen: set[int] = set()
+    for at in _normalised_at(text):
+        head = text.rfind("\n", 0, at) + 1
+        if head in seen:
+            continue  # this line was looked at already
+        seen.add(head)
+        line_end = text.find("\n", at)
+        if line_end < 0:
+            line_end = len(text)
+        if _unicode_key(text[head:line_end].rstrip("\r")) in want:
+            return True
+    return False
 
 
 def _whole_line_span(text: str, span: Span) -> bool:
