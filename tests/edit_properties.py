@@ -205,28 +205,37 @@ def _pick_block(lines: list[str], rng: random.Random, min_len: int = 2) -> tuple
     """A stretch of lines, unique in the file even ignoring whitespace, mostly telling."""
     for _ in range(30):
         i = rng.randrange(len(lines))
-        if not _telling(lines[i]):
+        if not _telling(lines[i]) or "***" in lines[i]:
             continue
         j = i + min_len
         while j <= min(len(lines), i + 8):
             block = lines[i:j]
-            if sum(_telling(x) for x in block) >= min_len and _key_count(lines, block) == 1:
+            if (
+                sum(_telling(x) for x in block) >= min_len
+                and _key_count(lines, block) == 1
+                and "***" not in _join(block)  # redacted credentials are another matter
+                and not block[-1].rstrip().endswith("\\")  # a comment after it would join lines
+            ):
                 return i, j
             j += 1
     return None
 
 
-def _changed(block: list[str], rng: random.Random) -> list[str]:
+def _note(path: str, words: str) -> str:
+    """A comment in the file's own comment style, so the edit keeps the file valid."""
+    leader = COMMENT.get(Path(path).suffix, "#")
+    return f"{leader} {words}" + (" -->" if leader == "<!--" else "")
+
+
+def _changed(block: list[str], rng: random.Random, path: str) -> list[str]:
     """The block as a commit changes it: one telling line edited, maybe one added."""
     out = list(block)
     targets = [k for k, x in enumerate(out) if _telling(x)]
     k = rng.choice(targets)
     line = out[k]
-    out[k] = line.rstrip() + ("  # changed" if rng.random() < 0.5 else " ") + "\n"
-    if out[k].strip() == line.strip():
-        out[k] = _indent(line) + "changed_" + line.lstrip()
+    out[k] = line.rstrip() + "  " + _note(path, "changed") + "\n"
     if rng.random() < 0.5:
-        out.insert(k + 1, _indent(line) + "added_line = 1\n")
+        out.insert(k + 1, _indent(line) + _note(path, "added line") + "\n")
     return out
 
 
@@ -248,7 +257,7 @@ def make_case(source: Source, shape: str, rng: random.Random) -> Case | None:
         return None
     i, j = picked
     block = lines[i:j]
-    new = _changed(block, rng)
+    new = _changed(block, rng, source.name)
     intended = _join(lines[:i] + new + lines[j:])
     path = source.name
 
