@@ -76,9 +76,11 @@ class Edit(Tool[EditArgs]):
         "(whitespace and indentation included) with enough lines that it occurs exactly "
         "once, or set replace_all. A copy that differs only in trailing whitespace, "
         "indentation or typographic quotes/dashes is still found (the result says how); "
-        "a changed or missing line is not. Write new_string out in full: a placeholder "
-        "such as '# ... existing code ...' is refused. The file must have been read "
-        "first and not changed since."
+        "a changed or missing line is not. Where the copy could mean two places (a twin "
+        "elsewhere), it is refused with every place listed. Write new_string out in full "
+        "and as the file will hold it: a placeholder such as '# ... existing code ...', "
+        "the whole file, a ``` fence, diff markers or line numbers are refused. The file "
+        "must have been read first and not changed since."
     )
     Args = EditArgs
     side_effecting = True
