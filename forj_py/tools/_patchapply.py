@@ -100,7 +100,20 @@ def apply(
                 places = _places(lines, old, 0, hunk.end_of_file)
                 if len(places) > 1:
                     raise _ambiguous(display, lines, number, hunk, places, len(old))
-        replacement = _replacement(lines, first, n, old, new, newline, way, hunk)
+        try:
+            replacement = _replacement(lines, first, n, old, new, newline, way, hunk)
+        except _match.IndentUnclear as exc:
+            raise patch_failed(
+                f"Hunk {number} of {display} (patch line {hunk.patch_line}) matched only "
+                "ignoring indentation, and the file indents with tabs and spaces in a way "
+                f"the hunk's depths do not map onto: the depth of {exc.line.strip()[:80]!r} "
+                "cannot be told. Nothing was changed",
+                display,
+                ["Write the hunk's lines with the file's own tabs and spaces"],
+                hunk=number,
+                patch_line=hunk.patch_line,
+                problem="indentation-unclear",
+            ) from None
         begin = lines.starts[first] if first < len(lines) else len(text)
         end = lines.end_of(first + n - 1, True) if n else begin
         if not n and first == len(lines) and text and not lines.has_final_newline:
