@@ -238,6 +238,13 @@ def test_double_escape_caught_on_one_line_ranges_two_line_texts_and_whole_files(
         (r,) = _exec(worker, c)
         assert not r["ok"] and r["error"]["details"]["problem"] == "double-escaped", r
     assert (project / "f.py").read_text() == holder
+    # A docstring's closing quote opens no string: two lines joined are still caught.
+    lisp = '(defun f ()\n  "Say\nmore."\n  (concat a "\\n" b))\n'
+    _setup(worker, project, "d.el", lisp)
+    old = 'more."\n  (concat a "\\n" b))\n'
+    r = _edit(worker, "d.el", old, 'more. Really."\\n  (concat a "\\n" b))\n')
+    assert not r["ok"] and r["error"]["details"]["problem"] == "double-escaped", r
+    assert (project / "d.el").read_text() == lisp
 
 
 def test_real_backslashes_stay_real_regex_comment_c_string_elisp_char_printf(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
+from typing import NoReturn
 
 from .. import errors
 from ..errors import ToolFailure
@@ -144,14 +145,29 @@ def _regex_starts(text: str, i: int) -> bool:
 def check_double_escape(new: str, replaced: str, what: str, where: str) -> None:
     """Refuse one-line text whose literal ``\\n`` stand for line breaks.
 
-    The signs, any one enough: two literal ``\\n`` outside strings and
-    comments; or one, where a piece it separates is a line of the replaced
-    text, or starts at the replaced text's own indentation.  Never for
-    sequences the replaced text held around the same words, nor for text
-    with real line breaks of its own.
+    The signs, any one enough: two lines of the replaced text joined by
+    literal ``\\n``; more literal ``\\n`` than the replaced lines held, where
+    a piece they separate is a line of the replaced text or starts at its
+    indentation; two literal ``\\n`` outside strings and comments; or one,
+    with such a piece.  Never for sequences the replaced text held around
+    the same words, nor for text with real line breaks of its own.
     """
     if "\n" in new.rstrip("\r\n") or "\\n" not in new:
         return
+    old_lines = {line.strip() for line in replaced.replace("\r\n", "\n").split("\n")}
+    raw_pieces = new.split("\\n")
+    pieces = [p.strip() for p in raw_pieces]
+    shared = [p for p in pieces if _telling(p) and p in old_lines]
+    if len(set(shared)) >= 2:
+        # Two lines of the replaced text joined by a literal \n: escaped, whatever
+        # quotes the pieces hold (a docstring's closing quote opens nothing).
+        _refuse_escaped(what, where, new.count("\\n"))
+    indents = {_leading(line) for line in replaced.split("\n") if line.strip()} - {""}
+    indented = any(_leading(piece) in indents for piece in raw_pieces[1:] if piece.strip())
+    evidence = indented or (bool(shared) and len(pieces) > len(shared))
+    replaced_lines = len(replaced.rstrip("\r\n").split("\n"))
+    if replaced_lines >= 2 and new.count("\\n") > replaced.count("\\n") and evidence:
+        _refuse_escaped(what, where, new.count("\\n"))
     code, in_comment, at = _scan(new, where)
     if code + in_comment == 0:
         return
@@ -159,15 +175,12 @@ def check_double_escape(new: str, replaced: str, what: str, where: str) -> None:
     if kept and len(kept) == len(at) and not in_comment:
         return  # the replaced text held the same sequences
     fresh = code - len(kept)
-    pieces = [p.strip() for p in new.split("\\n")]
-    old_lines = {line.strip() for line in replaced.replace("\r\n", "\n").split("\n")}
-    shared = [p for p in pieces if _telling(p) and p in old_lines]
-    indents = {_leading(line) for line in replaced.split("\n") if line.strip()} - {""}
-    indented = any(_leading(piece) in indents for piece in new.split("\\n")[1:] if piece.strip())
-    evidence = indented or (bool(shared) and len(pieces) > len(shared))
     if fresh < 2 and not (fresh + in_comment >= 1 and evidence):
         return
-    count = code + in_comment
+    _refuse_escaped(what, where, code + in_comment)
+
+
+def _refuse_escaped(what: str, where: str, count: int) -> NoReturn:
     raise errors.bad_args(
         f"{what} is a single line holding {count} literal '\\n' sequences where {where} "
         "has real lines: it looks escaped twice, and written as is it would put the text "
