@@ -171,11 +171,13 @@ def _strip_key(line: str) -> str:
 _HYPHENS = re.compile(r"-{2,}")
 
 
-def _normalised_at(text: str) -> Iterator[int]:
-    """Offsets of every typographic character and every "--" of ``text``."""
+def _normalised_at(text: str, dashes: bool = True) -> Iterator[int]:
+    """Offsets of every typographic character and (``dashes``) every "--" of ``text``."""
     if not text.isascii():
         for m in _PUNCT_RE.finditer(text):
             yield m.start()
+    if not dashes:
+        return
     at = text.find("--")
     while at >= 0:
         yield at
@@ -252,6 +254,14 @@ def find(
         if not starts:
             continue
         if first is None:
+            if not _may_find_more(text, old_lines, len(starts)):
+                return Found(
+                    way,
+                    [
+                        _line_span(lines, i, old_lines, new, newline, ends_nl, way, tab_width)
+                        for i in starts
+                    ],
+                )
             spans = [
                 _line_span(lines, i, old_lines, new, newline, ends_nl, way, tab_width)
                 for i in starts
@@ -293,7 +303,9 @@ def _may_find_more(text: str, old_lines: list[str], found: int) -> bool:
     if text.isascii() and all(key.isascii() for key in want) and "--" not in text:
         return False
     seen: set[int] = set()
-    for at in _normalised_at(text):
+    # A line's "--" reads as "-": only wanted lines holding a dash can match one.
+    dashes = any("-" in key for key in want)
+    for at in _normalised_at(text, dashes):
         head = text.rfind("\n", 0, at) + 1
         if head in seen:
             continue  # this line was looked at already
