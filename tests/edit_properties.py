@@ -7,15 +7,16 @@ sources, JavaScript, Go, Rust).  From a file and a seeded choice of lines,
 :func:`make_case` builds one edit the way a model sends it, with one
 shape of trouble, and says what must come of it:
 
-``clean``, ``trailing``, ``drift``
+``clean``, ``trailing``, ``drift``, ``region``
     a legitimate edit (as copied, with trailing blanks lost, a level too
-    deep): the intended file, or a refusal (counted, the refusal rate);
+    deep; ``edit_region`` with ``expected``): the intended file, or a
+    refusal (counted, the refusal rate);
 ``twin``, ``twin-trailing``
     the copy, drifted or stripped, equals a twin block put elsewhere in the
     file while a looser pass finds the block meant: a refusal, or the
     intended file;
 ``fence``, ``markers``, ``gutter``, ``whole-file``, ``escaped``,
-``placeholder``, ``blank-start``
+``placeholder``, ``blank-start``, ``region-whole-file``, ``region-escaped``
     new text carrying what surrounds an edit, escaped twice, abbreviated,
     or an old text starting with an empty line the file lacks: a refusal.
 
@@ -38,8 +39,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_BYTES = 60_000
-LEGIT = ("clean", "trailing", "drift")
+LEGIT = ("clean", "trailing", "drift", "region")
 MUST_REFUSE = (
+    "region-whole-file",
+    "region-escaped",
     "fence",
     "markers",
     "gutter",
@@ -266,6 +269,21 @@ def make_case(source: Source, shape: str, rng: random.Random) -> Case | None:
 
     if shape == "clean":
         return Case(shape, source, text, edit(_join(block), _join(new)), intended)
+    if shape.startswith("region"):
+        content = {
+            "region": _join(new),
+            "region-whole-file": intended,
+            "region-escaped": "\\n".join(x.rstrip("\n") for x in new),
+        }[shape]
+        region = {
+            "tool": "edit_region",
+            "path": path,
+            "start_line": i + 1,
+            "end_line": j,
+            "expected": _join(block),
+            "new_content": content,
+        }
+        return Case(shape, source, text, region, intended if shape == "region" else None)
     if shape == "trailing":
         if not any(x.rstrip("\n") != x.rstrip() for x in block):
             padded = [x.rstrip("\n") + "  \n" for x in block]
