@@ -70,7 +70,7 @@ def test_legitimate_and_twin_edits_rates(
     rng = random.Random(20261127)
     run_calls = _runner(make_worker)
     tally: Counter[str] = Counter()
-    for source in SOURCES:
+    for source in SOURCES[::2]:  # every other file: the benchmark runs them all
         case = props.make_case(source, shape, rng)
         if case is None:
             continue
