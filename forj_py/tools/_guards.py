@@ -1,13 +1,15 @@
 """Refusals for new text that would break a file the way models typically do.
 
-Two shapes of model output look fine to a schema and wreck a file:
+Shapes of model output that look fine to a schema and wreck a file:
 
 * **double escaping**: the whole new text arrives as one line holding
   literal ``\\n`` sequences (the model escaped its JSON twice);
 * **lazy placeholders**: a line such as ``# ... existing code ...`` stands
-  where the original had real lines, which the write would delete.
+  where the original had real lines, which the write would delete;
+* **pasted surroundings**: the whole file in place of a few lines, a
+  Markdown fence, diff markers or a read tool's line numbers.
 
-Both are refused with the line at fault and what to send instead.  Only
+Each is refused with the reason and what to send instead.  Only
 the text being replaced is compared, so a placeholder that was already in
 the file, or an escape that the replaced text had too, passes.
 """

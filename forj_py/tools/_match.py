@@ -3,7 +3,10 @@
 A model copies ``old_string`` from what it read, and the copy is rarely
 exact: trailing blanks dropped, the block indented one level more or less,
 tabs typed as spaces, straight quotes turned curly.  :func:`find` tries
-passes in order and stops at the first that finds anything:
+passes in order; the first that finds anything decides how the new text
+is written, and the looser ones still look for other places (a copy can
+equal a twin elsewhere exactly while a looser pass finds the block it was
+copied from: two candidates, so the caller refuses and names both):
 
 ``exact``
     the text as sent;
@@ -21,7 +24,8 @@ passes in order and stops at the first that finds anything:
 
 Never fuzzier than that: a line missing or changed is no match.  A pass
 that finds several places reports them all; the caller refuses (or, for
-``replace_all``, replaces them all).  Lines of the new text that repeat a
+``replace_all``, replaces those of the first pass).  Depth is measured in
+columns at the file's tab width.  Lines of the new text that repeat a
 line of the old text unchanged are written exactly as the file has them,
 so a tolerated difference never leaks into lines the model meant to keep.
 """

@@ -12,8 +12,9 @@ Hunks apply in order and never overlap: each is looked for after the one
 before it.  Where the patch says where a hunk goes (a unified diff's line
 numbers, corrected by how far the previous hunk was off), the match
 nearest that line wins; an envelope's ``@@`` anchor lines are found first,
-and the hunk after them; otherwise the first match after the previous
-hunk wins.  Every hunk reports where it landed.
+and the hunk after them.  A hunk with neither a line number nor an anchor
+found once must match one place in the whole file, at any pass, or it is
+refused naming every place.  Every hunk reports where it landed.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 ``old_string`` is found by the passes of :mod:`._match`: exact first, then
 ignoring trailing whitespace, then indentation, then typographic
-punctuation; the first pass that finds it must find it once (or
-``replace_all``).  The result and the review say which pass matched, and
+punctuation; the passes together must find one place (or ``replace_all``,
+which takes every place of the first pass that finds any).  The result and the review say which pass matched, and
 the diff shows the final text, so a tolerated difference hides nothing.
 """
 
