@@ -3,8 +3,9 @@
 ``old_string`` is found by the passes of :mod:`._match`: exact first, then
 ignoring trailing whitespace, then indentation, then typographic
 punctuation; the passes together must find one place (or ``replace_all``,
-which takes every place of the first pass that finds any).  The result and the review say which pass matched, and
-the diff shows the final text, so a tolerated difference hides nothing.
+which takes every place of the first pass that finds any).  The result and
+the review say which pass matched, and the diff shows the final text, so a
+tolerated difference hides nothing.
 """
 
 from __future__ import annotations
