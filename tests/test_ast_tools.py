@@ -638,3 +638,49 @@ def test_ast_edit_says_when_the_new_name_is_already_there(
     result = ok(worker, "ast_edit", target_node_id=node, new_name="_check", dry_run=True)
     assert result["clashes"] == {"py/auth.py": 2}
     assert "def auth_login" in (code / "py/auth.py").read_text()
+
+
+SHORTHAND = {
+    "auth.js": (
+        "function authCheck(user) { return !!user; }\n"
+        "const table = { authCheck, other: 1 };\n"
+        "module.exports = { authCheck };\n"
+    ),
+    "use.js": (
+        "const { authCheck } = require('./auth');\n"
+        "function run({ authCheck: check }, { authCheck }) { return check && authCheck; }\n"
+        "authCheck(1);\n"
+    ),
+    "api.ts": (
+        "export function loadUser(id: number): number { return id; }\n"
+        "export const api = { loadUser };\n"
+        "const { loadUser: load } = api;\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("file", "qualname", "new_name", "changed"),
+    [
+        ("auth.js", "authCheck", "checkAuth", {"auth.js": 3, "use.js": 4}),
+        ("api.ts", "loadUser", "fetchUser", {"api.ts": 2}),
+    ],
+)
+def test_ast_edit_rename_reaches_shorthand_properties_and_patterns(
+    make_worker: MakeWorker,
+    project: Path,
+    file: str,
+    qualname: str,
+    new_name: str,
+    changed: dict[str, int],
+) -> None:
+    """``{ authCheck }`` in an object or a pattern names the function: renamed with it."""
+    (project / "src/main.py").unlink()
+    write_tree(project, SHORTHAND)
+    worker = make_worker()
+    node = _target(worker, file, qualname)
+    result = ok(worker, "ast_edit", target_node_id=node, new_name=new_name)
+    assert result["sites"] == changed
+    for path in changed:
+        assert qualname not in (project / path).read_text().replace(f"{qualname}: ", "")
+    assert ok(worker, "ast_generate", paths=["**"])["errors"] == []

@@ -470,9 +470,20 @@ _MEMBERS["typescript"] = _MEMBERS["tsx"] = _MEMBERS["javascript"]
 _TYPE_KINDS = frozenset({"class", "struct", "enum", "interface", "trait", "type"})
 
 
+# Shorthand forms that are references to a name in scope as well as keys:
+# ``{ authCheck }`` in an object and ``const { authCheck } = ...`` in a pattern
+# name the variable; left behind, a renamed export breaks at run time.
+_SHORTHAND = {
+    "javascript": frozenset(
+        {"shorthand_property_identifier", "shorthand_property_identifier_pattern"}
+    ),
+}
+_SHORTHAND["typescript"] = _SHORTHAND["tsx"] = _SHORTHAND["javascript"]
+
+
 def identifier_types(language: str, kind: str) -> frozenset[str]:
     """The node types a rename of a ``kind`` definition changes in ``language``."""
-    wanted = set(_PLAIN)
+    wanted = set(_PLAIN) | _SHORTHAND.get(language, frozenset())
     if kind == "method" or (language == "go" and kind == "fn"):
         wanted |= _MEMBERS[language]
     if kind in _TYPE_KINDS:

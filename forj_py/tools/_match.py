@@ -3,7 +3,10 @@
 A model copies ``old_string`` from what it read, and the copy is rarely
 exact: trailing blanks dropped, the block indented one level more or less,
 tabs typed as spaces, straight quotes turned curly.  :func:`find` tries
-passes in order and stops at the first that finds anything:
+passes in order; the first that finds anything decides how the new text
+is written, and the looser ones still look for other places (a copy can
+equal a twin elsewhere exactly while a looser pass finds the block it was
+copied from: two candidates, so the caller refuses and names both):
 
 ``exact``
     the text as sent;
@@ -21,7 +24,8 @@ passes in order and stops at the first that finds anything:
 
 Never fuzzier than that: a line missing or changed is no match.  A pass
 that finds several places reports them all; the caller refuses (or, for
-``replace_all``, replaces them all).  Lines of the new text that repeat a
+``replace_all``, replaces those of the first pass).  Depth is measured in
+columns at the file's tab width.  Lines of the new text that repeat a
 line of the old text unchanged are written exactly as the file has them,
 so a tolerated difference never leaks into lines the model meant to keep.
 """
@@ -94,6 +98,14 @@ class Span:
 class Found:
     way: str
     spans: list[Span]
+    # Places a looser pass finds besides ``spans`` (lines no span covers): the
+    # text could mean those too, so a single edit is refused and names them all.
+    others: tuple[Span, ...] = ()
+
+    @property
+    def places(self) -> list[Span]:
+        """Every place any pass finds, in file order."""
+        return sorted([*self.spans, *self.others], key=lambda s: s.start)
 
 
 class Lines:
@@ -163,11 +175,13 @@ def _strip_key(line: str) -> str:
 _HYPHENS = re.compile(r"-{2,}")
 
 
-def _normalised_at(text: str) -> Iterator[int]:
-    """Offsets of every typographic character and every "--" of ``text``."""
+def _normalised_at(text: str, dashes: bool = True) -> Iterator[int]:
+    """Offsets of every typographic character and (``dashes``) every "--" of ``text``."""
     if not text.isascii():
         for m in _PUNCT_RE.finditer(text):
             yield m.start()
+    if not dashes:
+        return
     at = text.find("--")
     while at >= 0:
         yield at
@@ -199,17 +213,28 @@ def find(
     lines: Lines | None = None,
     passes: tuple[str, ...] = PASSES,
     whole_lines: bool = False,
+    tab_width: int = 8,
 ) -> Found | None:
-    """The places ``old`` matches in ``text`` at the first pass that finds any.
+    """The places ``old`` matches in ``text``: the first pass that finds any,
+    and the places every looser pass finds besides.
 
     ``old`` and ``new`` are given with the file's line ends (``newline``),
     and so are the replacements.  With ``whole_lines`` even the exact pass
     matches whole lines only (``expected`` of a line range).  None when no
     pass finds anything.
+
+    The first pass that finds something does not settle the place alone: a
+    copy drifted a level (or stripped of trailing blanks) can equal a twin
+    block elsewhere exactly while a looser pass also finds the block it was
+    copied from.  So the looser passes run too, and whatever lines they
+    find that the first pass did not come back in ``others``; a caller
+    placing one edit refuses and names them all.
     """
+    exact: list[Span] = []
     if "exact" in passes and not whole_lines:
         exact = _find_exact(text, old, new)
-        if exact:
+        if exact and not all(_whole_line_span(text, s) for s in exact):
+            # Part of a line, copied as it is: no line pass reads it the same way.
             return Found("exact", exact)
     model_old = old.replace("\r\n", "\n")
     old_lines = model_old.split("\n")
@@ -219,16 +244,90 @@ def find(
     if ends_nl:
         old_lines.pop()
     if not any(line.strip() for line in old_lines):
-        return None  # blank lines alone match everywhere at these passes
+        return Found("exact", exact) if exact else None  # blank lines match everywhere
+    if exact and not _may_find_more(text, old_lines, len(exact)):
+        return Found("exact", exact)
     lines = lines or Lines(text)
+    first: Found | None = Found("exact", exact) if exact else None
+    taken = {(s.first_line, s.last_line) for s in exact}
+    others: list[Span] = []
     for way in passes:
         if way == "exact" and not whole_lines:
             continue
         starts = _find_lines(lines, old_lines, way, ends_nl)
-        if starts:
-            spans = [_line_span(lines, i, old_lines, new, newline, ends_nl, way) for i in starts]
-            return Found(way, spans)
-    return None
+        if not starts:
+            continue
+        if first is None:
+            if not _may_find_more(text, old_lines, len(starts)):
+                return Found(
+                    way,
+                    [
+                        _line_span(lines, i, old_lines, new, newline, ends_nl, way, tab_width)
+                        for i in starts
+                    ],
+                )
+            spans = [
+                _line_span(lines, i, old_lines, new, newline, ends_nl, way, tab_width)
+                for i in starts
+            ]
+            first = Found(way, spans)
+            taken = {(s.first_line, s.last_line) for s in spans}
+            continue
+        for i in starts:
+            if (i + 1, i + len(old_lines)) not in taken:
+                try:
+                    span = _line_span(lines, i, old_lines, new, newline, ends_nl, way, tab_width)
+                except IndentUnclear:
+                    # Only listed, never written: the place is what counts.
+                    start, end = lines.starts[i], lines.end_of(i + len(old_lines) - 1, ends_nl)
+                    span = Span(start, end, i + 1, i + len(old_lines), "")
+                others.append(span)
+                taken.add((span.first_line, span.last_line))
+    if first is None:
+        return None
+    return Found(first.way, first.spans, tuple(others))
+
+
+def _may_find_more(text: str, old_lines: list[str], found: int) -> bool:
+    """Whether a looser pass could find lines the exact matches do not cover.
+
+    A cheap test in C before cutting a large file into lines three ways:
+    every looser match holds the old text's longest line (stripped) as a
+    substring of the file, unless typographic characters or ``--`` stand in
+    it, which only the lines holding those can show.
+    """
+    stripped = [line.strip() for line in old_lines]
+    anchor = max(stripped, key=len)
+    if text.count(anchor) > found * sum(line.count(anchor) for line in stripped):
+        return True
+    plain = _unicode_key(anchor)
+    if plain != anchor and plain and plain in text:
+        return True  # the same line written plainly elsewhere
+    want = {_unicode_key(line) for line in old_lines if line.strip()}
+    if text.isascii() and all(key.isascii() for key in want) and "--" not in text:
+        return False
+    seen: set[int] = set()
+    # A line's "--" reads as "-": only wanted lines holding a dash can match one.
+    dashes = any("-" in key for key in want)
+    for at in _normalised_at(text, dashes):
+        head = text.rfind("\n", 0, at) + 1
+        if head in seen:
+            continue  # this line was looked at already
+        seen.add(head)
+        line_end = text.find("\n", at)
+        if line_end < 0:
+            line_end = len(text)
+        if _unicode_key(text[head:line_end].rstrip("\r")) in want:
+            return True
+    return False
+
+
+def _whole_line_span(text: str, span: Span) -> bool:
+    """Whether a match covers whole lines: from a line's start to a line's end."""
+    if span.start > 0 and text[span.start - 1] != "\n":
+        return False
+    end = span.end
+    return end == len(text) or text[end - 1] == "\n" or text[end] in "\r\n"
 
 
 def _find_exact(text: str, old: str, new: str) -> list[Span]:
@@ -244,7 +343,13 @@ def _find_exact(text: str, old: str, new: str) -> list[Span]:
     line = 1
     counted = 0
     indented = old[:1] in (" ", "\t")
+    # An empty first line is a line of its own: it starts where a line starts,
+    # never at the end of whatever line comes before it.
+    blank_first = old.startswith(("\n", "\r\n"))
     while at >= 0:
+        if blank_first and at > 0 and text[at - 1] != "\n":
+            at = text.find(old, at + 1)
+            continue
         if at > 0 and text[at - 1] in " \t" and _whole_lines_elsewhere(text, old, at, indented):
             deeper += 1
         line += text.count("\n", counted, at)
@@ -314,6 +419,7 @@ def _line_span(
     newline: str,
     ends_nl: bool,
     way: str,
+    tab_width: int = 8,
 ) -> Span:
     n = len(old_lines)
     end = lines.end_of(first + n - 1, ends_nl)
@@ -328,15 +434,37 @@ def _line_span(
     kept: dict[str, str] = {}
     for old_line, file_line in zip(old_lines, file_lines, strict=True):
         kept.setdefault(old_line, file_line)
-    shift = _Reindent(old_lines, file_lines) if way in ("indent", "unicode") else None
+    # Lines kept in place map to their own file line, found by aligning the
+    # new text with the old: two kept lines of the same text (a closing
+    # brace at two depths) each keep their own.
+    own: dict[int, str] = {}
+    counterpart: dict[int, int] = {}  # a changed new line -> the old line it rewrites
+    aligned = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in aligned.get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                own[j1 + k] = file_lines[i1 + k]
+        elif tag == "replace":
+            for k in range(min(i2 - i1, j2 - j1)):
+                counterpart[j1 + k] = i1 + k
+    shift = None
+    if way in ("indent", "unicode") and _drifted(old_lines, file_lines, new_lines):
+        shift = _Reindent(old_lines, file_lines, tab_width)
     punct = _punct_map(old_lines, file_lines, lines.text) if way == "unicode" else {}
     out = []
-    for line in new_lines:
-        if line in kept:
-            out.append(kept[line])  # a line the model meant to keep: the file's own text
+    for j, line in enumerate(new_lines):
+        if j in own:
+            out.append(own[j])  # a line the model meant to keep: the file's own text
             continue
-        if punct and not line.isascii():
-            line = "".join(punct.get(ch, ch) for ch in line)
+        if line in kept:
+            out.append(kept[line])
+            continue
+        if way == "unicode" and not line.isascii():
+            rewrites = counterpart.get(j)
+            if rewrites is not None:
+                line = _punct_in_place(line, old_lines[rewrites], file_lines[rewrites], punct)
+            else:
+                line = "".join(punct.get(ch, ch) for ch in line)
         if shift is not None and line.strip():
             line = shift.apply(line)
         out.append(line)
@@ -346,36 +474,82 @@ def _line_span(
     return Span(lines.starts[first], end, first + 1, first + n, replacement)
 
 
-class _Reindent:
-    """Moves the model's indentation onto the file's, keeping relative depth."""
+def _drifted(old_lines: list[str], file_lines: list[str], new_lines: list[str]) -> bool:
+    """Whether the new text carries the old text's drift, so it needs re-indenting.
 
-    def __init__(self, old_lines: list[str], file_lines: list[str]) -> None:
+    Models start the old and the new text with the same line at the same
+    level.  Where the new text's first line is the old text's first line
+    (the same words) at the file's depth instead of the copy's, the new
+    text was written for the file as it is and is kept as written; without
+    that evidence it carries the drift.
+    """
+    old_first = next((o for o in old_lines if o.strip()), None)
+    file_first = next((f for f in file_lines if f.strip()), None)
+    new_first = next((n for n in new_lines if n.strip()), None)
+    if old_first is None or file_first is None or new_first is None:
+        return True
+    if new_first.strip() != old_first.strip():
+        return True
+    return not (_indent(new_first) == _indent(file_first) != _indent(old_first))
+
+
+def columns(indent: str, tab_width: int) -> int:
+    """How many columns ``indent`` spans, tabs stopping at multiples of ``tab_width``."""
+    col = 0
+    for ch in indent:
+        col = (col // tab_width + 1) * tab_width if ch == "\t" else col + 1
+    return col
+
+
+class _Reindent:
+    """Moves the model's indentation onto the file's, keeping relative depth.
+
+    Depth is measured in columns, tabs at the file's tab width: a file that
+    indents with tabs and aligns with spaces after them (gofmt continuation
+    lines, Lisp alignment) has depths no count of characters tells.  A
+    depth the old text showed takes the file's own indentation for it;
+    another is moved by the ratio the pairs of old and file lines show, and
+    written as the file writes indentation (tabs as far as they go, then
+    spaces, in a file that indents with tabs).  Where the pairs disagree on
+    that ratio, a new depth cannot be told and the edit is refused.
+    """
+
+    def __init__(self, old_lines: list[str], file_lines: list[str], tab_width: int = 8) -> None:
+        self.width = max(tab_width, 1)
         pairs = [
             (_indent(o), _indent(f))
             for o, f in zip(old_lines, file_lines, strict=True)
             if o.strip() and f.strip()
         ]
         self.known: dict[str, str] = {}
+        self.known_cols: dict[int, str] = {}
         for o, f in pairs:
             self.known.setdefault(o, f)
-        self.old_base, self.file_base = pairs[0] if pairs else ("", "")
-        self.tabs = "\t" in self.file_base or any("\t" in f for _, f in pairs)
-        self.ratio = 0.0
+            self.known_cols.setdefault(self._cols(o), f)
+        old_base, file_base = pairs[0] if pairs else ("", "")
+        self.old_base, self.file_base = self._cols(old_base), self._cols(file_base)
+        self.tabs = "\t" in file_base or any("\t" in f for _, f in pairs)
+        ratios = set()
         for o, f in pairs:
-            if len(o) != len(self.old_base) and len(f) != len(self.file_base):
-                self.ratio = (len(f) - len(self.file_base)) / (len(o) - len(self.old_base))
-                if self.ratio > 0:
-                    break
-        if self.ratio <= 0:
-            model_tabs = "\t" in self.old_base or any("\t" in o for o, _ in pairs)
+            oc, fc = self._cols(o) - self.old_base, self._cols(f) - self.file_base
+            if oc and fc and fc / oc > 0:
+                ratios.add(round(fc / oc, 6))
+        self.unclear = len(ratios) > 1
+        if len(ratios) == 1:
+            self.ratio = ratios.pop()
+        else:
+            model_tabs = "\t" in old_base or any("\t" in o for o, _ in pairs)
             # One tab per four spaces, the common width, when nothing shows otherwise.
             self.ratio = (
-                0.25
+                self.width / 4
                 if self.tabs and not model_tabs
-                else 4.0
+                else 4 / self.width
                 if model_tabs and not self.tabs
                 else 1.0
             )
+
+    def _cols(self, indent: str) -> int:
+        return columns(indent, self.width)
 
     def apply(self, line: str) -> str:
         indent = _indent(line)
@@ -383,9 +557,91 @@ class _Reindent:
         known = self.known.get(indent)
         if known is not None:
             return known + body
-        width = len(self.file_base) + round((len(indent) - len(self.old_base)) * self.ratio)
-        width = max(width, 0)
-        return ("\t" if self.tabs else " ") * width + body
+        col = self._cols(indent)
+        known = self.known_cols.get(col)
+        if known is not None:
+            return known + body
+        if self.unclear:
+            raise IndentUnclear(line)
+        target = max(self.file_base + round((col - self.old_base) * self.ratio), 0)
+        if self.tabs:
+            return "\t" * (target // self.width) + " " * (target % self.width) + body
+        return " " * target + body
+
+
+class IndentUnclear(ValueError):
+    """A new line's depth cannot be told from the old text's (see :class:`_Reindent`)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+MAX_ALIGNED = 2000  # longer lines take the edit's one mapping, not a per-position one
+
+
+def _punct_in_place(new: str, old: str, file_line: str, punct: dict[str, str]) -> str:
+    """A changed line's typographic characters, each as the file has it at that place.
+
+    Where the new line keeps the old line's character, the file's own
+    character at that place is written (the file may mix ``"`` and ``“``);
+    a character the model wrote anew follows the edit's mapping only when
+    the file's own characters agree on one form, and otherwise stays as
+    the model wrote it.
+    """
+    if len(new) > MAX_ALIGNED or len(old) > MAX_ALIGNED:
+        return "".join(punct.get(ch, ch) for ch in new)
+    at_file = _positions(old, file_line)
+    out = list(new)
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, _, j1, j2 in matcher.get_opcodes():
+        for j in range(j1, j2):
+            ch = new[j]
+            if ch not in _PUNCT_MAP:
+                continue
+            if tag == "equal":
+                out[j] = at_file.get(i1 + j - j1, ch)
+            elif ch in punct and not (ch in file_line and punct[ch] != ch):
+                out[j] = punct[ch]
+    return "".join(out)
+
+
+def _positions(old: str, file_line: str) -> dict[int, str]:
+    """For each typographic character of ``old``, what the file has in its place."""
+    found: dict[int, str] = {}
+    i = j = 0
+    while i < len(old) and j < len(file_line):
+        if old[i] == file_line[j]:
+            if old[i] in _PUNCT_MAP:
+                found[i] = old[i]
+            i += 1
+            j += 1
+            continue
+        if old[i].isspace() and file_line[j].isspace():
+            i += 1
+            j += 1
+            continue
+        plain = _PUNCT_MAP.get(old[i])
+        if plain is not None and file_line.startswith(plain, j):
+            if plain == "-":
+                plain = file_line[j : len(file_line) - len(file_line[j:].lstrip("-"))]
+            found[i] = plain
+            i += 1
+            j += len(plain)
+            continue
+        fancy = _PUNCT_MAP.get(file_line[j])
+        if fancy is not None and old.startswith(fancy, i):
+            i += len(fancy)
+            j += 1
+            continue
+        if old[i].isspace():
+            i += 1
+            continue
+        if file_line[j].isspace():
+            j += 1
+            continue
+        break
+    return found
 
 
 def _punct_map(old_lines: list[str], file_lines: list[str], text: str) -> dict[str, str]:
@@ -468,22 +724,20 @@ def closest(lines: Lines, wanted: str) -> Closest | None:
         weight = 1 / len(where) if where else 0.0
         for pos in where:
             votes[pos - k] = votes.get(pos - k, 0.0) + weight
-    matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2("\n".join(want_keys))
     candidates: list[int]
     if votes:
         ranked = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))
         candidates = [start for start, _ in ranked[:6]]
     else:
-        candidates = _first_line_candidates(keys, want_keys[0] if want_keys else "", n)
+        candidates = _first_line_candidates(lines, want_keys[0] if want_keys else "", n)
+    alike = Similarity(want_keys)
     scored: list[Closest] = []
     for start in candidates:
         best: Closest | None = None
         for first, width in ((start, n), (start, n + 1), (start - 1, n + 1), (start, n - 1)):
             first = max(first, 0)
             width = max(min(width, len(keys) - first), 1)
-            matcher.set_seq1("\n".join(keys[first : first + width]))
-            ratio = matcher.ratio()
+            ratio = alike.ratio(keys[first : first + width])
             if best is None or ratio > best.ratio + 1e-9:
                 best = Closest(first + 1, first + width, ratio)
         if best is not None:
@@ -504,12 +758,99 @@ def closest(lines: Lines, wanted: str) -> Closest | None:
     return Closest(top.first_line, top.last_line, top.ratio, tuple(others))
 
 
-def _first_line_candidates(keys: list[str], first: str, n: int) -> list[int]:
+def _first_line_candidates(lines: Lines, first: str, n: int) -> list[int]:
+    """Lines most like ``first``: those sharing most of its words, then by characters."""
+    keys = lines.keys("unicode")
+    last = max(len(keys) - n + 1, 1)
+    # The longest words tell most; each is looked for in the whole text (in C).
+    words = sorted(set(_WORD.findall(first[:HEAD])), key=len, reverse=True)[:MAX_WORDS]
+    hits: dict[int, int] = {}
+    text, starts = lines.text, lines.starts
+    for word in words:
+        seen: set[int] = set()
+        at = text.find(word)
+        while at >= 0 and len(seen) < _MAX_VOTE_POSITIONS:
+            line = bisect.bisect_right(starts, at) - 1
+            seen.add(line)
+            # On from the next line: a word repeated along one long line costs one search.
+            at = text.find(word, starts[line + 1]) if line + 1 < len(starts) else -1
+        if at >= 0:
+            continue  # a word this common says nothing about where
+        for i in seen:
+            hits[i] = hits.get(i, 0) + 1
+    ranked = sorted((i for i in hits if i < last), key=lambda i: (-hits[i], i))
+    pool = ranked[:64] or list(range(min(last, 64)))
     matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2(first)
+    # A line's head tells as much as its whole here, at a bounded cost per line.
+    matcher.set_seq2(first[:HEAD])
     scored = []
-    for i, key in enumerate(keys[: max(len(keys) - n + 1, 1)]):
-        matcher.set_seq1(key)
+    for i in pool:
+        matcher.set_seq1(keys[i][:HEAD])
         scored.append((matcher.quick_ratio(), -i))
     scored.sort(reverse=True)
     return [-i for _, i in scored[:8]]
+
+
+MAX_WORDS = 12
+_WORD = re.compile(r"\w{3,}")
+HEAD = 160  # characters of a line compared when nothing else tells where it is
+CHAR_BUDGET = 4000  # texts this short are compared character by character
+
+
+class Similarity:
+    """How alike stretches of lines are to one wanted stretch, in bounded time.
+
+    Short texts are compared character by character (difflib's ratio).
+    Longer ones, where that comparison grows with the product of the
+    lengths (a minute for one 8 KB line), are compared line by line: equal
+    lines count whole, and a changed line counts what it shares with its
+    counterpart at both ends, which finds the one changed word of a
+    100 KB line in a single pass.
+    """
+
+    def __init__(self, want: list[str]) -> None:
+        self.want = want
+        self.size = sum(len(line) + 1 for line in want)
+        self._chars: difflib.SequenceMatcher[str] | None = None
+        if self.size <= CHAR_BUDGET:
+            self._chars = difflib.SequenceMatcher(autojunk=False)
+            self._chars.set_seq2("\n".join(want))
+        self._lines: difflib.SequenceMatcher[str] = difflib.SequenceMatcher(autojunk=False)
+        self._lines.set_seq2(want)
+
+    def ratio(self, have: list[str]) -> float:
+        size = sum(len(line) + 1 for line in have)
+        if self._chars is not None and size <= CHAR_BUDGET:
+            self._chars.set_seq1("\n".join(have))
+            return self._chars.ratio()
+        total = size + self.size
+        if not total:
+            return 1.0
+        self._lines.set_seq1(have)
+        shared = 0
+        for tag, i1, i2, j1, j2 in self._lines.get_opcodes():
+            if tag == "equal":
+                shared += sum(len(line) + 1 for line in have[i1:i2])
+            elif tag == "replace":
+                for a, b in zip(have[i1:i2], self.want[j1:j2], strict=False):
+                    shared += _ends_shared(a, b)
+        return min(2 * shared / total, 1.0)
+
+
+def _ends_shared(a: str, b: str) -> int:
+    """Characters ``a`` and ``b`` share at their start and end (not overlapping)."""
+    limit = min(len(a), len(b))
+    return min(_common(a, b, limit, head=True) + _common(a, b, limit, head=False), limit)
+
+
+def _common(a: str, b: str, limit: int, head: bool) -> int:
+    """Length of the common prefix (or suffix): halving, each comparison a slice in C."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        same = a[:mid] == b[:mid] if head else a[len(a) - mid :] == b[len(b) - mid :]
+        if same:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -12,8 +12,9 @@ Hunks apply in order and never overlap: each is looked for after the one
 before it.  Where the patch says where a hunk goes (a unified diff's line
 numbers, corrected by how far the previous hunk was off), the match
 nearest that line wins; an envelope's ``@@`` anchor lines are found first,
-and the hunk after them; otherwise the first match after the previous
-hunk wins.  Every hunk reports where it landed.
+and the hunk after them.  A hunk with neither a line number nor an anchor
+found once must match one place in the whole file, at any pass, or it is
+refused naming every place.  Every hunk reports where it landed.
 """
 
 from __future__ import annotations
@@ -78,10 +79,13 @@ def apply(
     for number, hunk in enumerate(hunks, 1):
         old, new = hunk.old_lines, hunk.new_lines
         start = cursor
+        anchored = bool(hunk.anchors)
         for anchor in hunk.anchors:
             found_anchor = _find(lines, [anchor], start, None, False)
             if found_anchor is None:
                 raise _anchor_missed(display, lines, number, hunk, anchor)
+            if anchored and len(_places(lines, [anchor], start, False)) > 1:
+                anchored = False  # an anchor read in two places says nothing
             start = found_anchor[0] + 1
         if not old:
             first, way = _insertion_point(lines, hunk, start, drift), "insert"
@@ -92,7 +96,25 @@ def apply(
             if located is None:
                 raise _missed(display, lines, number, hunk, cursor)
             first, n, way, old, new = located
-        replacement = _replacement(lines, first, n, old, new, newline, way, hunk)
+            if hint is None and not anchored:
+                # Nothing says where: the context must name one place in the file.
+                places = _places(lines, old, 0, hunk.end_of_file)
+                if len(places) > 1:
+                    raise _ambiguous(display, lines, number, hunk, places, len(old))
+        try:
+            replacement = _replacement(lines, first, n, old, new, newline, way, hunk)
+        except _match.IndentUnclear as exc:
+            raise patch_failed(
+                f"Hunk {number} of {display} (patch line {hunk.patch_line}) matched only "
+                "ignoring indentation, and the file indents with tabs and spaces in a way "
+                f"the hunk's depths do not map onto: the depth of {exc.line.strip()[:80]!r} "
+                "cannot be told. Nothing was changed",
+                display,
+                ["Write the hunk's lines with the file's own tabs and spaces"],
+                hunk=number,
+                patch_line=hunk.patch_line,
+                problem="indentation-unclear",
+            ) from None
         begin = lines.starts[first] if first < len(lines) else len(text)
         end = lines.end_of(first + n - 1, True) if n else begin
         if not n and first == len(lines) and text and not lines.has_final_newline:
@@ -184,6 +206,59 @@ def _find(
                 return positions[0], way
             return min(positions, key=lambda p: (abs(p - hint), p)), way
     return None
+
+
+def _places(lines: _match.Lines, want_lines: list[str], start: int, at_end: bool) -> list[int]:
+    """Every first line, from ``start``, where any pass finds ``want_lines``."""
+    n = len(want_lines)
+    if not any(line.strip() for line in want_lines):
+        return []
+    found: set[int] = set()
+    for way in _match.PASSES:
+        key = _match.KEYS[way]
+        want = [key(line) for line in want_lines]
+        keys = lines.keys(way)
+        anchor = max(range(n), key=lambda k: len(want[k]))
+        target = want[anchor]
+        pos = start + anchor - 1
+        while True:
+            try:
+                pos = keys.index(target, pos + 1)
+            except ValueError:
+                break
+            first = pos - anchor
+            if first >= start and first + n <= len(keys) and keys[first : first + n] == want:
+                found.add(first)
+    if at_end:
+        return [p for p in sorted(found) if p + n == len(lines)] or sorted(found)
+    return sorted(found)
+
+
+def _ambiguous(
+    display: str,
+    lines: _match.Lines,
+    number: int,
+    hunk: HunkSpec,
+    places: list[int],
+    n: int,
+) -> ToolFailure:
+    spans = [_match.Span(lines.starts[p], lines.starts[p], p + 1, p + n, "") for p in places]
+    listed, matches = _pointer.list_places(lines, spans)
+    return patch_failed(
+        f"Hunk {number} of {display} (patch line {hunk.patch_line}) could go in "
+        f"{len(places)} places: its context and removed lines occur more than once, and "
+        f"the hunk says neither a line number nor a '@@' line found once. Nothing was "
+        f"changed:\n{listed}",
+        display,
+        [
+            "Add context lines (or an '@@ ' line naming the function or class) so the hunk "
+            "matches one place",
+            "Or send a unified diff whose '@@ -l,n +l,n @@' headers give the line numbers",
+        ],
+        hunk=number,
+        patch_line=hunk.patch_line,
+        matches=matches,
+    )
 
 
 def _insertion_point(lines: _match.Lines, hunk: HunkSpec, start: int, drift: int) -> int:

@@ -278,6 +278,7 @@ def _parse_unified(text: str) -> list[FileOp]:
             while i < len(lines) and lines[i].startswith("@@"):
                 hunk, i = _unified_hunk(lines, i)
                 hunks.append(hunk)
+            _check_hunks_ended(lines, i, hunks[-1] if hunks else None)
             if not hunks:
                 raise _bad(f"no '@@' hunk follows the header of {new or old}", start)
             if old is None and new is None:
@@ -303,6 +304,45 @@ def _parse_unified(text: str) -> list[FileOp]:
             raise _bad("a hunk comes before any '--- a/path' / '+++ b/path' header", i + 1)
         i += 1
     return ops
+
+
+def _check_hunks_ended(lines: list[str], i: int, hunk: HunkSpec | None) -> None:
+    """Refuse hunk lines left over after a hunk's counts ran out.
+
+    When a hunk holds more lines than its ``@@ -l,n +l,n @@`` counts say, the
+    rest would otherwise be read as text between files, and the hunks after
+    it silently dropped.  Lines of a hunk's shape before the next file (or
+    the end) mean the counts are wrong: the patch is refused whole.
+    """
+    if hunk is None:
+        return
+    j = i
+    while j < len(lines):
+        line = lines[j]
+        if line.startswith("diff --git ") or (
+            line.startswith("--- ") and j + 1 < len(lines) and lines[j + 1].startswith("+++ ")
+        ):
+            break
+        if line == "-- ":
+            break  # git format-patch's signature: "-- " then the version
+        if line[:1] in ("+", "-", "@") or (line[:1] == " " and line.strip()):
+            raise _bad(
+                f"the hunk's header says {_counts(hunk)}, but hunk lines follow it "
+                f"(patch line {j + 1}: {line[:80]!r}); applying only part of the hunk, "
+                "or none of the hunks after it, would be wrong",
+                hunk.patch_line,
+                [
+                    "Make the counts in '@@ -l,n +l,n @@' match the hunk's lines, or send the "
+                    "patch as a '*** Begin Patch' envelope, which has no counts",
+                ],
+            )
+        j += 1
+
+
+def _counts(hunk: HunkSpec) -> str:
+    old = sum(1 for tag, _ in hunk.lines if tag != "+")
+    new = sum(1 for tag, _ in hunk.lines if tag != "-")
+    return f"{old} old and {new} new lines"
 
 
 def _header_follows(lines: list[str], i: int) -> bool:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from .. import errors
+from ..errors import ToolFailure
 from ..output import redact_url_credentials
-from ._match import Closest, Lines, Span, closest
+from ._match import Closest, IndentUnclear, Lines, Span, closest
 
 MAX_DIFF_LINES = 24
 MAX_LISTED = 20
@@ -70,6 +72,22 @@ def _short_diff(sent: str, actual: str, near: Closest) -> str:
     if len(lines) > MAX_DIFF_LINES:
         body += "...\n"
     return body or "(they differ only in line endings)\n"
+
+
+def indent_refusal(exc: IndentUnclear, what: str, where: str) -> ToolFailure:
+    """The refusal of new text whose depth cannot be told in the file's indentation."""
+    return errors.bad_args(
+        f"{what} matched {where} only ignoring indentation, and the file indents with tabs "
+        "and spaces in a way the copy's depths do not map onto: the depth of the new line "
+        f"{exc.line.strip()[:80]!r} cannot be told; nothing was changed",
+        recovery=[
+            "Copy the old text with the file's own tabs and spaces, and write the new lines "
+            "the same way",
+            "Or use edit_region with the line numbers and the lines as the file will hold them",
+        ],
+        path=where,
+        problem="indentation-unclear",
+    )
 
 
 def next_steps(what: str, near: Closest | None) -> list[str]:

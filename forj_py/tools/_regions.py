@@ -20,13 +20,13 @@ apply bottom-up so each stays valid.
 
 from __future__ import annotations
 
-import difflib
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 
 from .. import errors
 from . import _guards, _match, _pointer
-from ._edit import Loaded, split_lines, with_newlines
+from ._edit import DEFAULT_TAB_WIDTH, Loaded, split_lines, tab_width, with_newlines
 from .registry import ToolContext
 
 Hunk = tuple[int, int, int]  # first line (1-based), lines replaced, lines written
@@ -139,6 +139,7 @@ def place(ctx: ToolContext | None, loaded: Loaded, regions: list[Region]) -> lis
     lines = split_lines(text)
     matcher_lines = _match.Lines(text)
     changes = earlier_changes(ctx, loaded.sp.canonical) if ctx is not None else []
+    tabs = tab_width(ctx, loaded) if ctx is not None else DEFAULT_TAB_WIDTH
     placed = []
     for region in regions:
         new_content, restored = _guards.restore_credentials(
@@ -153,7 +154,10 @@ def place(ctx: ToolContext | None, loaded: Loaded, regions: list[Region]) -> lis
         if not changes:
             spot = (region.start_line, region.end_line)
         if region.expected is not None and region.expected.strip():
-            item = _with_expected(loaded, lines, matcher_lines, region, spot)
+            try:
+                item = _with_expected(loaded, lines, matcher_lines, region, spot, tabs)
+            except _match.IndentUnclear as exc:
+                raise _pointer.indent_refusal(exc, "'expected'", display) from None
         else:
             item = _without_expected(loaded, lines, region, spot)
         item.mapped = mapped and item.relocated_from is None
@@ -161,6 +165,9 @@ def place(ctx: ToolContext | None, loaded: Loaded, regions: list[Region]) -> lis
         replaced = "".join(lines[item.start - 1 : item.end])
         where = f"lines {item.start}-{item.end} of {display}"
         _guards.check_double_escape(item.replacement, replaced, "new_content", where)
+        _guards.check_pasted(
+            item.replacement, replaced, text, item.start, item.end, "new_content", where, display
+        )
         _guards.check_placeholders(item.replacement, replaced, item.start, "new_content", where)
         placed.append(item)
     _check_overlaps(display, placed)
@@ -241,16 +248,29 @@ def _echo_guard(display: str, lines: list[str], region: Region, start: int, end:
     for distance in range(1, MAX_SHIFT + 1):
         for n in (-distance, distance):
             if end < start:
-                fits = distance == 1 and (
-                    (n < 0 and not _trivial(first) and line(start - 1) == first)
-                    or (n > 0 and not _trivial(last) and line(start) == last)
+                # An insertion whose edge repeats its neighbour is what a diff
+                # shows when it slides an insertion along repeated lines: no
+                # evidence on its own.  Both edges repeating their neighbours is.
+                fits = (
+                    distance == 1
+                    and n < 0
+                    and not (_trivial(first) and _trivial(last))
+                    and line(start - 1) == first
+                    and line(start) == last
+                    and len(new_lines) > 1
                 )
             else:
                 both = line(start + n) == first and line(end + n) == last
                 fits = both and not (_trivial(first) and _trivial(last))
                 if distance == 1 and not fits:
-                    fits = (n < 0 and not _trivial(first) and line(start - 1) == first) or (
+                    echo = (n < 0 and not _trivial(first) and line(start - 1) == first) or (
                         n > 0 and not _trivial(last) and line(end + 1) == last
+                    )
+                    # One edge repeating a neighbour is evidence only when the
+                    # shifted lines share more with the new content than the
+                    # lines given do.
+                    fits = echo and _shared(lines, new_lines, start + n, end + n) > _shared(
+                        lines, new_lines, start, end
                     )
             if fits:
                 shift = n
@@ -285,6 +305,19 @@ def _echo_guard(display: str, lines: list[str], region: Region, start: int, end:
     )
 
 
+def _shared(lines: list[str], new_lines: list[str], first: int, last: int) -> int:
+    """How many telling lines ``new_lines`` and lines ``first..last`` have in common."""
+    have = Counter(
+        x.strip() for x in lines[max(first - 1, 0) : max(last, 0)] if not _trivial(x.strip())
+    )
+    count = 0
+    for line in new_lines:
+        if have[line] > 0:
+            have[line] -= 1
+            count += 1
+    return count
+
+
 UNLIKE = 0.5  # new content this unlike the lines it replaces...
 ALIKE = 0.8  # ...and this like lines a few away was meant for those
 
@@ -296,12 +329,11 @@ def _resembles_nearby(
     body = [line for line in new_lines if line]
     if not body:
         return 0, ""
-    matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2("\n".join(body))
+    # Bounded comparison: a long line costs one pass, not its length squared.
+    similarity = _match.Similarity(body)
 
     def alike(first: int, last: int) -> float:
-        matcher.set_seq1("\n".join(x.strip() for x in lines[first - 1 : last] if x.strip()))
-        return matcher.ratio()
+        return similarity.ratio([x.strip() for x in lines[first - 1 : last] if x.strip()])
 
     here = alike(start, end)
     if here >= UNLIKE:
@@ -324,21 +356,39 @@ def _resembles_nearby(
 
 
 def _window_match(
-    loaded: Loaded, lines: list[str], region: Region, start: int, end: int
+    loaded: Loaded, lines: list[str], region: Region, start: int, end: int, tabs: int
 ) -> _match.Found | None:
+    """``expected`` matched against exactly the stated lines, or None.
+
+    A final newline can be read two ways: ``X\\n\\n`` is the lines ``X`` and
+    an empty one (the last newline ends the last line), or ``X`` and two
+    empty ones (the pieces between newlines are the lines).  Where the stated
+    lines match either reading, they are the place; ``new_content`` is then
+    read the way ``expected`` was.
+    """
     assert region.expected is not None
     window = "".join(lines[start - 1 : end])
-    found = _match.find(
-        window,
-        _expected_text(region.expected, loaded.newline),
-        with_newlines(region.new_content, loaded.newline),
-        loaded.newline,
-        whole_lines=True,
-    )
-    if found is None:
-        return None
-    spans = [s for s in found.spans if s.first_line == 1 and s.last_line == end - start + 1]
-    return _match.Found(found.way, spans) if spans else None
+    model = region.expected.replace("\r\n", "\n")
+    new = region.new_content.replace("\r\n", "\n")
+    readings = [(_expected_text(model, loaded.newline), new)]
+    if model.endswith("\n"):
+        # The pieces between newlines as the lines: the new content's too.
+        readings.append((with_newlines(model, loaded.newline), new + "\n" if new else new))
+    for expected, content in readings:
+        found = _match.find(
+            window,
+            expected,
+            with_newlines(content, loaded.newline),
+            loaded.newline,
+            whole_lines=True,
+            tab_width=tabs,
+        )
+        if found is None:
+            continue
+        spans = [s for s in found.spans if s.first_line == 1 and s.last_line == end - start + 1]
+        if spans:
+            return _match.Found(found.way, spans)
+    return None
 
 
 def _expected_text(expected: str, newline: str) -> str:
@@ -353,11 +403,12 @@ def _with_expected(
     matcher_lines: _match.Lines,
     region: Region,
     spot: tuple[int, int] | None,
+    tabs: int,
 ) -> Placed:
     assert region.expected is not None
     display = loaded.sp.display
     if spot is not None and _in_bounds(len(lines), *spot) and spot[1] >= spot[0]:
-        here = _window_match(loaded, lines, region, *spot)
+        here = _window_match(loaded, lines, region, *spot, tabs)
         if here is not None:
             return Placed(region, spot[0], spot[1], here.spans[0].replacement, matched=here.way)
     if region.end_line < region.start_line:
@@ -369,14 +420,16 @@ def _with_expected(
         loaded.newline,
         lines=matcher_lines,
         whole_lines=True,
+        tab_width=tabs,
     )
     if found is None:
         raise _expected_missed(loaded, lines, region, spot, matcher_lines)
-    if len(found.spans) > 1:
-        listed, places = _pointer.list_places(matcher_lines, found.spans)
+    if len(found.spans) > 1 or found.others:
+        # Several places, at one pass or across passes: never pick one.
+        listed, places = _pointer.list_places(matcher_lines, found.places)
         raise errors.bad_args(
             f"Lines {region.start_line}-{region.end_line} of {display} are not what "
-            f"'expected' says, and 'expected' occurs {len(found.spans)} times elsewhere "
+            f"'expected' says, and 'expected' occurs {len(found.places)} times elsewhere "
             f"in the file, so the place cannot be told; nothing was changed:\n{listed}",
             recovery=[
                 "Give start_line/end_line of the one you mean (see the list)",

@@ -2,9 +2,10 @@
 
 ``old_string`` is found by the passes of :mod:`._match`: exact first, then
 ignoring trailing whitespace, then indentation, then typographic
-punctuation; the first pass that finds it must find it once (or
-``replace_all``).  The result and the review say which pass matched, and
-the diff shows the final text, so a tolerated difference hides nothing.
+punctuation; the passes together must find one place (or ``replace_all``,
+which takes every place of the first pass that finds any).  The result and
+the review say which pass matched, and the diff shows the final text, so a
+tolerated difference hides nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ PASS_NOTES = {
     "indent": "old_string matched ignoring indentation; new_string was re-indented to match",
     "unicode": "old_string matched reading typographic quotes, dashes and spaces as ASCII; "
     "new_string was brought to the file's indentation and punctuation",
+}
+
+
+_WAYS = {
+    "exact": "match it exactly",
+    "trailing": "match it ignoring trailing whitespace",
+    "indent": "match it ignoring indentation",
+    "unicode": "match it reading typographic punctuation as ASCII",
 }
 
 
@@ -68,9 +77,11 @@ class Edit(Tool[EditArgs]):
         "(whitespace and indentation included) with enough lines that it occurs exactly "
         "once, or set replace_all. A copy that differs only in trailing whitespace, "
         "indentation or typographic quotes/dashes is still found (the result says how); "
-        "a changed or missing line is not. Write new_string out in full: a placeholder "
-        "such as '# ... existing code ...' is refused. The file must have been read "
-        "first and not changed since."
+        "a changed or missing line is not. Where the copy could mean two places (a twin "
+        "elsewhere), it is refused with every place listed. Write new_string out in full "
+        "and as the file will hold it: a placeholder such as '# ... existing code ...', "
+        "the whole file, a ``` fence, diff markers or line numbers are refused. The file "
+        "must have been read first and not changed since."
     )
     Args = EditArgs
     side_effecting = True
@@ -92,16 +103,30 @@ class Edit(Tool[EditArgs]):
         old = _edit.with_newlines(old_string, loaded.newline)
         new = _edit.with_newlines(new_string, loaded.newline)
         lines = _match.Lines(text)
-        found = _match.find(text, old, new, loaded.newline, lines=lines)
+        try:
+            found = _match.find(
+                text, old, new, loaded.newline, lines=lines, tab_width=_edit.tab_width(ctx, loaded)
+            )
+        except _match.IndentUnclear as exc:
+            raise _pointer.indent_refusal(exc, "old_string", display) from None
         if found is None:
             raise _missed(display, lines, args.old_string)
         spans = _non_overlapping(found.spans)
-        if len(spans) > 1 and not args.replace_all:
+        if not args.replace_all and (len(spans) > 1 or found.others):
+            # Two candidates, at one pass or across passes: never pick one.
+            spans = _non_overlapping(found.places)
             listed, places = _pointer.list_places(lines, spans)
-            how = "" if found.way == "exact" else f" ({PASS_NOTES[found.way]})"
+            if found.others:
+                how = (
+                    f" ({_lines_of(found.spans)} {_WAYS[found.way]}; "
+                    f"{_lines_of(list(found.others))} once more whitespace or typographic "
+                    "punctuation is tolerated)"
+                )
+            else:
+                how = "" if found.way == "exact" else f" ({PASS_NOTES[found.way]})"
             raise errors.bad_args(
-                f"old_string occurs {len(spans)} times in {display}{how}; nothing was "
-                f"changed:\n{listed}",
+                f"old_string occurs {len(spans)} times in {display}{how}, so the place meant "
+                f"cannot be told; nothing was changed:\n{listed}",
                 recovery=[
                     "Add neighbouring lines to old_string so it matches exactly one of these",
                     "Or set replace_all to true to change every occurrence",
@@ -117,6 +142,16 @@ class Edit(Tool[EditArgs]):
             replaced = text[span.start : span.end]
             where = f"lines {span.first_line}-{span.last_line} of {display}"
             _guards.check_double_escape(span.replacement, replaced, "new_string", where)
+            _guards.check_pasted(
+                span.replacement,
+                replaced,
+                text,
+                span.first_line,
+                span.last_line,
+                "new_string",
+                where,
+                display,
+            )
             _guards.check_placeholders(
                 span.replacement, replaced, span.first_line, "new_string", where
             )
@@ -158,6 +193,10 @@ class Edit(Tool[EditArgs]):
         if plan.credentials:
             result["credentials_kept"] = plan.credentials
         return result
+
+
+def _lines_of(spans: list[_match.Span]) -> str:
+    return ", ".join(f"lines {s.first_line}-{s.last_line}" for s in spans[:5])
 
 
 def _non_overlapping(spans: list[_match.Span]) -> list[_match.Span]:

@@ -62,8 +62,12 @@ class WriteFile(Tool[WriteFileArgs]):
         display = loaded.sp.display
         content, kept = _guards.restore_credentials(loaded.text, args.content, "content", display)
         content = _edit.with_newlines(content, loaded.newline)
+        if loaded.bom and content.startswith("\ufeff"):
+            content = content[1:]  # the file keeps its mark: one, not two
+        replaced = loaded.text if loaded.exists and not args.append else ""
+        _guards.check_pasted(content, replaced, loaded.text, 1, 0, "content", display, display)
+        _guards.check_double_escape(content, replaced, "content", display)
         if loaded.exists and not args.append:
-            _guards.check_double_escape(content, loaded.text, "content", display)
             _guards.check_placeholders(content, loaded.text, 1, "content", display)
         new_text = loaded.text + content if args.append else content
         _edit.validate(ctx, loaded.sp, new_text, loaded.text if loaded.exists else None)
