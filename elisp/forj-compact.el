@@ -101,6 +101,31 @@ A number between 0 and 1 of the model's context window (see
   "The bytes of the record's ENTRIES."
   (apply #'+ (mapcar (lambda (e) (string-bytes (plist-get e :text))) entries)))
 
+(defun forj-compact-tools-bytes ()
+  "The bytes of the tool definitions a request carries besides the system prompt.
+Native function calling sends them as the request's tools; with fenced
+blocks they are part of the system prompt."
+  (if (and (forj-session-native-p) (forj-session-tools forj-session))
+      (string-bytes (forj-tools-json-encode (vconcat (forj-session-tools forj-session))))
+    0))
+
+(defun forj-compact-parts ()
+  "Count the bytes of the next request: (:tools :system :context :conversation).
+With fenced blocks the tool definitions are counted in :tools and not
+again in :system."
+  (let* ((system (string-bytes (forj-session-system-prompt)))
+         (fenced (if (or (forj-session-native-p) (eq (forj-session-effective-tools-mode) 'disabled))
+                     0
+                   (string-bytes
+                    (mapconcat (lambda (tool)
+                                 (concat (plist-get tool :name) (plist-get tool :description)
+                                         (forj-tools-json-encode (plist-get tool :parameters))))
+                               (append (forj-session-tools forj-session) nil) "")))))
+    (list :tools (+ fenced (forj-compact-tools-bytes))
+          :system (max 0 (- system fenced))
+          :context (forj-context-bytes)
+          :conversation (forj-compact--bytes (forj-compact--live-entries)))))
+
 (defun forj-compact-estimate ()
   "The tokens the next request will hold: (TOKENS . ESTIMATED).
 ESTIMATED is non-nil when no provider count was used."
@@ -123,6 +148,7 @@ ESTIMATED is non-nil when no provider count was used."
                               nil))
                     (cons (forj-usage-tokens-of-bytes
                            (+ (string-bytes (forj-session-system-prompt))
+                              (forj-compact-tools-bytes)
                               (forj-context-bytes)
                               (forj-compact--bytes (forj-compact--live-entries))))
                           t)))))

@@ -317,7 +317,8 @@ means they were estimated from bytes rather than counted."
     (if (null forj-usage-last)
         share
       (let ((session forj-usage-session))
-        (format "last: %s %s · session: %s %s · %s"
+        (format "%s · last: %s %s · session: %s %s"
+                share
                 (forj-usage--counts forj-usage-last)
                 (forj-usage-format-cost (plist-get forj-usage-last :cost))
                 (forj-usage--counts session)
@@ -326,8 +327,7 @@ means they were estimated from bytes rather than counted."
                   (cond ((zerop priced) "$?")
                         ((zerop unpriced) (forj-usage-format-cost (plist-get session :cost)))
                         (t (format "%s + %d unpriced"
-                                   (forj-usage-format-cost (plist-get session :cost)) unpriced))))
-                share)))))
+                                   (forj-usage-format-cost (plist-get session :cost)) unpriced)))))))))
 
 (provide 'forj-usage)
 ;;; forj-usage.el ends here

@@ -510,6 +510,85 @@ def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
     ]
 
 
+def native_call(family: str, name: str, args: dict[str, Any]) -> list[bytes]:
+    """One reply that is a single native call of tool ``name``, in FAMILY's stream."""
+    if family == "openai":
+        return [
+            openai_chunk({"role": "assistant", "content": ""}),
+            openai_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": f"call_{name}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)},
+                        }
+                    ]
+                }
+            ),
+            openai_chunk({}, "tool_calls"),
+            sse("[DONE]"),
+        ]
+    if family == "anthropic":
+        return [
+            sse(
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_1",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": "fake",
+                        "content": [],
+                        "usage": {"input_tokens": 10, "output_tokens": 1},
+                    },
+                },
+                "message_start",
+            ),
+            sse(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "tool_use", "id": f"toolu_{name}", "name": name},
+                },
+                "content_block_start",
+            ),
+            sse(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)},
+                },
+                "content_block_delta",
+            ),
+            sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "tool_use"},
+                    "usage": {"output_tokens": 5},
+                },
+                "message_delta",
+            ),
+            sse({"type": "message_stop"}, "message_stop"),
+        ]
+    return [gemini_chunk([{"functionCall": {"name": name, "args": args}}], "STOP")]
+
+
+def load_tools(family: str, body: str) -> list[bytes]:
+    """A model that loads the git tools, then calls git_status, then answers.
+
+    Each step is chosen from what the request carries: the git tools
+    offered or not, git_status's result present or not.
+    """
+    if '"git_status"' not in body:
+        return native_call(family, "load_tools", {"family": "git"})
+    if '\\"ahead\\"' not in body and '"ahead"' not in body:
+        return native_call(family, "git_status", {})
+    return STREAMS[family]("text")
+
+
 ERROR_BODIES = {
     "openai": lambda message, kind: {
         "error": {"message": message, "type": kind, "param": None, "code": None}
@@ -577,6 +656,8 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(compact(family, body))
         elif case == "compacttools":
             self._stream(compact(family, body, with_tools=True))
+        elif case == "loadtools":
+            self._stream(load_tools(family, body))
         elif case == "notsse":
             self._raw(200, "text/html", b"<html><body>Sign in to continue</body></html>")
         else:
