@@ -43,6 +43,7 @@
 (require 'forj-usage)
 (require 'forj-context)
 (require 'forj-compact)
+(require 'forj-window)
 
 ;;; Options
 
@@ -58,9 +59,9 @@ answer without tools, and `forj-continue' lets it go on."
 
 (defcustom forj-chat-context-bytes nil
   "The model's context, in bytes of text; nil: from its context window.
-Tool results are cut to fit what is left of it.  nil takes the
-window `forj-usage-context-window' gives for the chat's model, at
-`forj-usage-bytes-per-token'."
+Tool results are cut to fit what is left of it; nil sizes them from
+the window `forj-usage-context-window' gives for the chat's model
+\(`forj-loop-result-budget')."
   :type '(choice (const :tag "From the model's context window" nil)
                  (natnum :tag "Bytes"))
   :group 'forj)
@@ -229,7 +230,17 @@ counted again from zero."
                           "\n\n")
                   (forj-session-turn-id forj-session))))
       (forj-session-view 'user-message entry draft)))
-  (forj-loop-with-worker #'forj-loop-request))
+  ;; The window sizes the request and its results: asked first of a
+  ;; local server that says it.
+  (let ((buffer (current-buffer))
+        (turn (forj-session-turn forj-session)))
+    (setf (forj-session-state forj-session) 'streaming)
+    (forj-window-learn (forj-session-provider forj-session)
+                       (lambda ()
+                         (when (buffer-live-p buffer)
+                           (with-current-buffer buffer
+                             (when (= turn (forj-session-turn forj-session))
+                               (forj-loop-with-worker #'forj-loop-request))))))))
 
 (defun forj-loop-with-worker (then)
   "Start the project's worker if needed, learn its tools, then call THEN."
@@ -259,11 +270,26 @@ counted again from zero."
   (unless (forj-compact-before-request #'forj-loop-request)
     (forj-loop--request-now)))
 
-(defun forj-loop-context-bytes ()
-  "The model's context in bytes: `forj-chat-context-bytes', else from its window."
-  (or forj-chat-context-bytes
-      (floor (* (forj-usage-context-window (forj-session-provider forj-session))
-                forj-usage-bytes-per-token))))
+(defun forj-loop-result-budget ()
+  "The bytes a batch's results may take: what is left of the model's window.
+Seed 000's FR-REG-04b: the window less the tokens of the request so
+far, a reserve for the reply (the provider's :max-tokens, at most a
+quarter of the window) and a margin of 5%, at 4 bytes a token; never
+less than 4 KiB, so a result always says something.  With
+`forj-chat-context-bytes' set, that size less the transcript's bytes."
+  (if forj-chat-context-bytes
+      ;; What the model has read so far, heading of these results and
+      ;; prompt included, as the transcript would hold it.
+      (max 4096 (- forj-chat-context-bytes
+                   (+ (length (forj-session-transcript))
+                      (length "\n## Tool results\n\n")
+                      (length "\n## User\n\n")
+                      (length (forj-session-draft)))))
+    (let* ((provider (forj-session-provider forj-session))
+           (window (forj-usage-context-window provider))
+           (reserve (min (or (plist-get provider :max-tokens) 4096) (/ window 4)))
+           (margin (/ window 20)))
+      (max 4096 (* 4 (max 0 (- window (car (forj-compact-estimate)) reserve margin)))))))
 
 (defun forj-loop--does-not-fit ()
   "Why the next request cannot fit the model's context window, or nil if it can.
@@ -490,17 +516,7 @@ section is whole."
     (forj-session-view 'results-start)
     (setf (forj-session-state forj-session) 'tools)
     (force-mode-line-update)
-    ;; What the model has read so far, heading of these results and prompt
-    ;; included, as the transcript would hold it.
-    (setq-local forj-tools-capacity-bytes
-                (max 4096 (- (forj-loop-context-bytes)
-                             (+ (string-bytes (forj-session-system-prompt))
-                                (forj-compact-tools-bytes)
-                                (forj-context-bytes)
-                                (length (forj-session-transcript))
-                                (length "\n## Tool results\n\n")
-                                (length "\n## User\n\n")
-                                (length (forj-session-draft))))))
+    (setq-local forj-tools-capacity-bytes (forj-loop-result-budget))
     (let ((forj-tools-turn (forj-session-turn-id forj-session))
           (forj-tools-plan-mode (pcase forj-chat-tools-mode
                                   ('parse-only "parse_only")

@@ -618,6 +618,17 @@ class Handler(BaseHTTPRequestHandler):
                 + "\n"
             )
         scenario = self.path.strip("/").split("/")[0]
+        if self.path.endswith("/api/show"):
+            # Ollama's model details: the window it runs the model with.
+            if scenario.startswith("openai-ollamashow"):
+                show = {
+                    "parameters": "num_ctx                        6144\nstop   <|im_end|>",
+                    "model_info": {"qwen2.context_length": 32768},
+                }
+                self._json(200, show)
+            else:
+                self._raw(404, "text/plain", b"not found")
+            return
         with SEEN_LOCK:
             SEEN[scenario] += 1
             seen = SEEN[scenario]
@@ -656,6 +667,8 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(compact(family, body))
         elif case == "compacttools":
             self._stream(compact(family, body, with_tools=True))
+        elif case in ("llamacpp", "ollamashow"):
+            self._stream(STREAMS[family]("text"))
         elif case == "loadtools":
             self._stream(load_tools(family, body))
         elif case == "notsse":
@@ -667,7 +680,10 @@ class Handler(BaseHTTPRequestHandler):
         with open(LOG, "a", encoding="utf-8") as log:
             log.write(json.dumps({"path": self.path, "headers": dict(self.headers.items())}) + "\n")
         scenario = self.path.strip("/").split("/")[0]
-        if self.path.endswith("/api/tags"):
+        if self.path.endswith("/props") and scenario.startswith("openai-llamacpp"):
+            # llama.cpp's server settings: the window of its slots.
+            self._json(200, {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1})
+        elif self.path.endswith("/api/tags"):
             # Ollama's own listing.
             self._json(
                 200,

@@ -22,7 +22,9 @@
     (let ((bodies nil))
       (dolist (line (split-string (buffer-string) "\n" t))
         (let ((request (json-parse-string line :object-type 'plist)))
+          ;; A question about the window is not a request for a reply.
           (when (and (plist-get request :body)
+                     (not (string-suffix-p "/api/show" (plist-get request :path)))
                      (string-prefix-p (concat "/" scenario "/") (plist-get request :path)))
             (push (json-parse-string (plist-get request :body) :object-type 'plist) bodies))))
       (nreverse bodies))))
@@ -188,6 +190,32 @@ and what to drop.  For each provider family, against a local server."
                     (should (string-match-p "Hello, world"
                                             (plist-get (car (last (forj-session-record forj-session)))
                                                        :text)))))))))))))
+
+(ert-deftest forj-test-loop-context-window-asked-of-the-server ()
+  "The window of a local model is what its server says: llama.cpp's /props, Ollama's /api/show.
+It sizes the header's share and the results' budget; a cloud model's
+window comes from the table, and a provider's :context-window wins."
+  (forj-test-with-project '(("notes.txt" . "remember the milk\n"))
+    (let ((process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test" process-environment)))
+      (dolist (case '(("llamacpp" 8192) ("ollamashow" 6144) ("text" nil)))
+        (clrhash forj-usage-learned-windows)
+        (let* ((scenario (format "openai-%s.win%s" (car case) (random 100000)))
+               (provider (forj-provider-test--provider 'openai (car case))))
+          (setq provider (plist-put provider :url (format "http://127.0.0.1:%d/%s/v1"
+                                                          (forj-provider-test--server) scenario)))
+          (forj-loop-test-with-session provider
+            (forj-loop-send "Hi")
+            (should (forj-test--wait-for (lambda () (eq (forj-session-state forj-session) 'idle)) 30))
+            (should (= (forj-usage-context-window provider)
+                       (or (cadr case) forj-usage-default-context-window)))
+            (when (cadr case)
+              (should (<= (forj-loop-result-budget) (* 4 (cadr case)))))
+            ;; Asked once per server and model.
+            (should (gethash (forj-usage-window-key provider) forj-usage-learned-windows))
+            (should (equal (plist-get (car (last (forj-session-record forj-session))) :text)
+                           "## Assistant\n\nHello, world\n"))))))
+    (should (= (forj-usage-context-window (list :family 'anthropic :model "claude-sonnet-4-5")) 200000))
+    (should (= (forj-usage-context-window (list :family 'openai :model "m" :context-window 9000)) 9000))))
 
 (provide 'forj-loop-test)
 ;;; forj-loop-test.el ends here

@@ -31,9 +31,14 @@
            :command (list forj-test--python
                           (expand-file-name "fake_provider.py" forj-provider-test--dir)
                           forj-provider-test--log)
-           :filter (lambda (_p out)
-                     (when (string-match "\\([0-9]+\\)" out)
-                       (setq forj-provider-test--port (string-to-number (match-string 1 out)))))))
+           ;; The port may arrive in pieces: it is read from the whole first line.
+           :filter (let ((seen ""))
+                     (lambda (_p out)
+                       (setq seen (concat seen out))
+                       (when (and (null forj-provider-test--port)
+                                  (string-match "\\`\\([0-9]+\\)\n" seen))
+                         (setq forj-provider-test--port
+                               (string-to-number (match-string 1 seen))))))))
     (forj-test--wait-for (lambda () forj-provider-test--port) 20))
   forj-provider-test--port)
 
