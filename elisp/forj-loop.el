@@ -272,11 +272,12 @@ counted again from zero."
 
 (defun forj-loop-result-budget ()
   "The bytes a batch's results may take: what is left of the model's window.
-Seed 000's FR-REG-04b: the window less the tokens of the request so
-far, a reserve for the reply (the provider's :max-tokens, at most a
-quarter of the window) and a margin of 5%, at 4 bytes a token; never
-less than 4 KiB, so a result always says something.  With
+The window less the tokens of the request so far, a reserve for the
+reply (the provider's :max-tokens, at most a quarter of the window)
+and a margin of 5%, at 4 bytes a token; never less than 4 KiB, so a
+result always says something.  With
 `forj-chat-context-bytes' set, that size less the transcript's bytes."
+  ;; Seed 000's FR-REG-04b: capacity computed conservatively.
   (if forj-chat-context-bytes
       ;; What the model has read so far, heading of these results and
       ;; prompt included, as the transcript would hold it.

@@ -52,6 +52,9 @@
   :type 'number
   :group 'forj)
 
+(defconst forj-window-user-agent "forj (context window)"
+  "The user agent of the questions about a model's window.")
+
 (defun forj-window--request (url data callback)
   "GET URL, or POST DATA (a JSON string) if non-nil.
 CALLBACK gets the reply's JSON parsed, or nil."
@@ -59,8 +62,10 @@ CALLBACK gets the reply's JSON parsed, or nil."
         (process-connection-type nil))
     (make-process
      :name "forj-window" :buffer out :noquery t :connection-type 'pipe :coding 'utf-8-unix
+     ;; The user agent says what the question is for, in a server's log.
      :command (append (list forj-provider-curl-program "-q" "--silent" "--fail"
-                            "--max-time" (number-to-string forj-window-timeout))
+                            "--max-time" (number-to-string forj-window-timeout)
+                            "--user-agent" forj-window-user-agent)
                       (and data (list "-H" "Content-Type: application/json" "--data" data))
                       (list url))
      :sentinel

@@ -501,7 +501,8 @@ def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
         text = READ_CALL
     else:
         text = "Answered."
-    usage = {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}
+    # 92% of an 8,000-token window: the next request is compacted first.
+    usage = {"prompt_tokens": 7340, "completion_tokens": 20, "total_tokens": 7360}
     return [
         openai_chunk({"role": "assistant", "content": text}),
         openai_chunk({}, "stop"),
@@ -510,9 +511,13 @@ def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
     ]
 
 
-def native_call(family: str, name: str, args: dict[str, Any]) -> list[bytes]:
-    """One reply that is a single native call of tool ``name``, in FAMILY's stream."""
+def native_call(family: str, name: str, args: dict[str, Any], prompt: int = 10) -> list[bytes]:
+    """One reply that is a single native call of tool ``name``, in FAMILY's stream.
+
+    ``prompt`` is the prompt's tokens the reply's usage reports.
+    """
     if family == "openai":
+        usage = {"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5}
         return [
             openai_chunk({"role": "assistant", "content": ""}),
             openai_chunk(
@@ -528,6 +533,14 @@ def native_call(family: str, name: str, args: dict[str, Any]) -> list[bytes]:
                 }
             ),
             openai_chunk({}, "tool_calls"),
+            sse(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "choices": [],
+                    "usage": usage,
+                }
+            ),
             sse("[DONE]"),
         ]
     if family == "anthropic":
@@ -541,7 +554,7 @@ def native_call(family: str, name: str, args: dict[str, Any]) -> list[bytes]:
                         "role": "assistant",
                         "model": "fake",
                         "content": [],
-                        "usage": {"input_tokens": 10, "output_tokens": 1},
+                        "usage": {"input_tokens": prompt, "output_tokens": 1},
                     },
                 },
                 "message_start",
@@ -573,7 +586,95 @@ def native_call(family: str, name: str, args: dict[str, Any]) -> list[bytes]:
             ),
             sse({"type": "message_stop"}, "message_stop"),
         ]
-    return [gemini_chunk([{"functionCall": {"name": name, "args": args}}], "STOP")]
+    return [usage_chunk([{"functionCall": {"name": name, "args": args}}], prompt)]
+
+
+def usage_chunk(parts: list[dict[str, Any]], prompt: int) -> bytes:
+    """A last Gemini chunk whose usage counts ``prompt`` tokens of prompt."""
+    return sse(
+        {
+            "candidates": [
+                {"content": {"parts": parts, "role": "model"}, "index": 0, "finishReason": "STOP"}
+            ],
+            "usageMetadata": {
+                "promptTokenCount": prompt,
+                "candidatesTokenCount": 5,
+                "totalTokenCount": prompt + 5,
+            },
+        }
+    )
+
+
+def text_reply(family: str, text: str, prompt: int) -> list[bytes]:
+    """One reply of ``text`` in FAMILY's stream, its usage counting ``prompt`` tokens."""
+    if family == "openai":
+        usage = {"prompt_tokens": prompt, "completion_tokens": 20, "total_tokens": prompt + 20}
+        return [
+            openai_chunk({"role": "assistant", "content": text}),
+            openai_chunk({}, "stop"),
+            sse(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "choices": [],
+                    "usage": usage,
+                }
+            ),
+            sse("[DONE]"),
+        ]
+    if family == "anthropic":
+        message = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "fake",
+            "content": [],
+            "usage": {"input_tokens": prompt, "output_tokens": 1},
+        }
+        return [
+            sse({"type": "message_start", "message": message}, "message_start"),
+            sse(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                "content_block_start",
+            ),
+            sse(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": text},
+                },
+                "content_block_delta",
+            ),
+            sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": 20},
+                },
+                "message_delta",
+            ),
+            sse({"type": "message_stop"}, "message_stop"),
+        ]
+    return [usage_chunk([{"text": text}], prompt)]
+
+
+def compact_native(family: str, body: str) -> list[bytes]:
+    """A model with native calls whose window fills after one batch.
+
+    It reads notes.txt, reporting a prompt of 6,500 tokens (over 80% of an
+    8,000-token window, so the next request is compacted first), writes
+    the summary when asked, then answers.
+    """
+    if SUMMARY_ASK in body:
+        return text_reply(family, SUMMARY, 900)
+    if "remember the milk" not in body:
+        return native_call(family, "read_file", {"path": "notes.txt"}, prompt=6500)
+    return text_reply(family, "Answered.", 900)
 
 
 def load_tools(family: str, body: str) -> list[bytes]:
@@ -669,6 +770,8 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(compact(family, body, with_tools=True))
         elif case in ("llamacpp", "ollamashow"):
             self._stream(STREAMS[family]("text"))
+        elif case == "compactnative":
+            self._stream(compact_native(family, body))
         elif case == "loadtools":
             self._stream(load_tools(family, body))
         elif case == "notsse":

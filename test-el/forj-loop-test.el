@@ -24,7 +24,7 @@
         (let ((request (json-parse-string line :object-type 'plist)))
           ;; A question about the window is not a request for a reply.
           (when (and (plist-get request :body)
-                     (not (string-suffix-p "/api/show" (plist-get request :path)))
+                     (not (string-match-p (regexp-quote forj-window-user-agent) line))
                      (string-prefix-p (concat "/" scenario "/") (plist-get request :path)))
             (push (json-parse-string (plist-get request :body) :object-type 'plist) bodies))))
       (nreverse bodies))))
@@ -216,6 +216,54 @@ window comes from the table, and a provider's :context-window wins."
                            "## Assistant\n\nHello, world\n"))))))
     (should (= (forj-usage-context-window (list :family 'anthropic :model "claude-sonnet-4-5")) 200000))
     (should (= (forj-usage-context-window (list :family 'openai :model "m" :context-window 9000)) 9000))))
+
+(ert-deftest forj-test-loop-compaction-mid-turn-keeps-the-question-and-the-latest-batch ()
+  "After a compaction between batches the model reads the summary, the turn's question,
+and the latest batch's call paired with its result, for each provider family."
+  (dolist (family '(openai anthropic gemini))
+    (forj-test-with-project '(("notes.txt" . "remember the milk\n"))
+      (let* ((process-environment (cons "FORJ_TEST_PROVIDER_KEY=sk-test" process-environment))
+             (forj-compact-threshold 0.8)
+             (scenario (format "%s-compactnative.%s" family (random 100000)))
+             (provider (append (forj-provider-test--provider family "compactnative")
+                               (list :native-tools t :context-window 8000))))
+        (setq provider (plist-put provider :url (format "http://127.0.0.1:%d/%s/v1"
+                                                        (forj-provider-test--server) scenario)))
+        (forj-loop-test-with-session provider
+          (forj-loop-send "What does notes.txt say?")
+          (should (forj-test--wait-for (lambda () (eq (forj-session-state forj-session) 'idle)) 30))
+          (let* ((bodies (forj-loop-test--bodies scenario))
+                 (resumed (json-serialize (nth 2 bodies)))
+                 ;; Each after the one before (the system prompt names read_file too).
+                 (at (let ((from 0))
+                       (lambda (regexp) (setq from (string-match regexp resumed from))))))
+            ;; The question, the summary asked for after the read, the resumed request.
+            (should (= (length bodies) 3))
+            (should (string-match-p "Write a summary that replaces" (json-serialize (nth 1 bodies))))
+            (should (funcall at "SUMMARY-OF-EARLIER"))
+            (should (funcall at "What does notes.txt say"))
+            (should (funcall at "read_file"))
+            (should (funcall at "remember the milk"))
+            (pcase family
+              ('openai
+               (let ((messages (append (plist-get (nth 2 bodies) :messages) nil)))
+                 (should (equal (mapcar (lambda (m) (plist-get m :role)) messages)
+                                '("system" "user" "assistant" "tool")))
+                 (should (equal (plist-get (aref (plist-get (nth 2 messages) :tool_calls) 0) :id)
+                                (plist-get (nth 3 messages) :tool_call_id)))))
+              ('anthropic
+               (let ((messages (append (plist-get (nth 2 bodies) :messages) nil)))
+                 (should (equal (mapcar (lambda (m) (plist-get m :role)) messages)
+                                '("user" "assistant" "user")))
+                 (should (equal (plist-get (aref (plist-get (nth 1 messages) :content) 0) :id)
+                                (plist-get (aref (plist-get (nth 2 messages) :content) 0) :tool_use_id)))))
+              ('gemini
+               (let ((contents (append (plist-get (nth 2 bodies) :contents) nil)))
+                 (should (= (length contents) 3))
+                 (should (plist-get (aref (plist-get (nth 1 contents) :parts) 0) :functionCall))
+                 (should (plist-get (aref (plist-get (nth 2 contents) :parts) 0) :functionResponse))))))
+          (should (equal (plist-get (car (last (forj-session-record forj-session))) :text)
+                         "## Assistant\n\nAnswered.\n")))))))
 
 (provide 'forj-loop-test)
 ;;; forj-loop-test.el ends here

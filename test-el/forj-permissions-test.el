@@ -252,7 +252,7 @@ there, the call is reviewed again."
     (delq nil (mapcar (lambda (line)
                         (let ((request (json-parse-string line :object-type 'plist)))
                           (and (plist-get request :body)
-                               (not (string-suffix-p "/api/show" (plist-get request :path)))
+                               (not (string-match-p (regexp-quote forj-window-user-agent) line))
                                (json-parse-string (plist-get request :body) :object-type 'plist))))
                       (split-string (buffer-string) "\n" t)))))
 

@@ -72,14 +72,14 @@ ON-WAIT, if given, is also called with the stream and each wait's arguments."
                         (process-command (forj-provider-stream-process stream))))))
 
 (defun forj-provider-test--requests (scenario)
-  "How many requests for a reply the fake server logged for SCENARIO.
-SCENARIO is a path's first segment.  Questions about the model's
-window (forj-window.el) are not counted."
+  "How many requests the fake server logged for SCENARIO (a path's first segment).
+Questions about the model's window (forj-window.el) are not counted."
   (with-temp-buffer
     (insert-file-contents forj-provider-test--log)
-    (how-many (concat "\"path\": \"/" (regexp-quote scenario)
-                      "/\\(?:[^\"]*/\\)?\\(?:chat/completions\\|messages\\|models/[^\"]*:streamGenerateContent\\)")
-              (point-min) (point-max))))
+    (cl-count-if (lambda (line)
+                   (and (string-match-p (concat "\"path\": \"/" (regexp-quote scenario) "/") line)
+                        (not (string-match-p (regexp-quote forj-window-user-agent) line))))
+                 (split-string (buffer-string) "\n" t))))
 
 (defun forj-provider-test--last-request ()
   "The last request the fake server logged, as a plist."
