@@ -687,8 +687,15 @@ A chat drawn already (the mode started again) is drawn again from its record."
 (put 'forj-chat--input 'permanent-local t)
 
 (defun forj-chat--redraw (draft)
-  "Draw the whole view from the record, with DRAFT in the input."
-  (let ((inhibit-read-only t))
+  "Draw the whole view from the record, with DRAFT in the input.
+Each window on the chat keeps showing what it showed (a retry cuts
+only the end), and point in the input stays in the input."
+  (let* ((inhibit-read-only t)
+         (input (and (markerp forj-chat--input) (marker-position forj-chat--input)))
+         (here (point))
+         (in-input (and input (>= here input)))
+         (views (mapcar (lambda (window) (list window (window-start window) (window-point window)))
+                        (get-buffer-window-list (current-buffer) nil t))))
     (remove-overlays)
     (erase-buffer)
     (if (markerp forj-chat--out)
@@ -696,7 +703,16 @@ A chat drawn already (the mode started again) is drawn again from its record."
       (setq forj-chat--out (copy-marker (point-min) t)))
     (dolist (entry (forj-session-record forj-session)) (forj-chat--view-entry entry))
     (forj-chat--insert-prompt draft)
-    (forj-chat--draw-context)))
+    (forj-chat--draw-context)
+    (goto-char (if in-input
+                   (min (point-max) (+ forj-chat--input (- here input)))
+                 (min here (point-max))))
+    (dolist (view views)
+      (pcase-let ((`(,window ,start ,at) view))
+        (set-window-start window (min start (point-max)) t)
+        (set-window-point window (if (and in-input (eq window (selected-window)))
+                                     (point)
+                                   (min at (point-max))))))))
 
 (defun forj-chat--insert-prompt (draft)
   "Draw the prompt heading after the history, then DRAFT as the input."

@@ -292,6 +292,27 @@ The mode line reads `%%' as one `%' and a lone `%' as a construct
       (should-not (string-match-p "First answer" (buffer-string)))
       (delete-file other))))
 
+(ert-deftest forj-test-chat-retry-keeps-the-window-where-the-user-reads ()
+  "`forj-retry' redraws the chat; the window still shows what the user was reading."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text (mapconcat (lambda (i) (format "line %d" i)) (number-sequence 1 200) "\n"))
+            (list :text "Second answer.") (list :text "Third answer."))
+    (forj-chat-test--say "Hi.")
+    (should (forj-chat-test--wait-idle))
+    (forj-chat-test--say "More.")
+    (should (forj-chat-test--wait-idle))
+    (set-window-buffer (selected-window) (current-buffer))
+    (goto-char (point-min))
+    (search-forward "line 50")
+    (let ((start (line-beginning-position))
+          (at (point)))
+      (set-window-start (selected-window) start)
+      (forj-retry)
+      (should (forj-chat-test--wait-idle))
+      (should (= (how-many "^## Assistant$" (point-min) (point-max)) 2))
+      (should (= (window-start) start))
+      (should (= (point) at)))))
+
 ;;; Against servers speaking each provider's wire format
 
 (defmacro forj-chat-test-with-http (tree providers &rest body)
