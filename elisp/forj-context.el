@@ -182,9 +182,12 @@ reading.  THEN gets (:ok t :content TEXT :truncated BOOL) or
              (id "forj-context"))
          (forj-epc-call
           conn "plan"
-          (list :calls (vector (list :id id :name "read_file"
-                                     :args (list :path path :max_bytes (max 1 forj-context-max-bytes))))
-                :mode "enabled")
+          (append (list :calls (vector (list :id id :name "read_file"
+                                             :args (list :path path :max_bytes (max 1 forj-context-max-bytes))))
+                        :mode "enabled")
+                  ;; A check runs nothing: the journal keeps it as checked,
+                  ;; never as a batch left unfinished.
+                  (and check-only (list :check t)))
           :success
           (lambda (plan)
             (let ((item (aref (plist-get plan :items) 0)))

@@ -245,6 +245,9 @@ class PlanRequest(_Strict):
     permission_mode: PermissionMode | None = None
     # The chat (session grants, deduplication); absent: one shared chat.
     session: SessionId | None = None
+    # Only check the calls (path rules, policy) and run none: the batch is
+    # journaled as checked, never left looking unfinished, and cannot be executed.
+    check: bool = False
 
 
 class JournalCallsRequest(_Strict):

@@ -447,6 +447,18 @@ class Worker:
             [c.disposition.value for c in calls],
             {c.seq: c.result for c in calls if c.result is not None},
         )
+        if req.check:
+            # A check (a file the user adds to a chat's context): nothing will
+            # run, so recovery must never offer it as an unfinished batch.
+            self.journal.record_resolution(batch_id, "checked")
+            with self._lock:
+                self._claimed.discard(batch_id)
+            return {
+                "batch_id": batch_id,
+                "mode": mode.value,
+                "permission_mode": permission_mode,
+                "items": [c.item().wire() for c in calls],
+            }
         gate = Gate(self.consent.engine, session, turn, available)
         batch = Batch(
             batch_id=batch_id,

@@ -111,3 +111,18 @@ def test_prompt_fits_every_family_tool_exists() -> None:
         assert family != CORE
         for tool in tools:
             assert tool in BUILTIN, f"{family}: {tool}"
+
+
+def test_context_check_leaves_no_unfinished_batch(make_worker: MakeWorker) -> None:
+    # Adding a file to a chat's context checks its path with a plan that
+    # never runs: it must not look like a batch a crash left unfinished.
+    worker = make_worker()
+    (Path(worker.root) / "a.txt").write_text("a\n")
+    checked = worker.plan({"calls": [call("c", "read_file", path="a.txt")], "check": True})
+    assert checked["items"][0]["disposition"] == "execute"
+    planned = worker.plan({"calls": [call("p", "read_file", path="a.txt")]})
+    waiting = [batch_id for batch_id, _ in worker.journal.recoverable(worker.root)]
+    assert checked["batch_id"] not in waiting
+    assert planned["batch_id"] in waiting
+    with pytest.raises(Exception, match="batch"):
+        worker.execute({"batch_id": checked["batch_id"], "approved": ["c"]}, lambda event: None)
