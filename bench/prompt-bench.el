@@ -5,10 +5,11 @@
 ;; Run by bench/prompt.py with $FORJ_PYTHON, $FORJ_BENCH_ROOT (a
 ;; project), $FORJ_BENCH_URL (an OpenAI-compatible server: the bench's
 ;; recording proxy), $FORJ_BENCH_WINDOW (the model's window, in
-;; tokens, or empty to ask the server) and $FORJ_BENCH_TOOLS (core or
-;; all).  A bare session (no window, no chat mode) sends one user
-;; message through the loop, as a chat does, with native function
-;; calling.  Prints one JSON line per notice the user would see, then
+;; tokens, or empty to ask the server), $FORJ_BENCH_TOOLS (core or
+;; all) and $FORJ_BENCH_NATIVE (1: native function calling; else the
+;; tools in the system prompt, for fenced blocks).  A bare session (no
+;; window, no chat mode) sends one user message through the loop, as a
+;; chat does.  Prints one JSON line per notice the user would see, then
 ;; "reply JSON" with the last entry of the record.
 
 ;;; Code:
@@ -22,7 +23,8 @@
        (forj-chat-tool-set (intern (getenv "FORJ_BENCH_TOOLS")))
        (forj-compact-threshold nil)
        (provider (append (list :name "llama.cpp" :family 'openai :model "bench"
-                               :url (getenv "FORJ_BENCH_URL") :native-tools t :local t :max-tokens 64)
+                               :url (getenv "FORJ_BENCH_URL") :local t :max-tokens 200
+                               :native-tools (equal (getenv "FORJ_BENCH_NATIVE") "1"))
                          (and (not (string-empty-p window))
                               (list :context-window (string-to-number window)))))
        (notices nil))

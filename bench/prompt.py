@@ -193,10 +193,11 @@ def project() -> Path:
     return root
 
 
-def chat(root: Path, url: str, tools: str, window: int | None) -> list[str]:
+def chat(root: Path, url: str, tools: str, window: int | None, native: bool) -> list[str]:
     """Run the chat loop's first turn in batch Emacs; the lines it printed."""
     env = dict(
         os.environ,
+        FORJ_BENCH_NATIVE="1" if native else "0",
         FORJ_PYTHON=sys.executable,
         FORJ_BENCH_ROOT=str(root),
         FORJ_BENCH_URL=url,
@@ -240,31 +241,35 @@ def main() -> list[tuple[str, str, str]]:
         recorder = Recorder(server[1] if server else None)
         try:
             where = "a llama.cpp server" if server else "the recording proxy"
-            for tools, window in (("core", WINDOW), ("all", WINDOW), ("all", 10**6)):
+            cases = (
+                ("core", True, WINDOW, "≤ 6k tokens"),
+                ("core", False, WINDOW, "≤ 6k tokens"),
+                ("all", False, WINDOW, "not sent, its cause named"),
+                ("all", False, 10**6, "an 8k server refuses it; the user reads why"),
+            )
+            for tools, native, window, aim in cases:
                 before = len(recorder.bodies)
-                lines = chat(root, recorder.url, tools, window)
+                lines = chat(root, recorder.url, tools, window, native)
                 notices = [json.loads(line[7:]) for line in lines if line.startswith("notice ")]
                 reply = next((json.loads(x[6:]) for x in lines if x.startswith("reply ")), "")
                 sent = recorder.bodies[before:]
-                label = f"first request, {tools} tools, window {window:,} tokens, to {where}"
+                how = "native functions" if native else "tools in the system prompt"
+                label = f"first request, {tools} tools as {how}, window {window:,}, to {where}"
                 if sent:
                     body = json.dumps(sent[0], ensure_ascii=False)
                     text = "".join(
                         str(m.get("content") or "") for m in sent[0]["messages"]
                     ) + json.dumps(sent[0].get("tools", []), ensure_ascii=False)
-                    said = notices[-1] if notices else reply.strip().replace("\n", " ")[:160]
+                    # The last notice if any (notices are entries of the record too),
+                    # else the start of the reply.
+                    answer = reply.removeprefix("## Assistant").strip().replace("\n", " ")
+                    said = ("notice: " + notices[-1]) if notices else ("reply: " + answer[:80])
                     result = (
                         f"sent: {len(body.encode()):,} bytes, {count(text):,} {unit} of "
-                        f"prompt and schemas; the user sees: {said}"
+                        f"prompt and schemas; {said}"
                     )
                 else:
-                    result = "not sent; the user sees: " + (notices[-1] if notices else "nothing")
-                aim = {
-                    "core": "≤ 6k tokens",
-                    "all": "not sent, its cause named"
-                    if window == WINDOW
-                    else "a real 8k server refuses it; the user reads why",
-                }[tools]
+                    result = "not sent; notice: " + (notices[-1] if notices else "none")
                 rows.append((label, result.replace("|", "\\|"), aim))
         finally:
             recorder.close()
