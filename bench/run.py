@@ -13,7 +13,9 @@ Measures, on this machine, in one run:
   (bench/scale.py; ``FORJ_BENCH_MAX_FILES=10000`` leaves out the 100k
   tree, about a minute to generate), run_shell (bench/shell.py), edits
   (bench/edits.py), the command sandbox's start-up cost (bench/sandbox.py),
-  recovery and undo (bench/recovery.py), the AST tools (bench/syntax.py).
+  recovery and undo (bench/recovery.py), the AST tools (bench/syntax.py),
+  a chat's first request in tokens, to a real llama.cpp server at an 8k
+  window when one is installed (bench/prompt.py).
 
 Prints a Markdown table (with machine and date) and writes it to
 bench/results/latest.md for docs/benchmarks.md.
@@ -325,6 +327,10 @@ def main() -> None:
     import syntax  # the AST tools: cold and incremental index, queries, a rename
 
     rows.extend(syntax.main())
+
+    import prompt  # a chat's first request: tool schemas and prompt, in tokens
+
+    rows.extend(prompt.main())
 
     lines = [
         f"Machine: {machine()}  ",

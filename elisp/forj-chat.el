@@ -174,7 +174,9 @@ Type below the last \"## User\" heading and send with \\[forj-chat-send].
   (font-lock-add-keywords nil `((,forj-session-heading-re 0 'forj-chat-heading t)
                                 (,(concat "^" forj-session-notice-prefix ".*$") 0 'forj-chat-notice t)))
   (unless (derived-mode-p 'markdown-mode) (forj-markdown-setup))
-  (setq-local header-line-format '(:eval (forj-chat--header-line)))
+  (setq-local header-line-format
+              ;; A `%' in an :eval's text would start a mode-line construct.
+              '(:eval (string-replace "%" "%%" (forj-chat--header-line))))
   (add-hook 'completion-at-point-functions #'forj-context-complete-at-point nil t)
   (forj-chat--setup-view)
   (forj-chat--read-metadata))
@@ -242,22 +244,31 @@ line of its command's docstring."
 ;;; The header line
 
 (defun forj-chat--header-line ()
-  "The header line: provider, model, sandbox, tools and permission modes, state.
-Then tokens, cost and context use (`forj-compact-header')."
-  (format " forj · %s %s · %s · tools: %s · mode: %s · %s · %s"
-          (or (plist-get (forj-session-provider forj-session) :name) "no provider")
-          (or (plist-get (forj-session-provider forj-session) :model) "")
-          (if (forj-session-root forj-session)
-              (forj-worker-sandbox-description (forj-worker-get (forj-session-root forj-session)))
-            "commands: no project")
-          (forj-session-effective-tools-mode)
-          (forj-session-permission-mode)
-          (forj-compact-header)
-          (pcase (forj-session-state forj-session)
-            ((guard forj-chat--wait) (forj-chat--wait-text))
-            ('streaming "receiving…")
-            ('tools "running tools…")
-            (_ (substitute-command-keys "\\<forj-chat-mode-map>\\[forj-chat-send] to send")))))
+  "The header line: the state first, then provider and model, the modes, usage.
+The state is what the chat does (receiving, running tools, your turn)
+and, while a turn runs, its tool batches against the limit; then the
+context use and cost (`forj-compact-header') and how commands run.
+The text is as shown: `header-line-format' escapes its `%'."
+  (let ((state (forj-session-state forj-session))
+        (iterations (forj-session-iterations forj-session))
+        (tools (forj-session-effective-tools-mode)))
+    (format " %s%s · forj · %s %s · mode: %s%s · %s · %s"
+            (pcase state
+              ((guard forj-chat--wait) (forj-chat--wait-text))
+              ('streaming "receiving…")
+              ('tools "running tools…")
+              (_ (substitute-command-keys "your turn (\\<forj-chat-mode-map>\\[forj-chat-send] sends)")))
+            (cond ((or (eq state 'idle) (zerop iterations)) "")
+                  ((forj-session-unbounded forj-session) (format " · batch %d (to the end)" iterations))
+                  (t (format " · batch %d/%d" iterations (forj-loop-max-iterations))))
+            (or (plist-get (forj-session-provider forj-session) :name) "no provider")
+            (or (plist-get (forj-session-provider forj-session) :model) "")
+            (forj-session-permission-mode)
+            (if (eq tools 'enabled) "" (format " · tools: %s" tools))
+            (forj-compact-header)
+            (if (forj-session-root forj-session)
+                (forj-worker-sandbox-description (forj-worker-get (forj-session-root forj-session)))
+              "commands: no project"))))
 
 ;;; The project
 
@@ -369,7 +380,8 @@ picks."
 ;;; Notices
 
 (defconst forj-chat--notice-commands
-  '(forj-setup forj-demo forj-continue forj-retry forj-set-model forj-worker-log)
+  '(forj-setup forj-demo forj-continue forj-continue-to-end forj-set-iteration-limit
+               forj-retry forj-set-model forj-worker-log)
   "Commands a notice may offer as a button, by naming them after \\[execute-extended-command].
 Only these: a notice can carry text from a project's configuration.")
 
@@ -405,19 +417,37 @@ Only the commands of `forj-chat--notice-commands'."
     (forj-loop-send typed)
     (goto-char (point-max))))
 
-(defun forj-continue ()
+(defun forj-continue (&optional to-end)
   "Let the model go on where it stopped.
 After the iteration limit, the model gets as many tool batches again;
 after a reply the token limit cut, it is asked to go on from the cut;
 after a failed or stopped reply, it is asked again.  Your draft in the
-input stays."
-  (interactive)
+input stays.  With a prefix argument TO-END, the model may run tools
+until it is done with this turn (`forj-continue-to-end')."
+  (interactive "P")
   (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
   (unless (eq (forj-session-state forj-session) 'idle)
     (user-error "A reply is still under way"))
   (unless (forj-session-continuation forj-session)
     (user-error "Nothing stopped early here; type your next message"))
-  (forj-loop-continue))
+  (forj-loop-continue (and to-end t)))
+
+(defun forj-continue-to-end ()
+  "Let the model go on where it stopped, with tools until it is done with the turn."
+  (interactive)
+  (forj-continue t))
+
+(defun forj-set-iteration-limit (limit)
+  "Let each of your messages in this chat lead to LIMIT tool batches.
+A LIMIT of 0 goes back to the default (`forj-chat-max-tool-iterations'
+or the worker's configuration)."
+  (interactive (list (read-number (format "Tool batches per message in this chat (now %d; 0: default): "
+                                          (forj-loop-max-iterations))
+                                  (forj-loop-max-iterations))))
+  (unless (derived-mode-p 'forj-chat-mode) (user-error "Not in a forj chat"))
+  (unless (natnump limit) (user-error "The limit is a number of batches, 0 or more"))
+  (forj-loop-set-limit (and (> limit 0) limit))
+  (message "forj: %d tool batches per message in this chat" (forj-loop-max-iterations)))
 
 (defun forj-retry (&optional other-model)
   "Ask the model for its last reply again; OTHER-MODEL: choose the model first.
@@ -657,8 +687,15 @@ A chat drawn already (the mode started again) is drawn again from its record."
 (put 'forj-chat--input 'permanent-local t)
 
 (defun forj-chat--redraw (draft)
-  "Draw the whole view from the record, with DRAFT in the input."
-  (let ((inhibit-read-only t))
+  "Draw the whole view from the record, with DRAFT in the input.
+Each window on the chat keeps showing what it showed (a retry cuts
+only the end), and point in the input stays in the input."
+  (let* ((inhibit-read-only t)
+         (input (and (markerp forj-chat--input) (marker-position forj-chat--input)))
+         (here (point))
+         (in-input (and input (>= here input)))
+         (views (mapcar (lambda (window) (list window (window-start window) (window-point window)))
+                        (get-buffer-window-list (current-buffer) nil t))))
     (remove-overlays)
     (erase-buffer)
     (if (markerp forj-chat--out)
@@ -666,7 +703,16 @@ A chat drawn already (the mode started again) is drawn again from its record."
       (setq forj-chat--out (copy-marker (point-min) t)))
     (dolist (entry (forj-session-record forj-session)) (forj-chat--view-entry entry))
     (forj-chat--insert-prompt draft)
-    (forj-chat--draw-context)))
+    (forj-chat--draw-context)
+    (goto-char (if in-input
+                   (min (point-max) (+ forj-chat--input (- here input)))
+                 (min here (point-max))))
+    (dolist (view views)
+      (pcase-let ((`(,window ,start ,at) view))
+        (set-window-start window (min start (point-max)) t)
+        (set-window-point window (if (and in-input (eq window (selected-window)))
+                                     (point)
+                                   (min at (point-max))))))))
 
 (defun forj-chat--insert-prompt (draft)
   "Draw the prompt heading after the history, then DRAFT as the input."

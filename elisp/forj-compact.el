@@ -27,7 +27,9 @@
 ;; system prompt, tools and messages (so a provider's cache serves
 ;; them), to summarise it into one message, and that summary replaces
 ;; every earlier message in what is sent.  The user's message that
-;; started the turn stays as it was written, after the summary.
+;; started the turn stays as it was written, after the summary; in the
+;; middle of a turn, so does the latest batch (the reply's calls and
+;; their results), so the model goes on from them.
 ;;
 ;; The record keeps everything: the summary is one more entry, a
 ;; "## User" section that starts with `forj-compact-marker', and the
@@ -71,16 +73,42 @@ A number between 0 and 1 of the model's context window (see
                        (plist-get entry :text))))
 
 (defun forj-compact-messages (messages)
-  "Return MESSAGES for the model: from the last summary on."
+  "Return MESSAGES for the model: from the last summary on.
+A summary written in the middle of a turn (after a batch's results)
+is followed by the user's message that started the turn, in the same
+message, and by the latest batch: the reply with its calls and their
+results, so the model goes on from them, each call paired with its
+result."
   (let ((tail nil))
     (cl-loop for rest on messages
              when (forj-compact--summary-message-p (car rest)) do (setq tail rest))
     (if (null tail)
         messages
-      (cons (list :role "user"
-                  :text (string-trim (substring (plist-get (car tail) :text)
-                                                (length forj-compact-marker))))
-            (cdr tail)))))
+      (let* ((summary (string-trim (substring (plist-get (car tail) :text)
+                                              (length forj-compact-marker))))
+             (before (reverse (cl-ldiff messages tail)))
+             (results (car before))
+             (calls (cadr before)))
+        (if (not (and results (forj-compact--results-p results)
+                      (equal (plist-get calls :role) "assistant")))
+            (cons (list :role "user" :text summary) (cdr tail))
+          (let ((start (cl-find-if (lambda (m)
+                                     (and (equal (plist-get m :role) "user")
+                                          (not (forj-compact--results-p m))
+                                          (not (forj-compact--summary-message-p m))))
+                                   (cddr before))))
+            (append (list (list :role "user"
+                                :text (if start
+                                          (concat summary "\n\n" (plist-get start :text))
+                                        summary)))
+                    (list calls results)
+                    (cdr tail))))))))
+
+(defun forj-compact--results-p (message)
+  "Non-nil if MESSAGE carries tool results (native, or fenced blocks as user text)."
+  (or (equal (plist-get message :role) "tool")
+      (and (equal (plist-get message :role) "user")
+           (string-prefix-p "```tool-result" (or (plist-get message :text) "")))))
 
 (defun forj-compact--summary-message-p (message)
   "Non-nil if MESSAGE is the user message of a summary."
@@ -100,6 +128,31 @@ A number between 0 and 1 of the model's context window (see
 (defun forj-compact--bytes (entries)
   "The bytes of the record's ENTRIES."
   (apply #'+ (mapcar (lambda (e) (string-bytes (plist-get e :text))) entries)))
+
+(defun forj-compact-tools-bytes ()
+  "The bytes of the tool definitions a request carries besides the system prompt.
+Native function calling sends them as the request's tools; with fenced
+blocks they are part of the system prompt."
+  (if (and (forj-session-native-p) (forj-session-tools forj-session))
+      (string-bytes (forj-tools-json-encode (vconcat (forj-session-tools forj-session))))
+    0))
+
+(defun forj-compact-parts ()
+  "Count the bytes of the next request: (:tools :system :context :conversation).
+With fenced blocks the tool definitions are counted in :tools and not
+again in :system."
+  (let* ((system (string-bytes (forj-session-system-prompt)))
+         (fenced (if (or (forj-session-native-p) (eq (forj-session-effective-tools-mode) 'disabled))
+                     0
+                   (string-bytes
+                    (mapconcat (lambda (tool)
+                                 (concat (plist-get tool :name) (plist-get tool :description)
+                                         (forj-tools-json-encode (plist-get tool :parameters))))
+                               (append (forj-session-tools forj-session) nil) "")))))
+    (list :tools (+ fenced (forj-compact-tools-bytes))
+          :system (max 0 (- system fenced))
+          :context (forj-context-bytes)
+          :conversation (forj-compact--bytes (forj-compact--live-entries)))))
 
 (defun forj-compact-estimate ()
   "The tokens the next request will hold: (TOKENS . ESTIMATED).
@@ -123,6 +176,7 @@ ESTIMATED is non-nil when no provider count was used."
                               nil))
                     (cons (forj-usage-tokens-of-bytes
                            (+ (string-bytes (forj-session-system-prompt))
+                              (forj-compact-tools-bytes)
                               (forj-context-bytes)
                               (forj-compact--bytes (forj-compact--live-entries))))
                           t)))))

@@ -190,7 +190,10 @@ not for any other chat."
            (list :calls (vector (list :id id :name "read_file"
                                       :args (list :path path :max_bytes (max 1 forj-context-max-bytes))))
                  :mode "enabled")
-           (and chat (list :session (with-current-buffer chat (forj-tools-session-id)))))
+           (and chat (list :session (with-current-buffer chat (forj-tools-session-id))))
+           ;; A check runs nothing: the journal keeps it as checked,
+           ;; never as a batch left unfinished.
+           (and check-only (list :check t)))
           :success
           (lambda (plan)
             (let ((item (aref (plist-get plan :items) 0)))

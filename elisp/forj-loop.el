@@ -43,6 +43,7 @@
 (require 'forj-usage)
 (require 'forj-context)
 (require 'forj-compact)
+(require 'forj-window)
 
 ;;; Options
 
@@ -56,10 +57,25 @@ answer without tools, and `forj-continue' lets it go on."
                  (natnum :tag "Batches"))
   :group 'forj)
 
-(defcustom forj-chat-context-bytes (* 400 1024)
-  "An estimate of the model's context, in bytes of text.
-Tool results are cut to fit what is left of it."
-  :type 'natnum
+(defcustom forj-chat-context-bytes nil
+  "The model's context, in bytes of text; nil: from its context window.
+Tool results are cut to fit what is left of it; nil sizes them from
+the window `forj-usage-context-window' gives for the chat's model
+\(`forj-loop-result-budget')."
+  :type '(choice (const :tag "From the model's context window" nil)
+                 (natnum :tag "Bytes"))
+  :group 'forj)
+
+(defcustom forj-chat-tool-set 'core
+  "Which tools a chat offers the model before it asks for more.
+`core': reading, listing, search, the edit tools, run_shell, run_tests
+and todo_write, and load_tools, which the model calls to add a family,
+git, files, ast, tasks, web or checks, from its next step on; a call to
+a tool of a family not loaded runs, and loads its family.  The core
+set's schemas fit a small local model's window.  `all': every tool
+from the first request on."
+  :type '(choice (const :tag "The core set; the model loads the rest" core)
+                 (const :tag "Every tool" all))
   :group 'forj)
 
 (defvar forj-chat-worker-ready-functions nil
@@ -80,7 +96,7 @@ read-only chat never shows the model a tool that writes."
   (let ((buffer (current-buffer))
         (turn (forj-session-turn forj-session))
         (hello (forj-worker-hello worker)))
-    (if (null forj-tools-permission-mode)
+    (if (and (null forj-tools-permission-mode) (eq forj-chat-tool-set 'all))
         (progn
           (setf (forj-session-tools forj-session) (plist-get hello :tools)
                 (forj-session-permission-instructions forj-session)
@@ -88,7 +104,9 @@ read-only chat never shows the model a tool that writes."
           (when then (funcall then)))
       (forj-epc-call
        (forj-worker-connection worker) "tool_definitions"
-       (list :permission_mode forj-tools-permission-mode)
+       (append (and forj-tools-permission-mode (list :permission_mode forj-tools-permission-mode))
+               (and (not (eq forj-chat-tool-set 'all))
+                    (list :families (vconcat (forj-session-families forj-session)))))
        :success (lambda (reply)
                   (when (buffer-live-p buffer)
                     (with-current-buffer buffer
@@ -98,20 +116,46 @@ read-only chat never shows the model a tool that writes."
                 (when (buffer-live-p buffer)
                   (with-current-buffer buffer
                     (forj-session-notice (format "the worker could not list the tools of mode %s: %s"
-                                                 forj-tools-permission-mode
+                                                 (or forj-tools-permission-mode "default")
                                                  (or (plist-get err :message) err)))
                     (when (and then (= turn (forj-session-turn forj-session))) (forj-loop-end-turn)))))))))
 
 (defun forj-loop--take-tools (reply)
   "Use the tools of a `tool_definitions' REPLY from now on; show its mode note."
   (setf (forj-session-tools forj-session) (plist-get reply :tools)
+        (forj-session-family-index forj-session) (plist-get reply :families)
         (forj-session-permission-instructions forj-session) (append (plist-get reply :instructions) nil))
   (let ((mode (plist-get reply :permission_mode)))
-    (when (and (stringp mode) (not (equal mode forj-tools-permission-mode)))
+    ;; A chat with no mode of its own keeps following the configured one.
+    (when (and forj-tools-permission-mode (stringp mode) (not (equal mode forj-tools-permission-mode)))
       (setq forj-tools-permission-mode mode)))
   (when (stringp (plist-get reply :mode_note))
     (forj-session-notice (plist-get reply :mode_note)))
   (force-mode-line-update))
+
+(defun forj-loop--families-to-load (entries)
+  "The families the tool-call ENTRIES of a batch load, not loaded yet.
+A load_tools call loads its family; a call to a tool the chat did not
+offer loads the family the worker says it is in."
+  (let ((index (forj-session-family-index forj-session))
+        (offered (mapcar (lambda (tool) (plist-get tool :name))
+                         (append (forj-session-tools forj-session) nil)))
+        (found nil))
+    (dolist (entry entries)
+      (let* ((call (plist-get entry :call))
+             (name (plist-get call :name))
+             (family
+              (if (equal name "load_tools")
+                  (let ((family (plist-get (plist-get call :args) :family)))
+                    (and (stringp family) (plist-member index (intern (concat ":" family)))
+                         family))
+                (and (stringp name) (not (member name offered))
+                     (cl-loop for (key tools) on index by #'cddr
+                              when (seq-contains-p tools name)
+                              return (substring (symbol-name key) 1))))))
+        (when (and family (not (member family (forj-session-families forj-session))))
+          (cl-pushnew family found :test #'equal))))
+    (nreverse found)))
 
 (defun forj-loop-start-worker ()
   "Start the chat's worker now, for the first screen to tell how commands run."
@@ -163,6 +207,9 @@ comes first; a summary replaces what it summarises
     (user-error "Not sent; open a chat on your project with M-x forj"))
   (setf (forj-session-root-confirmed forj-session) t))
 
+(defvar forj-loop--to-end nil
+  "Non-nil while a turn that may run tools until it is done is started.")
+
 (defun forj-loop-start-turn (text draft)
   "Start a turn: add TEXT as the user's message (unless nil), ask the model.
 DRAFT is what the input holds afterwards.  A turn starts with each
@@ -170,6 +217,7 @@ user message, `forj-continue' and `forj-retry': the tool batches are
 counted again from zero."
   (cl-incf (forj-session-turn forj-session))
   (setf (forj-session-iterations forj-session) 0
+        (forj-session-unbounded forj-session) forj-loop--to-end
         (forj-session-capped forj-session) nil
         (forj-session-cancelled forj-session) nil
         (forj-session-continuation forj-session) nil)
@@ -182,7 +230,17 @@ counted again from zero."
                           "\n\n")
                   (forj-session-turn-id forj-session))))
       (forj-session-view 'user-message entry draft)))
-  (forj-loop-with-worker #'forj-loop-request))
+  ;; The window sizes the request and its results: asked first of a
+  ;; local server that says it.
+  (let ((buffer (current-buffer))
+        (turn (forj-session-turn forj-session)))
+    (setf (forj-session-state forj-session) 'streaming)
+    (forj-window-learn (forj-session-provider forj-session)
+                       (lambda ()
+                         (when (buffer-live-p buffer)
+                           (with-current-buffer buffer
+                             (when (= turn (forj-session-turn forj-session))
+                               (forj-loop-with-worker #'forj-loop-request))))))))
 
 (defun forj-loop-with-worker (then)
   "Start the project's worker if needed, learn its tools, then call THEN."
@@ -212,8 +270,69 @@ counted again from zero."
   (unless (forj-compact-before-request #'forj-loop-request)
     (forj-loop--request-now)))
 
+(defun forj-loop-result-budget ()
+  "The bytes a batch's results may take: what is left of the model's window.
+The window less the tokens of the request so far, a reserve for the
+reply (the provider's :max-tokens, at most a quarter of the window)
+and a margin of 5%, at 4 bytes a token; never less than 4 KiB, so a
+result always says something.  With
+`forj-chat-context-bytes' set, that size less the transcript's bytes."
+  ;; Seed 000's FR-REG-04b: capacity computed conservatively.
+  (if forj-chat-context-bytes
+      ;; What the model has read so far, heading of these results and
+      ;; prompt included, as the transcript would hold it.
+      (max 4096 (- forj-chat-context-bytes
+                   (+ (length (forj-session-transcript))
+                      (length "\n## Tool results\n\n")
+                      (length "\n## User\n\n")
+                      (length (forj-session-draft)))))
+    (let* ((provider (forj-session-provider forj-session))
+           (window (forj-usage-context-window provider))
+           (reserve (min (or (plist-get provider :max-tokens) 4096) (/ window 4)))
+           (margin (/ window 20)))
+      (max 4096 (* 4 (max 0 (- window (car (forj-compact-estimate)) reserve margin)))))))
+
+(defun forj-loop--does-not-fit ()
+  "Why the next request cannot fit the model's context window, or nil if it can.
+The sentence says what the request holds and what the user may drop."
+  (let* ((provider (forj-session-provider forj-session))
+         (window (forj-usage-context-window provider))
+         (estimate (car (forj-compact-estimate))))
+    (when (and (> estimate window) (not (eq (plist-get provider :family) 'scripted)))
+      (let* ((parts (forj-compact-parts))
+             (tokens (lambda (key) (forj-usage-format-tokens
+                                    (forj-usage-tokens-of-bytes (plist-get parts key)))))
+             (drops (delq nil
+                          (list (and (> (plist-get parts :context) 0)
+                                     "context you added (M-x forj-context-remove)")
+                                (and (> (forj-compact-summarisable
+                                         (length (forj-session-record forj-session)))
+                                        1)
+                                     "the conversation (M-x forj-compact summarises it)")
+                                (and (eq forj-chat-tool-set 'all)
+                                     "tools (set forj-chat-tool-set to core)")
+                                (and (forj-session-families forj-session)
+                                     "loaded tool families (a new chat offers the core set)")
+                                "or use a model with a larger window (:context-window in forj-providers, if the server has more)"))))
+        (format "not sent: this request holds about %s tokens, more than the %s-token context window of %s (tool definitions %s, system prompt %s, added context %s, conversation %s).  Drop some: %s"
+                (forj-usage-format-tokens estimate) (forj-usage-format-tokens window)
+                (or (plist-get provider :model) (plist-get provider :name) "the model")
+                (funcall tokens :tools) (funcall tokens :system)
+                (funcall tokens :context) (funcall tokens :conversation)
+                (mapconcat #'identity drops "; "))))))
+
 (defun forj-loop--request-now ()
-  "Start the model's next reply under a new \"## Assistant\" heading."
+  "Start the model's next reply under a new \"## Assistant\" heading.
+A request that cannot fit the model's window is not sent: the user is
+told what it holds and what to drop."
+  (let ((too-big (forj-loop--does-not-fit)))
+    (if too-big
+        (progn (forj-session-notice too-big)
+               (forj-loop-end-turn (list :kind 'failed)))
+      (forj-loop--send-request))))
+
+(defun forj-loop--send-request ()
+  "Send the request for the model's next reply."
   (let ((buffer (current-buffer))
         (messages (forj-loop-messages)))
     (setf (forj-session-stop-info forj-session) nil)
@@ -322,16 +441,27 @@ A reply cut by the token limit or refused runs none of its calls."
      ((eq (plist-get stop :kind) 'refusal) (forj-loop--reply-refused stop calls))
      ((and (eq (plist-get stop :kind) 'pause) (null calls)) (forj-loop--reply-paused stop))
      ((null calls) (forj-loop--turn-done))
-     ((>= (forj-session-iterations forj-session) (forj-loop-max-iterations))
-      (forj-loop--refuse-batch calls))
+     ((forj-loop--at-limit-p) (forj-loop--refuse-batch calls))
      (t (forj-loop--run-batch calls)))))
 
 ;;; The batch
 
+(defun forj-loop--at-limit-p ()
+  "Non-nil when this turn has run all the tool batches it may."
+  (and (not (forj-session-unbounded forj-session))
+       (>= (forj-session-iterations forj-session) (forj-loop-max-iterations))))
+
+(defun forj-loop-set-limit (limit)
+  "Let each user message of this chat lead to LIMIT tool batches; nil: the default."
+  (setf (forj-session-limit forj-session) limit)
+  (force-mode-line-update))
+
 (defun forj-loop-max-iterations ()
   "How many tool batches one user message may lead to in this chat.
+The chat's own limit (`forj-loop-set-limit'), else
 `forj-chat-max-tool-iterations', else the worker's configuration."
-  (or forj-chat-max-tool-iterations
+  (or (forj-session-limit forj-session)
+      forj-chat-max-tool-iterations
       (let* ((worker (and (forj-session-root forj-session) (forj-worker-get (forj-session-root forj-session))))
              (config (and worker (plist-get (forj-worker-hello worker) :config)))
              (limit (plist-get (plist-get (plist-get config :effective) :tools)
@@ -429,14 +559,7 @@ section is whole."
     (forj-session-view 'results-start)
     (setf (forj-session-state forj-session) 'tools)
     (force-mode-line-update)
-    ;; What the model has read so far, heading of these results and prompt
-    ;; included, as the transcript would hold it.
-    (setq-local forj-tools-capacity-bytes
-                (max 4096 (- forj-chat-context-bytes
-                             (+ (length (forj-session-transcript))
-                                (length "\n## Tool results\n\n")
-                                (length "\n## User\n\n")
-                                (length (forj-session-draft))))))
+    (setq-local forj-tools-capacity-bytes (forj-loop-result-budget))
     (let ((forj-tools-turn (forj-session-turn-id forj-session))
           (forj-tools-plan-mode (pcase forj-chat-tools-mode
                                   ('parse-only "parse_only")
@@ -481,7 +604,13 @@ section is whole."
         (when (and batch (forj-tools-batch-cancelled batch))
           (forj-session-notice "the batch was cancelled in review; the model was not resumed"))
         (forj-loop-end-turn))
-    (forj-loop-request)))
+    (let ((families (and (not (eq forj-chat-tool-set 'all)) (forj-loop--families-to-load entries))))
+      (if (null families)
+          (forj-loop-request)
+        ;; The next request offers the loaded families' tools too.
+        (setf (forj-session-families forj-session)
+              (append (forj-session-families forj-session) families))
+        (forj-loop-with-worker #'forj-loop-request)))))
 
 (defun forj-loop--refuse-batch (entries)
   "Refuse the tool-call ENTRIES of the reply: the iteration limit is reached.
@@ -531,7 +660,7 @@ iteration limit."
          (instructions (append (plist-get state :instructions) nil)))
     (setf (forj-session-turn-state forj-session) nil)
     (if (and waiting instructions (not (forj-session-cancelled forj-session))
-             (< (forj-session-iterations forj-session) (forj-loop-max-iterations)))
+             (not (forj-loop--at-limit-p)))
         (progn
           (cl-incf (forj-session-iterations forj-session))
           (forj-loop--tell-model instructions))
@@ -554,6 +683,7 @@ CONTINUATION, a plist (:kind KIND :text TEXT), is what `forj-continue'
 does next: send TEXT as a message (or, without TEXT, ask the model
 again).  A turn that reached the iteration limit offers to go on."
   (setf (forj-session-state forj-session) 'idle
+        (forj-session-unbounded forj-session) nil
         (forj-session-reply forj-session) nil
         (forj-session-stream forj-session) nil
         (forj-session-batch forj-session) nil
@@ -569,7 +699,8 @@ again).  A turn that reached the iteration limit offers to go on."
       (forj-session-notice
        (concat (format "this message reached its limit of %d tool batches." limit)
                (substitute-command-keys
-                "  \\<forj-chat-mode-map>\\[forj-continue] (M-x forj-continue) lets the model go on")))))
+                (format "  \\<forj-chat-mode-map>\\[forj-continue] (M-x forj-continue) lets the model go on for %d more; C-u \\[forj-continue] (M-x forj-continue-to-end) to the end of this turn; M-x forj-set-iteration-limit sets this chat's limit"
+                        limit))))))
   (force-mode-line-update)
   (when (and (get-buffer-window (current-buffer)) (not noninteractive))
     (message "forj: your turn")))
@@ -586,11 +717,18 @@ do when it cannot ask a model."
   (forj-loop-confirm-root)
   (forj-loop-start-turn text ""))
 
-(defun forj-loop-continue ()
-  "Let the model go on where the last turn stopped (`forj-continue')."
+(defun forj-loop-continue (&optional to-end)
+  "Let the model go on where the last turn stopped (`forj-continue').
+TO-END non-nil: the turn runs tools until the model is done, with no
+limit of batches."
   (forj-loop-check-provider)
   (forj-loop-confirm-root)
-  (forj-loop-start-turn (plist-get (forj-session-continuation forj-session) :text) (forj-session-draft)))
+  (let* ((continuation (forj-session-continuation forj-session))
+         (text (if (and to-end (eq (plist-get continuation :kind) 'capped))
+                   "Go on with the task until it is done; then answer without tools."
+                 (plist-get continuation :text)))
+         (forj-loop--to-end to-end))
+    (forj-loop-start-turn text (forj-session-draft))))
 
 (defun forj-loop-retry-index ()
   "Where a retry cuts the record: (INDEX), INDEX nil to cut nothing; or nil.

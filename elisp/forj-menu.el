@@ -131,6 +131,9 @@ define yet once they exist."
     ("k" "Stop" forj-menu-stop :if forj-menu--busy-p)
     ("r" "Retry the last reply" forj-retry :if (lambda () (commandp 'forj-retry)))
     ("c" "Continue" forj-continue :if (lambda () (commandp 'forj-continue)))
+    ("g" "Continue to the end of the turn" forj-continue-to-end
+     :if (lambda () (commandp 'forj-continue-to-end)))
+    ("L" "Tool batches per message" forj-set-iteration-limit :if forj-menu--in-chat-p)
     ("e" "Edit a message (fork)" forj-edit-message
      :if (lambda () (commandp 'forj-edit-message)))
     ("t" "Give a waiting call its result" forj-tool-result :if forj-menu--call-waits-p)

@@ -46,6 +46,11 @@
   (root-confirmed nil :documentation "Non-nil once the root is known to be the user's choice.")
   (provider nil :documentation "The provider plist.")
   (tools nil :documentation "The worker's tool definitions for the chat's permission mode.")
+  (families nil :documentation "The families of tools loaded beyond the core set (strings).
+The model loads one with the tool load_tools, or by calling one of its
+tools; see `forj-chat-tool-set'.")
+  (family-index nil :documentation "Each family's tools, as the worker last said: a plist.
+Tells which family a call to a tool not offered belongs to.")
   (permission-instructions
    nil :documentation "Sentences the worker's rules add to the model's instructions.")
   (greeted nil :documentation "The worker whose hello warnings the chat has shown.")
@@ -61,6 +66,10 @@ A callback of an older turn finds it changed and does nothing.")
 STATE is the `turn' of an execute reply (before_exit, exit_loop,
 continue_loop, instructions).")
   (iterations 0 :documentation "Tool batches run for the current user message.")
+  (limit nil :documentation "This chat's limit of tool batches per user message, or nil.
+nil: `forj-chat-max-tool-iterations', else the worker's configuration.")
+  (unbounded nil :documentation "Non-nil when this turn may run tools until it is done.
+Set by `forj-continue-to-end'; a new turn starts bounded again.")
   (capped nil :documentation "Non-nil once the iteration cap answered a batch.")
   (cancelled nil :documentation "Non-nil once the user stopped the turn.")
   (stream nil :documentation "The provider request under way, if any.")

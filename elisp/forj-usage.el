@@ -173,10 +173,27 @@ TABLE is a list whose elements start with a model name.  A
             (* (plist-get usage :cache-write) (nth 3 price)))
          1e6))))
 
+(defvar forj-usage-learned-windows (make-hash-table :test #'equal)
+  "Context windows servers said (forj-window.el).
+\(URL . MODEL) to tokens, or `none' when the server said nothing.")
+
+(defun forj-usage-window-key (provider)
+  "The key of PROVIDER's model in `forj-usage-learned-windows'."
+  (cons (plist-get provider :url) (plist-get provider :model)))
+
+(defun forj-usage-known-window (provider)
+  "The window `forj-usage-context-windows' gives PROVIDER's model, or nil."
+  (cdr (forj-usage--lookup (plist-get provider :model) forj-usage-context-windows)))
+
 (defun forj-usage-context-window (provider)
-  "The context window of PROVIDER's model, in tokens."
+  "The context window of PROVIDER's model, in tokens.
+The provider's :context-window, else the window its server said
+\(forj-window.el), else `forj-usage-context-windows', else
+`forj-usage-default-context-window'."
   (or (plist-get provider :context-window)
-      (cdr (forj-usage--lookup (plist-get provider :model) forj-usage-context-windows))
+      (let ((learned (gethash (forj-usage-window-key provider) forj-usage-learned-windows)))
+        (and (natnump learned) learned))
+      (forj-usage-known-window provider)
       forj-usage-default-context-window))
 
 (defun forj-usage-tokens-of-bytes (bytes)
@@ -320,7 +337,8 @@ means they were estimated from bytes rather than counted."
     (if (null forj-usage-last)
         share
       (let ((session forj-usage-session))
-        (format "last: %s %s · session: %s %s · %s"
+        (format "%s · last: %s %s · session: %s %s"
+                share
                 (forj-usage--counts forj-usage-last)
                 (forj-usage-format-cost (plist-get forj-usage-last :cost))
                 (forj-usage--counts session)
@@ -329,8 +347,7 @@ means they were estimated from bytes rather than counted."
                   (cond ((zerop priced) "$?")
                         ((zerop unpriced) (forj-usage-format-cost (plist-get session :cost)))
                         (t (format "%s + %d unpriced"
-                                   (forj-usage-format-cost (plist-get session :cost)) unpriced))))
-                share)))))
+                                   (forj-usage-format-cost (plist-get session :cost)) unpriced)))))))))
 
 (provide 'forj-usage)
 ;;; forj-usage.el ends here

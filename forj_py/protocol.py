@@ -245,6 +245,9 @@ class PlanRequest(_Strict):
     permission_mode: PermissionMode | None = None
     # The chat (session grants, deduplication); absent: one shared chat.
     session: SessionId | None = None
+    # Only check the calls (path rules, policy) and run none: the batch is
+    # journaled as checked, never left looking unfinished, and cannot be executed.
+    check: bool = False
 
 
 class JournalCallsRequest(_Strict):
@@ -290,6 +293,9 @@ class ToolDefinitionsRequest(_Strict):
     # The tools mode the definitions are for (plan's "mode"); absent: the
     # configured one.  The stricter of it and the configured mode applies.
     tools_mode: ToolsMode | None = None
+    # The families of tools to offer besides the core set (forj_py.tools.FAMILIES);
+    # absent: every tool.  Given, load_tools is offered to load the others.
+    families: list[str] | None = Field(default=None, max_length=64)
 
 
 class GrantRequest(_Strict):

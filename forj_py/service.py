@@ -68,6 +68,7 @@ from .store.backups import Backups
 from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
 from .system import git
+from .tools import CORE, FAMILIES, family_of
 from .tools.manual import manual_registry
 from .tools.registry import Conversations, Registry, Session
 from .undo import Undo
@@ -291,8 +292,10 @@ class Worker:
         if req.tools_mode is not None:
             tools_mode = min(req.tools_mode, tools_mode, key=_MODE_ORDER.index)
         mode, note = self.consent.mode_for(req.permission_mode)
+        offered = self._definitions(tools_mode, mode)
         reply: dict[str, Any] = {
-            **self._definitions(tools_mode, mode),
+            **offered,
+            **self._only_families(offered, req.families),
             "permission_mode": mode,
             "instructions": self.consent.engine.instructions(self.consent.available_names(mode)),
         }
@@ -301,10 +304,42 @@ class Worker:
         return reply
 
     def _definitions(self, mode: ToolsMode, permission_mode: str) -> dict[str, Any]:
-        """The tools the model is told about: the configured ones, or forj's in this mode."""
+        """The tools the model is told about: the configured ones, or forj's in this mode.
+
+        ``load_tools`` is left out here: it is offered only with a subset of
+        the families (:func:`_only_families`), when there is something to load.
+        """
         if self._from_config(mode):
             return {"tools": self.configured.definitions(), "tools_source": "config"}
-        return {"tools": self.consent.definitions(permission_mode), "tools_source": "registry"}
+        tools = [d for d in self.consent.definitions(permission_mode) if d["name"] != "load_tools"]
+        return {"tools": tools, "tools_source": "registry"}
+
+    def _only_families(self, offered: dict[str, Any], families: list[str] | None) -> dict[str, Any]:
+        """The core set and ``families`` of the ``offered`` tools, and what the others are.
+
+        The reply's ``families`` maps each family to its tools offered in this
+        mode, so a client knows which family a call it did not offer belongs to.
+        Configured definitions (``tools_source`` config) are offered whole.
+        """
+        if families is None or offered["tools_source"] != "registry":
+            return {}
+        unknown = sorted(set(families) - set(FAMILIES))
+        if unknown:
+            raise ProtocolError(
+                "bad-request",
+                f"tool_definitions: no tool family {', '.join(map(repr, unknown))}; "
+                f"the families are {', '.join(FAMILIES)} (the core set is always offered)",
+            )
+        tools: list[dict[str, Any]] = offered["tools"]
+        names = {d["name"] for d in tools}
+        members = {f: [n for n in FAMILIES[f] if n in names] for f in FAMILIES}
+        wanted = {CORE, *families}
+        kept = [d for d in tools if family_of(d["name"]) in wanted]
+        load = self.registry.get("load_tools")
+        if load is not None and any(members[f] for f in FAMILIES if f not in wanted):
+            kept.append(load.definition)
+            kept.sort(key=lambda d: str(d["name"]))
+        return {"tools": kept, "families": {f: m for f, m in members.items() if m}}
 
     def _from_config(self, mode: ToolsMode) -> bool:
         """Whether the configured definitions, not the registry's, are the ones advertised."""
@@ -469,6 +504,18 @@ class Worker:
             [c.disposition.value for c in calls],
             {c.seq: c.result for c in calls if c.result is not None},
         )
+        if req.check:
+            # A check (a file the user adds to a chat's context): nothing will
+            # run, so recovery must never offer it as an unfinished batch.
+            self.journal.record_resolution(batch_id, "checked")
+            with self._lock:
+                self._claimed.discard(batch_id)
+            return {
+                "batch_id": batch_id,
+                "mode": mode.value,
+                "permission_mode": permission_mode,
+                "items": [c.item().wire() for c in calls],
+            }
         gate = Gate(self.consent.engine, conversation, turn, available)
         batch = Batch(
             batch_id=batch_id,

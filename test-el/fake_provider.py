@@ -702,7 +702,8 @@ def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
         text = READ_CALL
     else:
         text = "Answered."
-    usage = {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}
+    # 92% of an 8,000-token window: the next request is compacted first.
+    usage = {"prompt_tokens": 7340, "completion_tokens": 20, "total_tokens": 7360}
     return [
         openai_chunk({"role": "assistant", "content": text}),
         openai_chunk({}, "stop"),
@@ -838,6 +839,185 @@ CONVERSATIONS: dict[str, list[list[bytes]]] = {
 }
 
 
+def native_call(family: str, name: str, args: dict[str, Any], prompt: int = 10) -> list[bytes]:
+    """One reply that is a single native call of tool ``name``, in FAMILY's stream.
+
+    ``prompt`` is the prompt's tokens the reply's usage reports.
+    """
+    if family == "openai":
+        usage = {"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5}
+        return [
+            openai_chunk({"role": "assistant", "content": ""}),
+            openai_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": f"call_{name}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)},
+                        }
+                    ]
+                }
+            ),
+            openai_chunk({}, "tool_calls"),
+            sse(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "choices": [],
+                    "usage": usage,
+                }
+            ),
+            sse("[DONE]"),
+        ]
+    if family == "anthropic":
+        return [
+            sse(
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_1",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": "fake",
+                        "content": [],
+                        "usage": {"input_tokens": prompt, "output_tokens": 1},
+                    },
+                },
+                "message_start",
+            ),
+            sse(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "tool_use", "id": f"toolu_{name}", "name": name},
+                },
+                "content_block_start",
+            ),
+            sse(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)},
+                },
+                "content_block_delta",
+            ),
+            sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "tool_use"},
+                    "usage": {"output_tokens": 5},
+                },
+                "message_delta",
+            ),
+            sse({"type": "message_stop"}, "message_stop"),
+        ]
+    return [usage_chunk([{"functionCall": {"name": name, "args": args}}], prompt)]
+
+
+def usage_chunk(parts: list[dict[str, Any]], prompt: int) -> bytes:
+    """A last Gemini chunk whose usage counts ``prompt`` tokens of prompt."""
+    return sse(
+        {
+            "candidates": [
+                {"content": {"parts": parts, "role": "model"}, "index": 0, "finishReason": "STOP"}
+            ],
+            "usageMetadata": {
+                "promptTokenCount": prompt,
+                "candidatesTokenCount": 5,
+                "totalTokenCount": prompt + 5,
+            },
+        }
+    )
+
+
+def text_reply(family: str, text: str, prompt: int) -> list[bytes]:
+    """One reply of ``text`` in FAMILY's stream, its usage counting ``prompt`` tokens."""
+    if family == "openai":
+        usage = {"prompt_tokens": prompt, "completion_tokens": 20, "total_tokens": prompt + 20}
+        return [
+            openai_chunk({"role": "assistant", "content": text}),
+            openai_chunk({}, "stop"),
+            sse(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "choices": [],
+                    "usage": usage,
+                }
+            ),
+            sse("[DONE]"),
+        ]
+    if family == "anthropic":
+        message = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "fake",
+            "content": [],
+            "usage": {"input_tokens": prompt, "output_tokens": 1},
+        }
+        return [
+            sse({"type": "message_start", "message": message}, "message_start"),
+            sse(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                "content_block_start",
+            ),
+            sse(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": text},
+                },
+                "content_block_delta",
+            ),
+            sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": 20},
+                },
+                "message_delta",
+            ),
+            sse({"type": "message_stop"}, "message_stop"),
+        ]
+    return [usage_chunk([{"text": text}], prompt)]
+
+
+def compact_native(family: str, body: str) -> list[bytes]:
+    """A model with native calls whose window fills after one batch.
+
+    It reads notes.txt, reporting a prompt of 6,500 tokens (over 80% of an
+    8,000-token window, so the next request is compacted first), writes
+    the summary when asked, then answers.
+    """
+    if SUMMARY_ASK in body:
+        return text_reply(family, SUMMARY, 900)
+    if "remember the milk" not in body:
+        return native_call(family, "read_file", {"path": "notes.txt"}, prompt=6500)
+    return text_reply(family, "Answered.", 900)
+
+
+def load_tools(family: str, body: str) -> list[bytes]:
+    """A model that loads the git tools, then calls git_status, then answers.
+
+    Each step is chosen from what the request carries: the git tools
+    offered or not, git_status's result present or not.
+    """
+    if '"git_status"' not in body:
+        return native_call(family, "load_tools", {"family": "git"})
+    if '\\"ahead\\"' not in body and '"ahead"' not in body:
+        return native_call(family, "git_status", {})
+    return STREAMS[family]("text")
+
+
 ERROR_BODIES = {
     "openai": lambda message, kind: {
         "error": {"message": message, "type": kind, "param": None, "code": None}
@@ -867,6 +1047,17 @@ class Handler(BaseHTTPRequestHandler):
                 + "\n"
             )
         scenario = self.path.strip("/").split("/")[0]
+        if self.path.endswith("/api/show"):
+            # Ollama's model details: the window it runs the model with.
+            if scenario.startswith("openai-ollamashow"):
+                show = {
+                    "parameters": "num_ctx                        6144\nstop   <|im_end|>",
+                    "model_info": {"qwen2.context_length": 32768},
+                }
+                self._json(200, show)
+            else:
+                self._raw(404, "text/plain", b"not found")
+            return
         with SEEN_LOCK:
             SEEN[scenario] += 1
             seen = SEEN[scenario]
@@ -987,6 +1178,12 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(compact(family, body))
         elif case == "compacttools":
             self._stream(compact(family, body, with_tools=True))
+        elif case in ("llamacpp", "ollamashow"):
+            self._stream(STREAMS[family]("text"))
+        elif case == "compactnative":
+            self._stream(compact_native(family, body))
+        elif case == "loadtools":
+            self._stream(load_tools(family, body))
         elif case == "notsse":
             self._raw(200, "text/html", b"<html><body>Sign in to continue</body></html>")
         else:
@@ -997,7 +1194,10 @@ class Handler(BaseHTTPRequestHandler):
             log.write(json.dumps({"path": self.path, "headers": dict(self.headers.items())}) + "\n")
         scenario = self.path.strip("/").split("/")[0]
         path = self.path.partition("?")[0]
-        if path.endswith("/api/tags"):
+        if path.endswith("/props") and scenario.startswith("openai-llamacpp"):
+            # llama.cpp's server settings: the window of its slots.
+            self._json(200, {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1})
+        elif path.endswith("/api/tags"):
             # Ollama's own listing.
             self._json(
                 200,

@@ -196,6 +196,56 @@ The chat then offers to go on, and `forj-continue' gives the model as many batch
       ;; Nothing is left to continue.
       (should-error (forj-continue) :type 'user-error))))
 
+(ert-deftest forj-test-chat-iteration-cap-continue-to-the-end-of-the-turn ()
+  "Past the cap, one key lets the model run tools until it is done with the turn.
+The notice offers both ways to go on as buttons; the header shows the
+batches against the limit while a turn runs."
+  (let ((forj-chat-max-tool-iterations 1)
+        (call (forj-chat-test--block
+               "{\"id\": \"l\", \"name\": \"list_files\", \"args\": {}}")))
+    (forj-chat-test-with-session '(("a.txt" . "a\n"))
+        (list (list :text call) (list :text call) (list :text "Stopped.")
+              (list :text call) (list :text call) (list :text call) (list :text "All done."))
+      (forj-chat-test--say "Fix it.")
+      (should (forj-chat-test--wait-idle))
+      (should (= (how-many "^✓ list_files" (point-min) (point-max)) 1))
+      (goto-char (point-min))
+      (should (search-forward "M-x forj-continue-to-end" nil t))
+      (should (button-at (match-beginning 0)))
+      (should (search-forward "M-x forj-set-iteration-limit" nil t))
+      (should (string-match-p "C-u C-c C-j (M-x forj-continue-to-end) to the end of this turn"
+                              (buffer-string)))
+      (forj-continue '(4))
+      (should (forj-chat-test--wait-idle))
+      ;; Three batches past a limit of one: none refused.
+      (should (= (how-many "^✓ list_files" (point-min) (point-max)) 4))
+      (should (= (how-many "Max tool iterations reached" (point-min) (point-max)) 1))
+      (should (string-match-p "## Assistant\n\nAll done.\n" (buffer-string)))
+      (should (string-match-p "Go on with the task until it is done" (buffer-string)))
+      ;; The next message is bounded again.
+      (should-not (forj-session-unbounded forj-session))
+      ;; The header: the state first, then the batches of the turn.
+      (setf (forj-session-state forj-session) 'tools
+            (forj-session-iterations forj-session) 3)
+      (should (string-prefix-p " running tools… · batch 3/1 · forj · " (forj-chat--header-line)))
+      (forj-loop-set-limit 4)
+      (should (string-prefix-p " running tools… · batch 3/4 · " (forj-chat--header-line)))
+      (setf (forj-session-state forj-session) 'idle)
+      (should (string-prefix-p " your turn (C-c C-c sends) · forj · " (forj-chat--header-line))))))
+
+(ert-deftest forj-test-chat-header-line-shows-percent-signs-as-they-are ()
+  "The header line as drawn shows `%' once, and fits the state and model in 120 columns.
+The mode line reads `%%' as one `%' and a lone `%' as a construct
+\(Emacs in batch draws no mode line, so the :eval's text is checked)."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text "Hi."))
+    (let ((text (forj-chat--header-line))
+          (given (eval (cadr header-line-format) t)))
+      (should (string-match-p "context ≈?[0-9]+% of " text))
+      (should (equal (string-replace "%%" "%" given) text))
+      (should-not (string-match-p "%" (string-replace "%%" "" given)))
+      (should (string-match-p "\\`.\\{0,60\\}forj · test-script" text)))))
+
 (ert-deftest forj-test-chat-iteration-cap-follows-the-worker-config ()
   "With `forj-chat-max-tool-iterations' nil, the limit is the configuration's."
   (let ((forj-chat-max-tool-iterations nil)
@@ -241,6 +291,27 @@ The chat then offers to go on, and `forj-continue' gives the model as many batch
       (should (string-match-p "## Assistant\n\nAnother model's answer.\n" (buffer-string)))
       (should-not (string-match-p "First answer" (buffer-string)))
       (delete-file other))))
+
+(ert-deftest forj-test-chat-retry-keeps-the-window-where-the-user-reads ()
+  "`forj-retry' redraws the chat; the window still shows what the user was reading."
+  (forj-chat-test-with-session '(("a.txt" . "a\n"))
+      (list (list :text (mapconcat (lambda (i) (format "line %d" i)) (number-sequence 1 200) "\n"))
+            (list :text "Second answer.") (list :text "Third answer."))
+    (forj-chat-test--say "Hi.")
+    (should (forj-chat-test--wait-idle))
+    (forj-chat-test--say "More.")
+    (should (forj-chat-test--wait-idle))
+    (set-window-buffer (selected-window) (current-buffer))
+    (goto-char (point-min))
+    (search-forward "line 50")
+    (let ((start (line-beginning-position))
+          (at (point)))
+      (set-window-start (selected-window) start)
+      (forj-retry)
+      (should (forj-chat-test--wait-idle))
+      (should (= (how-many "^## Assistant$" (point-min) (point-max)) 2))
+      (should (= (window-start) start))
+      (should (= (point) at)))))
 
 ;;; Against servers speaking each provider's wire format
 

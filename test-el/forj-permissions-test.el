@@ -248,10 +248,13 @@ there, the call is reviewed again."
   "The request bodies the fake provider logged in LOG since it was last cleared, parsed."
   (with-temp-buffer
     (insert-file-contents log)
-    (mapcar (lambda (line)
-              (json-parse-string (plist-get (json-parse-string line :object-type 'plist) :body)
-                                 :object-type 'plist))
-            (split-string (buffer-string) "\n" t))))
+    ;; Only requests for a reply: not the questions about the window.
+    (delq nil (mapcar (lambda (line)
+                        (let ((request (json-parse-string line :object-type 'plist)))
+                          (and (plist-get request :body)
+                               (not (string-match-p (regexp-quote forj-window-user-agent) line))
+                               (json-parse-string (plist-get request :body) :object-type 'plist))))
+                      (split-string (buffer-string) "\n" t)))))
 
 (defun forj-permissions-test--tool-names (body)
   "The names of the tools an OpenAI request BODY advertises."

@@ -31,9 +31,14 @@
            :command (list forj-test--python
                           (expand-file-name "fake_provider.py" forj-provider-test--dir)
                           forj-provider-test--log)
-           :filter (lambda (_p out)
-                     (when (string-match "\\([0-9]+\\)" out)
-                       (setq forj-provider-test--port (string-to-number (match-string 1 out)))))))
+           ;; The port may arrive in pieces: it is read from the whole first line.
+           :filter (let ((seen ""))
+                     (lambda (_p out)
+                       (setq seen (concat seen out))
+                       (when (and (null forj-provider-test--port)
+                                  (string-match "\\`\\([0-9]+\\)\n" seen))
+                         (setq forj-provider-test--port
+                               (string-to-number (match-string 1 seen))))))))
     (forj-test--wait-for (lambda () forj-provider-test--port) 20))
   forj-provider-test--port)
 
@@ -71,10 +76,14 @@ ON-WAIT, if given, is also called with the stream and each wait's arguments."
                         (process-command (forj-provider-stream-process stream))))))
 
 (defun forj-provider-test--requests (scenario)
-  "How many requests the fake server logged for SCENARIO (a path's first segment)."
+  "How many requests the fake server logged for SCENARIO (a path's first segment).
+Questions about the model's window (forj-window.el) are not counted."
   (with-temp-buffer
     (insert-file-contents forj-provider-test--log)
-    (how-many (concat "\"path\": \"/" (regexp-quote scenario) "/") (point-min) (point-max))))
+    (cl-count-if (lambda (line)
+                   (and (string-match-p (concat "\"path\": \"/" (regexp-quote scenario) "/") line)
+                        (not (string-match-p (regexp-quote forj-window-user-agent) line))))
+                 (split-string (buffer-string) "\n" t))))
 
 (defun forj-provider-test--last-request ()
   "The last request the fake server logged, as a plist."

@@ -138,7 +138,9 @@ def test_nfr_perf_03_a_started_worker_offers_the_generated_definitions(project: 
     eager = Registry(builtin_tools())
     with WorkerProcess(project) as proc, Client(proc.port) as client:
         hello = client.call("hello", {"token": proc.token})
-        assert json.dumps(hello["tools"]) == json.dumps(eager.definitions())
+        # load_tools is offered only with a subset of the families.
+        everything = [d for d in eager.definitions() if d["name"] != "load_tools"]
+        assert json.dumps(hello["tools"]) == json.dumps(everything)
         # The first call of a tool imports it and runs it as before.
         plan = client.call("plan", {"calls": [call("r", "read_file", path="a.txt")]})
         assert plan["items"][0]["disposition"] == "execute"

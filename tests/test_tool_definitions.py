@@ -78,7 +78,7 @@ def test_cfg_tools_02a_enabled_mode_advertises_the_registry_unless_configured(
 ) -> None:
     user_config(DEFINITIONS)
     worker = make_worker()
-    registry_names = worker.registry.names()
+    registry_names = [n for n in worker.registry.names() if n != "load_tools"]
     hello = worker.hello_payload({})
     assert [t["name"] for t in hello["tools"]] == registry_names
     assert hello["tools_source"] == "registry"
@@ -110,7 +110,8 @@ def test_cfg_tools_02_without_definitions_parse_only_advertises_the_registry(
     worker = make_worker()
     defs = worker.tool_definitions()
     assert defs["tools_source"] == "registry"
-    assert [t["name"] for t in defs["tools"]] == worker.registry.names()
+    offered = [n for n in worker.registry.names() if n != "load_tools"]
+    assert [t["name"] for t in defs["tools"]] == offered
     plan = worker.plan({"mode": "parse_only", "calls": [call("a", "list_files")]})
     assert plan["items"][0]["disposition"] == "manual"
 

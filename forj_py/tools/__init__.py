@@ -29,6 +29,7 @@ BUILTIN: dict[str, str] = {
     "run_shell": "shell:RunShell",
     "run_tests": "run_tests:RunTests",
     "todo_write": "todo_write:TodoWrite",
+    "load_tools": "load_tools:LoadTools",
     "task": "task:Task",
     "apply_patch": "patch:ApplyPatch",
     "file_patch": "patch:FilePatch",
@@ -60,6 +61,48 @@ BUILTIN: dict[str, str] = {
     "grep": "seed004:Grep",
     "shell_exec": "seed004:ShellExec",
 }
+
+
+# The families a chat may offer the model one at a time.  The core set is
+# what most coding work needs (read, list, search, edit, run, plan); every
+# other tool belongs to one family, offered when the model loads it with
+# ``load_tools`` (or calls one of its tools).  A tool not named here
+# (seed 004's aliases, a tool registered by a test) is core: never hidden.
+CORE = "core"
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "git": (
+        "git_status",
+        "git_diff",
+        "git_log",
+        "git_add",
+        "git_commit",
+        "git_checkout",
+        "git_merge",
+        "git_rebase",
+        "git_push",
+        "git_pull",
+    ),
+    "files": ("apply_patch", "file_patch", "fs_move", "fs_copy", "fs_delete"),
+    "ast": ("ast_generate", "ast_query", "ast_validate", "ast_external", "ast_edit"),
+    "tasks": ("task",),
+    "web": ("curl",),
+    "checks": ("validate", "proc_list"),
+}
+# One line per family, for the model: what loading it gives.
+FAMILY_PURPOSE: dict[str, str] = {
+    "git": "status, diff, log, add, commit, checkout, merge, rebase, push, pull",
+    "files": "unified-diff patches; move, copy, delete files",
+    "ast": "syntax-tree queries, validation and symbol renames",
+    "tasks": "a persistent task list with dependencies",
+    "web": "one HTTP request to an allowed domain",
+    "checks": "the project's validators; the processes forj started",
+}
+_FAMILY_OF = {tool: family for family, tools in FAMILIES.items() for tool in tools}
+
+
+def family_of(name: str) -> str:
+    """The family tool ``name`` belongs to; :data:`CORE` for any tool of no family."""
+    return _FAMILY_OF.get(name, CORE)
 
 
 def tool_class(name: str) -> type[Tool[Any]]:

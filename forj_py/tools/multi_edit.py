@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import ToolFailure
 from ..output import visible_controls
 from . import _edit, _regions
-from .edit_region import REGION_RULES, describe, notes
+from .edit_region import describe, notes
 from .registry import Tool, ToolContext
 
 
@@ -60,12 +60,14 @@ class _File:
 
 class MultiEdit(Tool[MultiEditArgs]):
     name = "multi_edit"
+    # edit_region's rules (REGION_RULES) are named, not repeated: both tools
+    # are in the core set, and the model reads its schemas on every request.
     description = (
         "Apply several line-range edits, to one file or many, as one change: by default "
         "all of them or none. All edits of one file are numbered in that file as you read "
-        "it, before any of them applies (they apply bottom-up). "
-        + REGION_RULES
-        + " Every file must have been read first and not changed since."
+        "it, before any of them applies (they apply bottom-up). Each edit follows "
+        "edit_region's rules: send 'expected', write new_content out in full. "
+        "Every file must have been read first and not changed since."
     )
     Args = MultiEditArgs
     side_effecting = True

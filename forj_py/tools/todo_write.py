@@ -105,12 +105,11 @@ class TodoWriteArgs(BaseModel):
 class TodoWrite(Tool[TodoWriteArgs]):
     name = "todo_write"
     description = (
-        "Keep a visible todo list while you work; the user sees it in the Tasks panel and may "
-        "change it too, so 'list' before relying on it. Actions: create (title, note?, "
-        "location?, labels?), update (id + any of title, note, location, labels), complete, "
-        "reopen, delete (id), list (filter?: status, label, path), export (export_path?, "
-        "default docs/TODO.md; the user reviews the file). Only export writes a file. A "
-        "location must name an existing project file and line."
+        "Keep a visible todo list while you work; the user may change it too, so 'list' "
+        "before relying on it. Actions: create (title, note?, location?, labels?), update "
+        "(id + any of title, note, location, labels), complete, reopen, delete (id), list "
+        "(filter?: status, label, path), export (export_path?, default docs/TODO.md; the "
+        "user reviews the file). A location must name an existing project file and line."
     )
     Args = TodoWriteArgs
     side_effecting = True  # export writes a file; nothing else does (see mutates)
