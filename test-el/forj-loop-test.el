@@ -126,8 +126,10 @@ The session starts with RECORD, if given: the chat so far."
     (let ((found nil))
       (dolist (line (split-string (buffer-string) "\n" t))
         (let ((request (json-parse-string line :object-type 'plist)))
+          ;; A question about the window is not a request for a reply.
           (when (and (string-prefix-p (concat "/" scenario "/") (plist-get request :path))
-                     (plist-get request :body))
+                     (plist-get request :body)
+                     (not (string-match-p (regexp-quote forj-window-user-agent) line)))
             (push (forj-provider-json (plist-get request :body)) found))))
       (nreverse found))))
 
