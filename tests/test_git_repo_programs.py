@@ -433,3 +433,56 @@ def test_attack_git_auto_stage_runs_no_program_of_the_repository(
     # (The index against HEAD: git reads no file of the work tree for it.)
     staged = git(project, "-c", "core.fsmonitor=false", "diff", "--cached", "--name-only", "-z")
     assert sorted(p for p in staged.split("\0") if p) == sorted(files)
+
+
+def test_attack_git_push_and_pull_run_none_of_a_local_remotes_programs(
+    worker: Any, project: Path, tmp_path: Path
+) -> None:
+    """A remote that is a path on this machine runs its receive-pack and upload-pack
+    here, outside the sandbox, with that repository's own configuration (git hands a
+    local transport none of the overrides): its filters (through
+    ``receive.denyCurrentBranch = updateInstead``, which checks the pushed branch
+    out there) and its ``core.alternateRefsCommand`` must run on neither push nor
+    pull, whatever the driver's name."""
+    marks = Marks(tmp_path)
+    (project / ".gitattributes").write_text(
+        "".join(f"f{i}.txt filter={n}\n" for i, n in enumerate(HOSTILE_NAMES))
+    )
+    for i in range(len(HOSTILE_NAMES)):
+        (project / f"f{i}.txt").write_text("base\n")
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "base")
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(project), str(other))
+    git(other, "branch", "side")
+    alternate = tmp_path / "alternate.git"
+    git(tmp_path, "init", "-q", "--bare", str(alternate))
+    (other / ".git" / "objects" / "info" / "alternates").write_text(f"{alternate}/objects\n")
+    drivers = "".join(
+        f"[filter {_quoted(n)}]\n"
+        f"\tclean = {marks.command(f'clean-{i}')}\n"
+        f"\tsmudge = {marks.command(f'smudge-{i}')}\n"
+        f"\tprocess = {marks.command(f'process-{i}')}\n"
+        for i, n in enumerate(HOSTILE_NAMES)
+    )
+    with (other / ".git" / "config").open("a", encoding="utf-8") as fh:
+        fh.write(
+            drivers + "[receive]\n\tdenyCurrentBranch = updateInstead\n"
+            # (Its own command: it would read the protocol's stdin to the end.)
+            f"[core]\n\talternateRefsCommand = touch {marks.dir / 'alternate-refs'}\n"
+        )
+    git(project, "remote", "add", "near", str(other))
+    for i in range(len(HOSTILE_NAMES)):
+        (project / f"f{i}.txt").write_text("pushed\n")
+    git(project, "commit", "-qam", "pushed")
+    client = worker()
+    checked_out = run(client, "git_push", remote="near", refspec="main")
+    assert marks.ran() == []
+    assert not checked_out["ok"], checked_out  # refused there, not checked out
+    side = run(client, "git_push", remote="near", refspec="HEAD:refs/heads/side")
+    assert side["ok"], side
+    assert marks.ran() == []
+    pulled = run(client, "git_pull", remote="near", branch="side")
+    assert pulled["ok"], pulled
+    assert marks.ran() == []

@@ -96,6 +96,14 @@ _SAFE = (
     "protocol.ext.allow=never",
     "-c",
     "log.showSignature=false",
+    # No gc or maintenance of its own after a commit, merge or fetch: a
+    # background process that outlives the call, and one that asks the
+    # repository's multi-valued gc.recentObjectsHook (git 2.42), which no
+    # later value can take back.
+    "-c",
+    "maintenance.auto=false",
+    "-c",
+    "gc.auto=0",
     "--no-pager",
 )
 
@@ -122,14 +130,23 @@ TRANSPORT_PROGRAMS = {
     "fetch": "--upload-pack=git-upload-pack",
 }
 # A remote that is a path on this machine runs its receive-pack or
-# upload-pack here, and git hands a local transport none of the ``-c``
-# settings: the program names its own, so the other repository's hooks and
-# fsmonitor never run.  (Only for local remotes: a server's restricted
-# shell accepts just the plain program name.)
+# upload-pack here, with that repository's own configuration, and git hands
+# a local transport none of the overrides (it clears GIT_CONFIG_* for it):
+# the program names its own settings, each of which switches off a whole
+# mechanism, since that repository's driver names are not known here.  No
+# hooks, no fsmonitor, no alternate-refs command; a pushed branch that is
+# checked out there is refused rather than checked out
+# (``receive.denyCurrentBranch = updateInstead`` runs that repository's
+# filters); no gc of its own after the push.  (Only for local remotes: a
+# server's restricted shell accepts just the plain program name.)
+_LOCAL_SIDE = (
+    "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.alternateRefsCommand="
+    " -c receive.denyCurrentBranch=refuse -c receive.autogc=false"
+)
 LOCAL_TRANSPORT_PROGRAMS = {
-    "push": "--receive-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false receive-pack",
-    "pull": "--upload-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false upload-pack",
-    "fetch": "--upload-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false upload-pack",
+    "push": f"--receive-pack={_LOCAL_SIDE} receive-pack",
+    "pull": f"--upload-pack={_LOCAL_SIDE} upload-pack",
+    "fetch": f"--upload-pack={_LOCAL_SIDE} upload-pack",
 }
 
 _RESET = object()  # a multi-valued key: "" empties the list, then the user's values
