@@ -647,12 +647,27 @@ def _sent_forms(secret: str) -> list[bytes]:
 
 
 @pytest.mark.parametrize("where", ["json", "text", "bin"])
-@pytest.mark.parametrize("how", ["json", "form"])
+@pytest.mark.parametrize("how", ["json", "form", "multipart", "xml"])
 def test_attack_curl_hides_every_credential_it_sent_when_the_server_echoes_it(
     project: Path, echo: str, where: str, how: str
 ) -> None:
     allow_curl(echo)
-    if how == "json":
+    if how == "multipart":
+        # Each field a part of its own, named in its Content-Disposition.
+        fields = {"user": "me", "password": SECRETS["json"], "client_secret": SECRETS["nested"]}
+        body = "".join(
+            f'--b0uNd\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+            for name, value in fields.items()
+        )
+        body += "--b0uNd--\r\n"
+        ctype = "multipart/form-data; boundary=b0uNd"
+    elif how == "xml":
+        body = (
+            f"<login><user>me</user><password>{SECRETS['json']}</password>"
+            f'<client_secret kind="app">{SECRETS["nested"]}</client_secret></login>'
+        )
+        ctype = "application/xml"
+    elif how == "json":
         body = json.dumps(
             {
                 "user": "me",
@@ -686,7 +701,11 @@ def test_attack_curl_hides_every_credential_it_sent_when_the_server_echoes_it(
         seen += base64.b64decode(result["result"]["body_b64"])
     stored = journal_bytes()
     for name, secret in SECRETS.items():
-        if name in (("form",) if how == "json" else ("json", "nested", "number", "deep")):
+        unsent = {
+            "json": ("form",),
+            "form": ("json", "nested", "number", "deep"),
+        }.get(how, ("form", "number", "deep"))
+        if name in unsent:
             continue  # not sent in this shape of body
         for form in _sent_forms(str(secret)):
             # Lower case too: the result's header names are.
