@@ -486,3 +486,37 @@ def test_attack_git_push_and_pull_run_none_of_a_local_remotes_programs(
     pulled = run(client, "git_pull", remote="near", branch="side")
     assert pulled["ok"], pulled
     assert marks.ran() == []
+
+
+@pytest.mark.parametrize("line", ["exec", "x", "  exec\t"])
+def test_attack_git_rebase_continue_runs_no_exec_line_of_a_pending_rebase(
+    worker: Any, project: Path, tmp_path: Path, line: str
+) -> None:
+    """A repository comes with a rebase stopped half-way whose to-do list holds
+    ``exec`` lines (shell commands): ``git_rebase`` with ``action: continue`` would
+    run them here, outside the sandbox. It is refused, nothing runs, and the rebase
+    stays where it was."""
+    marks = Marks(tmp_path)
+    git(project, "init", "-q", "-b", "main")
+    for i in range(3):
+        (project / "f.txt").write_text(f"{i}\n")
+        git(project, "add", "-A")
+        git(project, "commit", "-qm", f"c{i}")
+    editor = tmp_path / "editor"
+    editor.write_text(
+        f'#!/bin/sh\nsed -i "1i break" "$1"\nprintf "{line} {marks.program} todo-exec\\n" >> "$1"\n'
+    )
+    editor.chmod(0o755)
+    env = {**os.environ, "GIT_SEQUENCE_EDITOR": str(editor)}
+    done = subprocess.run(
+        ["git", "rebase", "-i", "HEAD~2"], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    todo = project / ".git" / "rebase-merge" / "git-rebase-todo"
+    assert "todo-exec" in todo.read_text()
+    client = worker()
+    result = run(client, "git_rebase", action="continue")
+    assert marks.ran() == []
+    assert not result["ok"], result
+    assert "exec" in result["error"]["message"], result
+    assert todo.exists()
