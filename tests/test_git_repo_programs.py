@@ -520,3 +520,30 @@ def test_attack_git_rebase_continue_runs_no_exec_line_of_a_pending_rebase(
     assert not result["ok"], result
     assert "exec" in result["error"]["message"], result
     assert todo.exists()
+
+
+@pytest.mark.parametrize("entry", ["bin", "", "."])
+def test_attack_git_tools_never_run_a_git_planted_in_the_project(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    """The user's PATH names a directory of the project (``PATH_add bin`` of direnv,
+    ``./node_modules/.bin``) or the working directory (an empty or ``.`` entry). A
+    command writes ``git`` there; the worker's own git (git_status needs no review,
+    and runs outside the sandbox) must still be the system's."""
+    marks = Marks(tmp_path)
+    git(project, "init", "-q", "-b", "main")
+    where = project / entry if entry else project
+    where.mkdir(exist_ok=True)
+    planted = where / "git"
+    planted.write_text(f'#!/bin/sh\ntouch "{marks.dir}/planted-git"\nexec /usr/bin/git "$@"\n')
+    planted.chmod(0o755)
+    path_entry = str(project / entry) if entry == "bin" else entry
+    monkeypatch.setenv("PATH", f"{path_entry}:{os.environ['PATH']}")
+    proc = WorkerProcess(project)
+    try:
+        with Client(proc.port) as client:
+            client.call("hello", {"token": proc.token, "client": {"name": "pytest"}})
+            assert run(client, "git_status")["ok"]
+    finally:
+        proc.stop()
+    assert marks.ran() == []

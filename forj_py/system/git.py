@@ -64,6 +64,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..safety.programs import program_path
+
 log = logging.getLogger(__name__)
 
 # How long the status question of plan notes may take.
@@ -272,9 +274,13 @@ def config_environment(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     return env
 
 
-def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment for git: no redirecting GIT_*, programs pinned."""
+def environment(extra: dict[str, str] | None = None, *, root: str | None = None) -> dict[str, str]:
+    """The worker's environment for git: no redirecting GIT_*, programs pinned.
+
+    ``root``: the project, whose directories ``PATH`` loses (see program_path).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_ENV}
+    env["PATH"] = program_path(env.get("PATH", os.defpath), root)
     for name in ("SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "PAGER"):
         env.pop(name, None)
     env["GIT_OPTIONAL_LOCKS"] = "0"
@@ -508,7 +514,7 @@ def pin(root: str, *, timeout: float = TIMEOUT_SECONDS) -> str | None:
     git_dir: str | None = None
     if _may_be_in_work_tree(real_root):
         try:
-            git_dir = _locate(real_root, environment(), timeout)[1]
+            git_dir = _locate(real_root, environment(root=real_root), timeout)[1]
         except GitError as exc:
             log.debug("git: no repository pinned for %s: %s", real_root, exc)
     with _PINS_LOCK:
@@ -584,7 +590,7 @@ def open_repo(root: str, *, timeout: float = TIMEOUT_SECONDS) -> Repo:
     Raises :class:`GitError` when git is missing, ``root`` is in no
     repository, or the repository cannot be used safely.
     """
-    env = environment()
+    env = environment(root=root)
     toplevel, git_dir = _locate(root, env, timeout)
     real_root = os.path.realpath(root)
     if not (real_root == toplevel or real_root.startswith(toplevel.rstrip(os.sep) + os.sep)):
