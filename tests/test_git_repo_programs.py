@@ -529,7 +529,8 @@ def test_attack_git_tools_never_run_a_git_planted_in_the_project(
     """The user's PATH names a directory of the project (``PATH_add bin`` of direnv,
     ``./node_modules/.bin``) or the working directory (an empty or ``.`` entry). A
     command writes ``git`` there; the worker's own git (git_status needs no review,
-    and runs outside the sandbox) must still be the system's."""
+    and runs outside the sandbox; the user's identity asked for a command) must
+    still be the system's."""
     marks = Marks(tmp_path)
     git(project, "init", "-q", "-b", "main")
     where = project / entry if entry else project
@@ -544,6 +545,8 @@ def test_attack_git_tools_never_run_a_git_planted_in_the_project(
         with Client(proc.port) as client:
             client.call("hello", {"token": proc.token, "client": {"name": "pytest"}})
             assert run(client, "git_status")["ok"]
+            # A command's environment asks git for the user's identity, outside too.
+            assert run(client, "run_shell", cmd=["true"])["ok"]
     finally:
         proc.stop()
     assert marks.ran() == []
