@@ -12,13 +12,10 @@ read-only sandbox) is left unread.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 import threading
-
-from .programs import program_path
 
 PROBE_SECONDS = 10.0
 
@@ -51,8 +48,7 @@ def find() -> str | None:
     """Where bwrap is, on Linux; None elsewhere or when it is not installed."""
     if not sys.platform.startswith("linux"):
         return None
-    # Never through a relative PATH entry (the working directory).
-    return shutil.which("bwrap", path=program_path(os.environ.get("PATH", os.defpath), None))
+    return shutil.which("bwrap")
 
 
 def run(path: str, *, sizes: bool = True) -> subprocess.CompletedProcess[bytes] | Exception:

@@ -1,6 +1,6 @@
 """Where the worker finds the programs it runs itself, outside the command sandbox.
 
-git (and what git starts: ssh, gpg), ripgrep and bubblewrap run with the
+git (and what git starts: ssh, gpg) and ripgrep run with the
 user's rights, unconfined.  A command in the sandbox may write the project,
 so none of them may be looked up there: not through an entry of ``PATH``
 inside the project (direnv's ``PATH_add bin``, ``node_modules/.bin``) nor
