@@ -138,9 +138,17 @@ Moving around the review is never delayed."
   "A regexp matching the characters the review draws as ⟨U+XXXX⟩ markers.
 Unicode general categories Cf (format: soft hyphen, zero-width and bidi
 controls, tags), Zs other than the space, Zl, Zp and Co (private use),
-and the whole tag block U+E0000..U+E007F, from Emacs's own Unicode data."
+from Emacs's own Unicode data, and the rest of the characters Unicode
+says a display draws as nothing (Default_Ignorable_Code_Point): the
+combining grapheme joiner, the Hangul and Khmer fillers, the Mongolian
+and all the variation selectors (those of U+E0100..U+E01EF carry a
+byte each, so a program can hide in an empty-looking string), and the
+whole block U+E0000..U+E0FFF.  The worker marks the same set."
   (or forj-review--invisible-re-cache
-      (let ((ranges (list (cons #xE0000 #xE007F))))
+      (let ((ranges (list (cons #x034F #x034F) (cons #x115F #x1160) (cons #x17B4 #x17B5)
+                          (cons #x180B #x180F) (cons #x2065 #x2065) (cons #x3164 #x3164)
+                          (cons #xFE00 #xFE0F) (cons #xFFA0 #xFFA0) (cons #xFFF0 #xFFF8)
+                          (cons #xE0000 #xE0FFF))))
         (map-char-table
          (lambda (key category)
            (when (memq category '(Cf Zs Zl Zp Co))

@@ -81,14 +81,24 @@ def sanitize(text: str) -> str:
 # (but tab and newline), format characters (soft hyphen, zero-width spaces
 # and joiners, bidi marks and controls, U+180E, the tag block, the BOM),
 # private-use characters, line and paragraph separators (JavaScript ends a
-# line at U+2028), and every space but the plain one (no-break, en, em,
-# ideographic, ...).
+# line at U+2028), every space but the plain one (no-break, en, em,
+# ideographic, ...), and the rest of what Unicode says a display draws as
+# nothing (Default_Ignorable_Code_Point): the combining grapheme joiner, the
+# Hangul and Khmer fillers, the Mongolian and all the variation selectors
+# (U+E0100-U+E01EF carry a byte each: a program hides in an empty-looking
+# string).  elisp/forj-review.el marks the same set.
+_DEFAULT_IGNORABLE = (
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u3164\ufe00-\ufe0f\uffa0"
+    "\ufff0-\ufff8\U000e0000-\U000e0fff"
+)
+
+
 @functools.cache
 def _review_hidden_re() -> regex.Pattern[str]:
     import regex
 
     return regex.compile(
-        "[[\\p{Cc}\\p{Cf}\\p{Co}\\p{Zl}\\p{Zp}\\p{Zs}\U000e0000-\U000e007f]--[\\t\\n\\x20]]",
+        "[[\\p{Cc}\\p{Cf}\\p{Co}\\p{Zl}\\p{Zp}\\p{Zs}" + _DEFAULT_IGNORABLE + "]--[\\t\\n\\x20]]",
         regex.VERSION1,
     )
 

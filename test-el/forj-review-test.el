@@ -198,10 +198,12 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
       (with-current-buffer review
         (let ((text (buffer-string)))
           (should (null (forj-review-test--raw-invisible text)))
-          (dolist (code '("00AD" "200B" "2028" "2029" "202E" "2066" "180E" "E0041" "00A0" "3000" "E000"))
+          (dolist (code '("00AD" "200B" "2028" "2029" "202E" "2066" "180E" "E0041" "00A0" "3000" "E000"
+                          "FE0F"))
             (should (string-match-p (format "⟨U\\+%s⟩" code) text)))
-          ;; A variation selector is a combining mark: it stays.
-          (should (string-match-p "\u2764\ufe0f" text))
+          ;; A variation selector draws nothing of its own (a run of them can
+          ;; carry a hidden text): marked, even after an emoji.
+          (should (string-match-p "\u2764⟨U\\+FE0F⟩" text))
           (goto-char (point-min))
           (should (looking-at-p "⚠ This review shows [0-9]+ invisible or format characters"))))
       ;; Texts Emacs itself shows are marked as well: a reason, for one.
@@ -222,8 +224,14 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
   (should (equal (substring-no-properties
                   (forj-review-mark-invisible "\U000E0000\U000E0001\U000E007F\U000F0000\U0010FFFD\ue000"))
                  "⟨U+E0000⟩⟨U+E0001⟩⟨U+E007F⟩⟨U+F0000⟩⟨U+10FFFD⟩⟨U+E000⟩"))
-  ;; Letters, marks (variation selectors, combining accents) and emoji stay.
-  (should (equal (forj-review-mark-invisible "e\u0301 \ufe0e\U000E0100 ✓ 日本") "e\u0301 \ufe0e\U000E0100 ✓ 日本"))
+  ;; What a display draws as nothing though it is no format character:
+  ;; variation selectors (a byte each in U+E0100..U+E01EF), fillers, the
+  ;; combining grapheme joiner.
+  (should (equal (substring-no-properties
+                  (forj-review-mark-invisible "\ufe0e\U000E0100\U000E01EF\u3164\u115f\u034f\u180b"))
+                 "⟨U+FE0E⟩⟨U+E0100⟩⟨U+E01EF⟩⟨U+3164⟩⟨U+115F⟩⟨U+034F⟩⟨U+180B⟩"))
+  ;; Letters, combining accents and emoji stay.
+  (should (equal (forj-review-mark-invisible "e\u0301 ✓ 日本 🙂") "e\u0301 ✓ 日本 🙂"))
   ;; Markers are drawn in their own face, so quoted text cannot pass for one.
   (should (eq (get-text-property 0 'face (forj-review-mark-invisible "\u200b")) 'forj-review-marker)))
 

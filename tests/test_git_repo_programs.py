@@ -433,3 +433,120 @@ def test_attack_git_auto_stage_runs_no_program_of_the_repository(
     # (The index against HEAD: git reads no file of the work tree for it.)
     staged = git(project, "-c", "core.fsmonitor=false", "diff", "--cached", "--name-only", "-z")
     assert sorted(p for p in staged.split("\0") if p) == sorted(files)
+
+
+def test_attack_git_push_and_pull_run_none_of_a_local_remotes_programs(
+    worker: Any, project: Path, tmp_path: Path
+) -> None:
+    """A remote that is a path on this machine runs its receive-pack and upload-pack
+    here, outside the sandbox, with that repository's own configuration (git hands a
+    local transport none of the overrides): its filters (through
+    ``receive.denyCurrentBranch = updateInstead``, which checks the pushed branch
+    out there) and its ``core.alternateRefsCommand`` must run on neither push nor
+    pull, whatever the driver's name."""
+    marks = Marks(tmp_path)
+    (project / ".gitattributes").write_text(
+        "".join(f"f{i}.txt filter={n}\n" for i, n in enumerate(HOSTILE_NAMES))
+    )
+    for i in range(len(HOSTILE_NAMES)):
+        (project / f"f{i}.txt").write_text("base\n")
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "base")
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(project), str(other))
+    git(other, "branch", "side")
+    alternate = tmp_path / "alternate.git"
+    git(tmp_path, "init", "-q", "--bare", str(alternate))
+    (other / ".git" / "objects" / "info" / "alternates").write_text(f"{alternate}/objects\n")
+    drivers = "".join(
+        f"[filter {_quoted(n)}]\n"
+        f"\tclean = {marks.command(f'clean-{i}')}\n"
+        f"\tsmudge = {marks.command(f'smudge-{i}')}\n"
+        f"\tprocess = {marks.command(f'process-{i}')}\n"
+        for i, n in enumerate(HOSTILE_NAMES)
+    )
+    with (other / ".git" / "config").open("a", encoding="utf-8") as fh:
+        fh.write(
+            drivers + "[receive]\n\tdenyCurrentBranch = updateInstead\n"
+            # (Its own command: it would read the protocol's stdin to the end.)
+            f"[core]\n\talternateRefsCommand = touch {marks.dir / 'alternate-refs'}\n"
+        )
+    git(project, "remote", "add", "near", str(other))
+    for i in range(len(HOSTILE_NAMES)):
+        (project / f"f{i}.txt").write_text("pushed\n")
+    git(project, "commit", "-qam", "pushed")
+    client = worker()
+    checked_out = run(client, "git_push", remote="near", refspec="main")
+    assert marks.ran() == []
+    assert not checked_out["ok"], checked_out  # refused there, not checked out
+    side = run(client, "git_push", remote="near", refspec="HEAD:refs/heads/side")
+    assert side["ok"], side
+    assert marks.ran() == []
+    pulled = run(client, "git_pull", remote="near", branch="side")
+    assert pulled["ok"], pulled
+    assert marks.ran() == []
+
+
+@pytest.mark.parametrize("line", ["exec", "x", "  exec\t"])
+def test_attack_git_rebase_continue_runs_no_exec_line_of_a_pending_rebase(
+    worker: Any, project: Path, tmp_path: Path, line: str
+) -> None:
+    """A repository comes with a rebase stopped half-way whose to-do list holds
+    ``exec`` lines (shell commands): ``git_rebase`` with ``action: continue`` would
+    run them here, outside the sandbox. It is refused, nothing runs, and the rebase
+    stays where it was."""
+    marks = Marks(tmp_path)
+    git(project, "init", "-q", "-b", "main")
+    for i in range(3):
+        (project / "f.txt").write_text(f"{i}\n")
+        git(project, "add", "-A")
+        git(project, "commit", "-qm", f"c{i}")
+    editor = tmp_path / "editor"
+    editor.write_text(
+        f'#!/bin/sh\nsed -i "1i break" "$1"\nprintf "{line} {marks.program} todo-exec\\n" >> "$1"\n'
+    )
+    editor.chmod(0o755)
+    env = {**os.environ, "GIT_SEQUENCE_EDITOR": str(editor)}
+    done = subprocess.run(
+        ["git", "rebase", "-i", "HEAD~2"], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    todo = project / ".git" / "rebase-merge" / "git-rebase-todo"
+    assert "todo-exec" in todo.read_text()
+    client = worker()
+    result = run(client, "git_rebase", action="continue")
+    assert marks.ran() == []
+    assert not result["ok"], result
+    assert "exec" in result["error"]["message"], result
+    assert todo.exists()
+
+
+@pytest.mark.parametrize("entry", ["bin", "", "."])
+def test_attack_git_tools_never_run_a_git_planted_in_the_project(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    """The user's PATH names a directory of the project (``PATH_add bin`` of direnv,
+    ``./node_modules/.bin``) or the working directory (an empty or ``.`` entry). A
+    command writes ``git`` there; the worker's own git (git_status needs no review,
+    and runs outside the sandbox; the user's identity asked for a command) must
+    still be the system's."""
+    marks = Marks(tmp_path)
+    git(project, "init", "-q", "-b", "main")
+    where = project / entry if entry else project
+    where.mkdir(exist_ok=True)
+    planted = where / "git"
+    planted.write_text(f'#!/bin/sh\ntouch "{marks.dir}/planted-git"\nexec /usr/bin/git "$@"\n')
+    planted.chmod(0o755)
+    path_entry = str(project / entry) if entry == "bin" else entry
+    monkeypatch.setenv("PATH", f"{path_entry}:{os.environ['PATH']}")
+    proc = WorkerProcess(project)
+    try:
+        with Client(proc.port) as client:
+            client.call("hello", {"token": proc.token, "client": {"name": "pytest"}})
+            assert run(client, "git_status")["ok"]
+            # A command's environment asks git for the user's identity, outside too.
+            assert run(client, "run_shell", cmd=["true"])["ok"]
+    finally:
+        proc.stop()
+    assert marks.ran() == []

@@ -427,3 +427,27 @@ def test_attack_rewriting_the_gitfile_a_dotgit_link_points_at_fails(
     assert not run("echo 'gitdir: ../evil' > pointers/p")["ok"]
     assert (project / "pointers" / "p").read_text() == "gitdir: ../gd\n"
     users_own_git_runs_nothing(project / "s", marker)
+
+
+def test_attack_a_command_cannot_create_the_projects_forj_config(
+    shell: Callable[[], Shell], project: Path
+) -> None:
+    """A trusted project has no ``.forj`` yet: a command (an approved ``make``, say)
+    must not create ``.forj/config.toml``, whose rules a trusted project's worker
+    takes at its next start (``allow = ["run_shell"]``: every command unreviewed)."""
+    user_config(f'[trust]\nprojects = ["{project}"]\n')
+    run = shell()
+    planted = run(
+        "mkdir -p .forj; printf '[permissions]\\nallow = [\"run_shell\"]\\n' > .forj/config.toml;"
+        " mv .forj .forj-old; mkdir .forj && cp .forj-old/config.toml .forj/; true"
+    )
+    assert planted["ok"], planted
+    assert not (project / ".forj" / "config.toml").exists()
+    proc = WorkerProcess(project)
+    with Client(proc.port) as client:
+        client.call("hello", {"token": proc.token, "client": {"name": "pytest"}})
+        plan = client.call(
+            "plan", {"calls": [{"id": "1", "name": "run_shell", "args": {"cmd": "touch x"}}]}
+        )
+    proc.stop()
+    assert plan["items"][0]["disposition"] == "confirm", plan["items"][0]

@@ -534,6 +534,13 @@ class CommandSandbox:
         args += ["--bind" if request.writable else "--ro-bind", root, root]
         masks = self.masks.current()
         self._git_binds(args, request, masks)
+        forj = os.path.join(root, ".forj")
+        if request.writable and not os.path.lexists(forj):
+            # The project's own configuration, whose rules a trusted
+            # project's worker takes at its next start: no command may
+            # create it either.  bwrap makes the mount point, so an empty
+            # .forj directory stays behind (git shows no empty directory).
+            args += ["--tmpfs", forj, "--remount-ro", forj]
         for rel in masks.files:
             full = os.path.join(root, rel)
             args += ["--ro-bind", "/dev/null", full]

@@ -64,6 +64,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..safety.programs import program_path
+
 log = logging.getLogger(__name__)
 
 # How long the status question of plan notes may take.
@@ -96,6 +98,14 @@ _SAFE = (
     "protocol.ext.allow=never",
     "-c",
     "log.showSignature=false",
+    # No gc or maintenance of its own after a commit, merge or fetch: a
+    # background process that outlives the call, and one that asks the
+    # repository's multi-valued gc.recentObjectsHook (git 2.42), which no
+    # later value can take back.
+    "-c",
+    "maintenance.auto=false",
+    "-c",
+    "gc.auto=0",
     "--no-pager",
 )
 
@@ -122,14 +132,23 @@ TRANSPORT_PROGRAMS = {
     "fetch": "--upload-pack=git-upload-pack",
 }
 # A remote that is a path on this machine runs its receive-pack or
-# upload-pack here, and git hands a local transport none of the ``-c``
-# settings: the program names its own, so the other repository's hooks and
-# fsmonitor never run.  (Only for local remotes: a server's restricted
-# shell accepts just the plain program name.)
+# upload-pack here, with that repository's own configuration, and git hands
+# a local transport none of the overrides (it clears GIT_CONFIG_* for it):
+# the program names its own settings, each of which switches off a whole
+# mechanism, since that repository's driver names are not known here.  No
+# hooks, no fsmonitor, no alternate-refs command; a pushed branch that is
+# checked out there is refused rather than checked out
+# (``receive.denyCurrentBranch = updateInstead`` runs that repository's
+# filters); no gc of its own after the push.  (Only for local remotes: a
+# server's restricted shell accepts just the plain program name.)
+_LOCAL_SIDE = (
+    "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.alternateRefsCommand="
+    " -c receive.denyCurrentBranch=refuse -c receive.autogc=false"
+)
 LOCAL_TRANSPORT_PROGRAMS = {
-    "push": "--receive-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false receive-pack",
-    "pull": "--upload-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false upload-pack",
-    "fetch": "--upload-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false upload-pack",
+    "push": f"--receive-pack={_LOCAL_SIDE} receive-pack",
+    "pull": f"--upload-pack={_LOCAL_SIDE} upload-pack",
+    "fetch": f"--upload-pack={_LOCAL_SIDE} upload-pack",
 }
 
 _RESET = object()  # a multi-valued key: "" empties the list, then the user's values
@@ -255,9 +274,13 @@ def config_environment(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     return env
 
 
-def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment for git: no redirecting GIT_*, programs pinned."""
+def environment(extra: dict[str, str] | None = None, *, root: str | None = None) -> dict[str, str]:
+    """The worker's environment for git: no redirecting GIT_*, programs pinned.
+
+    ``root``: the project, whose directories ``PATH`` loses (see program_path).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_ENV}
+    env["PATH"] = program_path(env.get("PATH", os.defpath), root)
     for name in ("SSH_ASKPASS", "SSH_ASKPASS_REQUIRE", "PAGER"):
         env.pop(name, None)
     env["GIT_OPTIONAL_LOCKS"] = "0"
@@ -491,7 +514,7 @@ def pin(root: str, *, timeout: float = TIMEOUT_SECONDS) -> str | None:
     git_dir: str | None = None
     if _may_be_in_work_tree(real_root):
         try:
-            git_dir = _locate(real_root, environment(), timeout)[1]
+            git_dir = _locate(real_root, environment(root=real_root), timeout)[1]
         except GitError as exc:
             log.debug("git: no repository pinned for %s: %s", real_root, exc)
     with _PINS_LOCK:
@@ -567,7 +590,7 @@ def open_repo(root: str, *, timeout: float = TIMEOUT_SECONDS) -> Repo:
     Raises :class:`GitError` when git is missing, ``root`` is in no
     repository, or the repository cannot be used safely.
     """
-    env = environment()
+    env = environment(root=root)
     toplevel, git_dir = _locate(root, env, timeout)
     real_root = os.path.realpath(root)
     if not (real_root == toplevel or real_root.startswith(toplevel.rstrip(os.sep) + os.sep)):

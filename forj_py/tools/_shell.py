@@ -36,6 +36,7 @@ from ..output import sanitize
 from ..safety import secretenv
 from ..safety.commands import ProcessCap, Request
 from ..safety.paths import SafePath
+from ..safety.programs import program_path
 from ..system import process
 from ..system.process import Capture, Channel, Outcome, redact_values
 from .registry import ToolContext
@@ -187,7 +188,7 @@ def run(
         assert jail is not None
         run_env = {**env.env, "TMPDIR": "/tmp"}  # noqa: S108 - the sandbox's private tmpfs
         run_env.setdefault("HOME", jail.home)
-        for name, value in git_identity().items():
+        for name, value in git_identity(ctx.sandbox.project_root).items():
             run_env.setdefault(name, value)
         run_argv = jail.argv(
             Request(cwd, run_env, writable=writable, network=network, scratch=scratch), argv
@@ -252,12 +253,15 @@ def _sandbox_start_failure(tool: str, argv: list[str], outcome: Outcome, env: Cl
 _GIT_IDENTITY: list[dict[str, str]] = []
 
 
-def git_identity() -> dict[str, str]:
-    """The user's git name and e-mail as environment variables (~/.gitconfig is hidden)."""
+def git_identity(root: str) -> dict[str, str]:
+    """The user's git name and e-mail as environment variables (~/.gitconfig is hidden).
+
+    git runs here outside the sandbox: never one found in the project ``root``.
+    """
     if _GIT_IDENTITY:
         return _GIT_IDENTITY[0]
     found: dict[str, str] = {}
-    git = shutil.which("git")
+    git = shutil.which("git", path=program_path(os.environ.get("PATH", os.defpath), root))
     for key, names in (
         ("user.name", ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME")),
         ("user.email", ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL")),

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import html
 import http.client
 import json
 import re
@@ -121,6 +122,30 @@ _JSON_SECRET = re.compile(
 
 # One field of a form body (name=value between &s).
 _FORM_FIELD = re.compile(r"(?:^|(?<=&))([^=&\s]+)=([^&\s]*)")
+# One part of a multipart body: its headers (the Content-Disposition names
+# the field), a blank line, then the value up to the next boundary line.
+_MULTIPART_FIELD = re.compile(
+    r'(?i)content-disposition:[^\r\n]*?\bname\*?=\s*"?([^";\r\n]*)"?[^\r\n]*\r?\n'
+    r"(?:[^\r\n]+\r?\n)*?\r?\n((?s:.*?))(?=\r?\n--|\Z)"
+)
+# An XML (or HTML) element holding text: <password>...</password>.
+_XML_FIELD = re.compile(r"<([\w:.-]+)(?:\s[^<>]*)?>([^<]*)</\1\s*>")
+
+
+def _named_fields(body: str) -> list[tuple[int, int]]:
+    """Where the values of the body's multipart parts and XML elements named like a
+    credential stand (a form's fields and JSON's members are read elsewhere)."""
+    spans = [
+        m.span(2)
+        for m in _MULTIPART_FIELD.finditer(body)
+        if m.group(2) and _credential_param(m.group(1))
+    ]
+    spans += [
+        m.span(2)
+        for m in _XML_FIELD.finditer(body)
+        if m.group(2).strip() and _credential_param(m.group(1).rpartition(":")[2])
+    ]
+    return spans
 
 
 def redact_body(text: str) -> str:
@@ -132,6 +157,9 @@ def redact_body(text: str) -> str:
     values are replaced where they stand, nothing is re-serialized.
     """
     found: list[str] = []
+    if "<" in text or "name" in text:
+        for start, end in sorted(_named_fields(text), reverse=True):
+            text = text[:start] + REDACTED + text[end:]
     with contextlib.suppress(ValueError, RecursionError):
         _json_secrets(json.loads(text), False, found)
     for value in sorted(_json_spellings(found), key=len, reverse=True):
@@ -743,6 +771,11 @@ def _url_secrets(url: str) -> list[str]:
 
 def _body_secrets(body: str) -> list[str]:
     found = credential_values(body)
+    for start, end in _named_fields(body):
+        value = body[start:end]
+        # As sent, without the blanks around it, and as a server reads
+        # XML's character references.
+        found += [value, value.strip(), html.unescape(value.strip())]
     found += [m.group(2).strip('"') for m in _JSON_SECRET.finditer(body)]
     with contextlib.suppress(ValueError, RecursionError):  # not JSON: the other forms hold
         _json_secrets(json.loads(body), False, found)

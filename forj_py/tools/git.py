@@ -962,6 +962,7 @@ class GitRebase(_GitTool[GitRebaseArgs]):
             V.run_git(repo, ctx, ["rebase", "--abort"], "git rebase --abort")
             return {"aborted": True, "rebased": False, "conflicts": []}
         if args.action == "continue":
+            _refuse_pending_commands(repo, ctx)
             argv = ["rebase", "--continue"]
         else:
             _dirty_guard(repo, ctx, "git_rebase")
@@ -980,6 +981,47 @@ class GitRebase(_GitTool[GitRebaseArgs]):
             )
         result = {"rebased": True, "conflicts": [], "head": _head(repo, ctx)}
         return _with_hooks(result, hooks)
+
+
+# A line of a rebase's to-do list that runs a shell command: git reads the
+# command name after any blanks, in full or as its one-letter form.
+_TODO_EXEC = re.compile(r"^[ \t]*(?:exec|x)(?:[ \t]|$)", re.MULTILINE)
+
+
+def _refuse_pending_commands(repo: Repo, ctx: ToolContext) -> None:
+    """Refuse to continue a rebase whose to-do list runs commands.
+
+    The list lies in the git directory, where the repository (or whoever
+    stopped that rebase) wrote it; an ``exec`` line there would run here,
+    outside the command sandbox, on a call the user saw only as
+    ``git rebase --continue``.
+    """
+    done = repo.run(
+        ["rev-parse", "--git-path", "rebase-merge/git-rebase-todo"],
+        timeout=ctx.config.tools.git.timeout_seconds,
+    )
+    if not done.ok:
+        raise V.git_failure("git rev-parse", done.err())
+    path = os.path.join(repo.cwd, done.out().strip())
+    try:
+        with open(path, "rb") as fh:
+            todo = fh.read(16 << 20).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return  # no interactive rebase stopped here: git says what there is
+    except OSError as exc:
+        raise V.git_failure("git rebase --continue", f"cannot read {path}: {exc}") from None
+    commands = [m.group().strip() for m in _TODO_EXEC.finditer(todo)]
+    if commands:
+        raise policy_failure(
+            f"git_rebase refused to continue: the rebase's to-do list ({path}) holds "
+            f"{len(commands)} exec line{'s' if len(commands) != 1 else ''}, shell commands that "
+            "git would run outside the sandbox; nothing was run and the rebase stays where it is",
+            [
+                "Call git_rebase with action 'abort' to drop that rebase",
+                "Or ask the user to look at the to-do list and continue it themselves",
+            ],
+            rule="git.rebase_exec",
+        )
 
 
 class _RemoteTool(_GitTool[A]):

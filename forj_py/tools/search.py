@@ -56,6 +56,7 @@ from ..errors import ToolFailure
 from ..output import URL_CREDENTIAL_MARK, credential_spans, redact_url_credentials, say_redacted
 from ..patterns import PatternTooComplex, gitignore_spec
 from ..protocol import ErrorKind, ErrorType
+from ..safety.programs import program_path
 from ..system.walk import Excludes, Walker
 from .listing import default_excludes, git_dir_refused, names_git_dir
 from .registry import Tool, ToolContext
@@ -84,10 +85,15 @@ class SearchArgs(BaseModel):
     max_results: int = Field(default=200, ge=1, le=10_000)
 
 
-def find_rg() -> str | None:
-    """The rg next to this Python (the ripgrep wheel), else the one on PATH."""
+def find_rg(root: str | None = None) -> str | None:
+    """The rg next to this Python (the ripgrep wheel), else the one on PATH.
+
+    It runs outside the sandbox: never one found in ``root`` (the project)
+    or through a relative entry (see ``safety.programs``).
+    """
     here = os.path.dirname(sys.executable)
-    return shutil.which("rg", path=os.pathsep.join([here, os.environ.get("PATH", "")]))
+    path = program_path(os.pathsep.join([here, os.environ.get("PATH", "")]), root)
+    return shutil.which("rg", path=path)
 
 
 class Search(Tool[SearchArgs]):
@@ -123,7 +129,7 @@ class Search(Tool[SearchArgs]):
             if names_git_dir(glob):
                 raise git_dir_refused("search", f"include_paths entry {glob!r}")
         engine = ctx.config.tools.search.engine
-        rg = find_rg() if engine in ("auto", "ripgrep") else None
+        rg = find_rg(ctx.sandbox.project_root) if engine in ("auto", "ripgrep") else None
         if engine == "ripgrep" and rg is None:
             raise ToolFailure(
                 ErrorType.PROCESS,
