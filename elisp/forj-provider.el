@@ -337,6 +337,7 @@ match."
   (heard nil :documentation "When curl last received bytes, as a float time.")
   (provider-name nil :documentation "The provider's name, for messages.")
   (first-byte nil :documentation "The provider's own :first-byte-timeout, or nil.")
+  (local nil :documentation "Non-nil for a local server, whose empty reply may mean a request too long.")
   (key-source nil :documentation "Where the key came from (never the key), or nil.")
   (redact #'identity :documentation "Takes a string, returns it without the key.")
   (key-start (lambda (_text) 0)
@@ -441,6 +442,7 @@ stream; `forj-provider-stop' stops it."
          (tools (and (plist-get provider :native-tools) tools))
          (stream (forj-provider--make-stream :family family :callbacks callbacks
                                              :provider-name (or (plist-get provider :name) "the provider")
+                                             :local (plist-get provider :local)
                                              :first-byte (let ((own (plist-get provider :first-byte-timeout)))
                                                            (and (numberp own) own)))))
     (if (plist-get family :start)
@@ -748,7 +750,13 @@ can act on."
        ((null (forj-provider-stream-status stream))
         (forj-provider--end stream :error "The provider closed the connection without answering"))
        ((and (not (forj-provider-stream-seen stream)) (null (forj-provider-stream-body stream)))
-        (forj-provider--end stream :error "The provider's reply was empty (HTTP 200, no events)"))
+        (forj-provider--end
+         stream :error
+         (concat "The provider's reply was empty (HTTP 200, no events)"
+                 (and (forj-provider-stream-local stream)
+                      (concat "; a local server answers so when the request is longer than"
+                              " its context window: give the provider a smaller :context-window,"
+                              " or drop context, then C-c C-j")))))
        ((forj-provider-stream-body stream)
         (let* ((body (forj-provider-stream-body stream))
                (own (ignore-errors

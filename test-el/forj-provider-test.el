@@ -177,6 +177,14 @@ Questions about the model's window (forj-window.el) are not counted."
     (should (string-match-p "not an event stream: Sign in to continue"
                             (plist-get (forj-provider-test--run (forj-provider-test--provider family "notsse"))
                                        :error)))
+    ;; Only a local server's empty reply points at its context window.
+    (should-not (string-match-p "context window"
+                                (plist-get (forj-provider-test--run (forj-provider-test--provider family "empty"))
+                                           :error)))
+    (should (string-match-p "reply was empty.*longer than its context window.*:context-window"
+                            (plist-get (forj-provider-test--run
+                                        (forj-provider-test--provider family "empty" :local t))
+                                       :error)))
     (let ((run (forj-provider-test--run (forj-provider-test--provider family "cut"))))
       (should (string-match-p "cut before it finished" (plist-get run :error)))
       ;; What arrived before the cut is kept.
