@@ -692,7 +692,7 @@ READ_CALL = (
 )
 
 
-def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
+def compact(family: str, body: str, with_tools: bool = False, long: bool = False) -> list[bytes]:
     if family != "openai":
         raise KeyError(family)
     if SUMMARY_ASK in body:
@@ -700,6 +700,9 @@ def compact(family: str, body: str, with_tools: bool = False) -> list[bytes]:
     elif with_tools and "remember the milk" not in body:
         # Until the model has read notes.txt, it asks to.
         text = READ_CALL
+    elif long and "SUMMARY-OF-EARLIER" not in body:
+        # Before the summary, a reply long enough to scroll through.
+        text = "\n".join(f"long line {i}" for i in range(1, 251))
     else:
         text = "Answered."
     # 92% of an 8,000-token window: the next request is compacted first.
@@ -1178,6 +1181,8 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(compact(family, body))
         elif case == "compacttools":
             self._stream(compact(family, body, with_tools=True))
+        elif case == "compactlong":
+            self._stream(compact(family, body, long=True))
         elif case in ("llamacpp", "ollamashow"):
             self._stream(STREAMS[family]("text"))
         elif case == "compactnative":

@@ -176,6 +176,44 @@
       (should (equal (mapcar (lambda (m) (plist-get m :role)) (forj-loop-messages))
                      '("user" "assistant" "user" "assistant"))))))
 
+;; The user scrolled back into the long reply while the next request
+;; goes: compacting it redraws the chat, which must not move the window.
+(ert-deftest forj-test-usage-auto-compaction-keeps-the-window-where-the-user-reads ()
+  "Auto-compaction redraws the chat; the window still shows what the user was reading."
+  (let ((forj-compact-threshold 0.8))
+    (forj-usage-test-with-chat (forj-provider-test--provider 'openai "compactlong" :context-window 8000)
+      (forj-usage-test--say "Tell me everything.")
+      (should (string-match-p "long line 250" (buffer-string)))
+      (set-window-buffer (selected-window) (current-buffer))
+      (let ((before (length (forj-usage-test--requests)))
+            (buffer (current-buffer)))
+        (goto-char (point-max))
+        (insert "And then?")
+        (forj-chat-send)
+        ;; While the summary is asked for, the user reads the long reply.
+        (goto-char (point-min))
+        (search-forward "long line 100\n")
+        (let ((start (line-beginning-position))
+              (at (progn (search-forward "long line 105") (point))))
+          (set-window-start (selected-window) start)
+          (set-window-point (selected-window) at)
+          (should (forj-test--wait-for
+                   (lambda () (eq (forj-session-state (buffer-local-value 'forj-session buffer)) 'idle))
+                   30))
+          (let ((requests (mapcar (lambda (r) (plist-get r :body))
+                                  (nthcdr before (forj-usage-test--requests)))))
+            ;; The summary asked for, then the resumed request.
+            (should (= (length requests) 2))
+            (should (string-match-p "Write a summary that replaces" (nth 0 requests)))
+            (should (string-match-p "SUMMARY-OF-EARLIER" (nth 1 requests)))
+            (should (string-match-p "And then" (nth 1 requests))))
+          (should (string-match-p "compacted: 2 earlier messages" (buffer-string)))
+          (should (string-match-p "Answered\\." (buffer-string)))
+          (should (eq (window-buffer (selected-window)) buffer))
+          (should (= (window-start) start))
+          (should (= (window-point) at))
+          (should (= (point) at)))))))
+
 (ert-deftest forj-test-usage-compact-on-demand ()
   "`forj-compact' summarises the conversation now; below the threshold nothing is compacted."
   (let ((forj-compact-threshold 0.8))
