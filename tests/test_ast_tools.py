@@ -684,3 +684,98 @@ def test_ast_edit_rename_reaches_shorthand_properties_and_patterns(
     for path in changed:
         assert qualname not in (project / path).read_text().replace(f"{qualname}: ", "")
     assert ok(worker, "ast_generate", paths=["**"])["errors"] == []
+
+
+# Each grammar's shapes of a reference to a function, before and after renaming
+# auth_check to verify.  Names that are not references stay: a keyword
+# argument's name, a struct field (Go's keyed literal, C's designator, Rust's
+# field access), a Python string.  Rust's shorthand initializer keeps its field
+# name.  Texts the grammar does not parse as code (a C macro body) stay too.
+REFERENCE_SHAPES = {
+    "python": (
+        "auth.py",
+        "def auth_check(user):\n    return user\n",
+        "from auth import auth_check\n"
+        '__all__ = ["auth_check"]\n'
+        "@auth_check\n"
+        "def g(): pass\n"
+        "f(x=auth_check)\n"
+        "f(auth_check=1)\n"
+        "handler = lambda: auth_check\n",
+        "from auth import verify\n"
+        '__all__ = ["auth_check"]\n'
+        "@verify\n"
+        "def g(): pass\n"
+        "f(x=verify)\n"
+        "f(auth_check=1)\n"
+        "handler = lambda: verify\n",
+    ),
+    "go": (
+        "auth.go",
+        "package auth\n\nfunc auth_check(u int) bool { return u > 0 }\n",
+        "package auth\n\n"
+        "var h = auth_check\n"
+        "var c = T{auth_check: auth_check}\n"
+        "func f() { go auth_check(1); defer auth_check(2); run(auth_check) }\n",
+        "package auth\n\n"
+        "var h = verify\n"
+        "var c = T{auth_check: verify}\n"
+        "func f() { go verify(1); defer verify(2); run(verify) }\n",
+    ),
+    "rust": (
+        "auth.rs",
+        "pub fn auth_check(u: u32) -> bool { u > 0 }\n",
+        "use crate::auth::auth_check;\n"
+        "use auth::{auth_check, other};\n"
+        "use auth::auth_check as ac;\n"
+        "fn f() {\n"
+        "    let s = Foo { auth_check };\n"
+        "    let t = Foo { auth_check: auth_check };\n"
+        "    v.map(auth_check);\n"
+        "    auth::auth_check(1);\n"
+        "    s.auth_check;\n"
+        '    println!("{}", auth_check(1));\n'
+        "}\n",
+        "use crate::auth::verify;\n"
+        "use auth::{verify, other};\n"
+        "use auth::verify as ac;\n"
+        "fn f() {\n"
+        "    let s = Foo { auth_check: verify };\n"
+        "    let t = Foo { auth_check: verify };\n"
+        "    v.map(verify);\n"
+        "    auth::verify(1);\n"
+        "    s.auth_check;\n"
+        '    println!("{}", verify(1));\n'
+        "}\n",
+    ),
+    "c": (
+        "auth.c",
+        "int auth_check(int u) { return u > 0; }\n",
+        "#define CALL auth_check(1)\n"
+        "int (*p)(int) = &auth_check;\n"
+        "int (*q)(int) = auth_check;\n"
+        "struct S s = { .auth_check = auth_check };\n"
+        "void f(void) { s.auth_check = auth_check; }\n",
+        "#define CALL auth_check(1)\n"
+        "int (*p)(int) = &verify;\n"
+        "int (*q)(int) = verify;\n"
+        "struct S s = { .auth_check = verify };\n"
+        "void f(void) { s.auth_check = verify; }\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("language", sorted(REFERENCE_SHAPES))
+def test_ast_edit_rename_reaches_each_grammars_reference_shapes(
+    make_worker: MakeWorker, project: Path, language: str
+) -> None:
+    """Every reference shape the grammar parses is renamed, and nothing else is."""
+    file, definition, uses, renamed = REFERENCE_SHAPES[language]
+    (project / "src/main.py").unlink()
+    # The uses follow the definition in the same file: one file, whatever the
+    # language's notion of modules.
+    write_tree(project, {file: definition + uses})
+    worker = make_worker()
+    node = _target(worker, file, "auth_check")
+    ok(worker, "ast_edit", target_node_id=node, new_name="verify")
+    assert (project / file).read_text() == definition.replace("auth_check", "verify") + renamed

@@ -605,16 +605,73 @@ def _definitions(path: str, language: str, root: Any, watch: Watch = NO_WATCH) -
     return out
 
 
+# Tokens of an identifier type that are not references, each as its way up
+# the tree: (parent type, the field the token or the step below fills).  A
+# Python keyword argument's name (``f(auth_check=1)``) names the callee's
+# parameter; a Go composite literal's key (``T{auth_check: 1}``) names a
+# struct field, since a function or a type cannot be a map key.
+_NOT_REFERENCES: dict[str, tuple[tuple[tuple[str, str | None], ...], ...]] = {
+    "python": ((("keyword_argument", "name"),),),
+    "go": ((("literal_element", None), ("keyed_element", "key")),),
+}
+# Shorthands whose one token is both a key and a reference: renaming the
+# reference there must keep the key, so ``Foo { auth_check }`` becomes
+# ``Foo { auth_check: new_name }`` (the struct's field keeps its name).
+# JavaScript's shorthands are renamed whole instead, keys with references,
+# so that an exported object and its destructuring stay in step.
+_KEEP_KEY = {"rust": frozenset({"shorthand_field_initializer"})}
+
+
+def _reference_nodes(
+    language: str, kind: str, root: Any, name: str, watch: Watch = NO_WATCH
+) -> list[Any]:
+    raw = name.encode("utf-8")
+    skip = _NOT_REFERENCES.get(language, ())
+    return [
+        n
+        for n in _nodes_of_types(language, root, identifier_types(language, kind), watch)
+        if n.end_byte - n.start_byte == len(raw)
+        and n.text == raw
+        and not any(_placed(n, way) for way in skip)
+    ]
+
+
+def _placed(node: Any, way: tuple[tuple[str, str | None], ...]) -> bool:
+    """Whether ``node`` sits where ``way`` says, step by step up the tree."""
+    for parent_type, slot in way:
+        parent = node.parent
+        if parent is None or parent.type != parent_type:
+            return False
+        if slot is not None:
+            child = parent.child_by_field_name(slot)
+            if child is None or child.start_byte != node.start_byte:
+                return False
+        node = parent
+    return True
+
+
 def identifier_sites(
     language: str, kind: str, root: Any, name: str, watch: Watch = NO_WATCH
 ) -> list[tuple[int, int]]:
     """Byte spans of every identifier token spelled ``name`` that a rename of a ``kind``
     definition changes."""
-    raw = name.encode("utf-8")
+    return [(n.start_byte, n.end_byte) for n in _reference_nodes(language, kind, root, name, watch)]
+
+
+def rename_sites(
+    language: str, kind: str, root: Any, name: str, new_name: str, watch: Watch = NO_WATCH
+) -> list[tuple[int, int, bytes]]:
+    """Each site of :func:`identifier_sites` with the bytes that replace it."""
+    keep = _KEEP_KEY.get(language, frozenset())
+    plain = new_name.encode("utf-8")
+    keyed = f"{name}: {new_name}".encode()
     return [
-        (n.start_byte, n.end_byte)
-        for n in _nodes_of_types(language, root, identifier_types(language, kind), watch)
-        if n.end_byte - n.start_byte == len(raw) and n.text == raw
+        (
+            n.start_byte,
+            n.end_byte,
+            keyed if n.parent is not None and n.parent.type in keep else plain,
+        )
+        for n in _reference_nodes(language, kind, root, name, watch)
     ]
 
 

@@ -144,12 +144,14 @@ class AstEdit(Tool[AstEditArgs]):
                 lang = files[path].language
                 data = loaded.text.encode("utf-8")
                 tree = L.tree_of(lang, data)
-                sites = L.identifier_sites(lang, target.kind, tree.root_node, target.name, watch)
+                sites = L.rename_sites(
+                    lang, target.kind, tree.root_node, target.name, args.new_name, watch
+                )
                 if not sites:
                     continue
                 new = bytearray(data)
-                for start, end in reversed(sites):
-                    new[start:end] = args.new_name.encode("utf-8")
+                for start, end, replacement in reversed(sites):
+                    new[start:end] = replacement
                 after = L.tree_of(lang, bytes(new))
                 _, before = L.problems_of(tree.root_node, watch)
                 problems, count = L.problems_of(after.root_node, watch)
