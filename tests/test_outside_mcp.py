@@ -19,13 +19,13 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from conftest import MakeWorker, call, project_config, running, user_config
+
 from forj_py.config import load
 from forj_py.mcp_servers.client import ServerTool
 from forj_py.mcp_servers.tools import checked
 from forj_py.output import TRUNCATION_MARKER
 from forj_py.service import Worker
-
-from conftest import MakeWorker, call, project_config, running, user_config
 
 PROBE = str(Path(__file__).with_name("mcp_probe_server.py"))
 
@@ -403,4 +403,3 @@ def test_config_mcp_server_needs_command_or_url(tmp_path: Path) -> None:
         bad.write_text(text, encoding="utf-8")
         with pytest.raises(ConfigError, match=expected):
             load(tmp_path, str(bad))
-
