@@ -89,6 +89,8 @@ MAX_PROPOSAL_BYTES = 6 * 1024 * 1024
 MAX_BATCHES = 256
 # Journaled batches kept in memory with their credentials, waiting to be planned.
 MAX_UNREDACTED = 64
+# How long hello waits for outside MCP servers that are still starting.
+HELLO_WAITS_SECONDS = 8.0
 
 _MODE_ORDER = [ToolsMode.DISABLED, ToolsMode.PARSE_ONLY, ToolsMode.ENABLED]
 
@@ -247,11 +249,15 @@ class Worker:
 
     # --- methods ---------------------------------------------------------------
 
-    def outside_tools(self) -> None:
-        """Register the tools of the outside MCP servers, once they started (or failed)."""
+    def outside_tools(self, at_most: float | None = None) -> None:
+        """Register the tools of the outside MCP servers, once they started (or failed).
+
+        ``at_most``: how long to wait for the servers still starting (None:
+        as long as each one's start may take).
+        """
         if not self.outside:
             return
-        self.outside.wait_started()
+        self.outside.wait_started(at_most)
         with self._lock:
             for listed in self.outside.tools():
                 found = checked(listed)
@@ -272,7 +278,10 @@ class Worker:
 
     def hello_payload(self, client: dict[str, Any]) -> dict[str, Any]:
         log.info("client %s %s connected", client.get("name"), client.get("version"))
-        self.outside_tools()
+        # Not longer than this: Emacs gives the whole start a limit of its
+        # own.  A server still starting is named in the reply; its tools come
+        # with tool_definitions once it is up.
+        self.outside_tools(HELLO_WAITS_SECONDS)
         payload = {
             "protocol": PROTOCOL_VERSION,
             "version": __version__,
@@ -285,6 +294,8 @@ class Worker:
             "unfinished": self.unfinished(),
             "permissions": self.permissions_summary(),
         }
+        if self.outside.starting():
+            payload["mcp_starting"] = self.outside.starting()
         self.greeted.set()
         return payload
 

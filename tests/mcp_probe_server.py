@@ -3,7 +3,8 @@
 ``python mcp_probe_server.py`` serves on stdio; ``http PORT`` on streamable
 HTTP at http://127.0.0.1:PORT/mcp.  Two more ways to start show how forj
 copes with a server gone wrong: ``garbage`` writes what is not JSON-RPC
-to stdout and never answers, ``die`` writes a reason to stderr and exits.
+to stdout and never answers, ``die`` writes a reason to stderr and exits,
+``slow SECONDS`` waits that long before it serves on stdio.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ def nap(seconds: float) -> str:
 
 
 @app.tool()
+def mark_and_wait(path: str, seconds: float) -> str:
+    """Append a line to a file, then sleep: each start of the call leaves one line."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("started\n")
+    time.sleep(seconds)
+    return "done"
+
+
+@app.tool()
 def crash() -> str:
     """Exit the server at once, in the middle of the call."""
     sys.stderr.write("probe: crashing on purpose\n")
@@ -85,6 +95,9 @@ def main() -> None:
         sys.stdout.write("hello, this is not JSON-RPC\n{]not json either\n")
         sys.stdout.flush()
         time.sleep(3600)
+    elif mode == "slow":
+        time.sleep(float(sys.argv[2]))
+        app.run()
     elif mode == "die":
         sys.stderr.write("probe: missing PROBE_DATABASE, cannot start\n")
         sys.exit(3)

@@ -26,6 +26,7 @@ from forj_py.mcp_servers.client import ServerTool
 from forj_py.mcp_servers.tools import checked
 from forj_py.output import TRUNCATION_MARKER
 from forj_py.service import Worker
+from forj_py.transport.client import Client, WorkerProcess
 
 PROBE = str(Path(__file__).with_name("mcp_probe_server.py"))
 
@@ -46,10 +47,13 @@ def workers(make_worker: MakeWorker) -> Iterator[list[Worker]]:
 
 @pytest.fixture
 def start(make_worker: MakeWorker, workers: list[Worker]) -> Any:
-    def make(config: str) -> Worker:
+    def make(config: str, wait: bool = True) -> Worker:
         user_config(config)
         worker = make_worker()
         workers.append(worker)
+        if wait:
+            # Hello waits a few seconds only; a loaded machine may need more.
+            worker.outside_tools()
         return worker
 
     return make
@@ -100,6 +104,25 @@ def test_outside_mcp_tools_are_offered_by_tool_definitions_too(start: Any) -> No
     # Read-only mode offers no outside tool: forj cannot know one only reads.
     read_only = worker.tool_definitions({"permission_mode": "read-only"})["tools"]
     assert not [t for t in read_only if t["name"].startswith("mcp__")]
+
+
+def test_hello_does_not_wait_for_a_slow_outside_server(
+    start: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import forj_py.service
+
+    monkeypatch.setattr(forj_py.service, "HELLO_WAITS_SECONDS", 0.2)
+    worker = start(probe_server("late", "slow", "3"), wait=False)
+    began = time.monotonic()
+    hello = worker.hello_payload({})
+    assert time.monotonic() - began < 2
+    assert hello["mcp_starting"] == ["late"]
+    assert any("'late' is still starting" in w for w in hello["warnings"])
+    assert not [t for t in hello["tools"] if t["name"].startswith("mcp__")]
+    # Later asks wait for it (within its start limit): its tools come then.
+    names = [t["name"] for t in worker.tool_definitions({})["tools"]]
+    assert "mcp__late__echo" in names
+    assert "mcp_starting" not in worker.hello_payload({})
 
 
 def test_disabled_outside_server_is_not_started(start: Any) -> None:
@@ -314,6 +337,43 @@ def test_outside_mcp_servers_stop_with_the_worker(start: Any) -> None:
     while running(*argv) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not running(*argv)
+
+
+def test_outside_mcp_call_running_when_the_worker_died_is_not_run_again(
+    project: Path, tmp_path: Path
+) -> None:
+    user_config(probe_server())
+    state = tmp_path / "state"
+    log = tmp_path / "calls.log"
+    calls = [
+        call("m1", "mcp__probe__mark_and_wait", path=str(log), seconds=15),
+        call("m2", "mcp__probe__echo", text="after"),
+    ]
+    with WorkerProcess(project, state_dir=state) as proc, Client(proc.port) as c:
+        c.call("hello", {"token": proc.token})
+        journaled = c.call("journal_calls", {"calls": calls, "turn": "t1"})
+        plan = c.call("plan", {"batch_id": journaled["batch_id"]})
+        assert [i["disposition"] for i in plan["items"]] == ["confirm", "confirm"]
+        c.call_async("execute", {"batch_id": plan["batch_id"], "approved": ["m1", "m2"]})
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert log.read_text() == "started\n"
+        proc.proc.kill()
+        proc.proc.wait()
+    with WorkerProcess(project, state_dir=state) as proc, Client(proc.port) as c:
+        hello = c.call("hello", {"token": proc.token})
+        (report,) = hello["unfinished"]
+        states = [(e["id"], e["state"]) for e in report["calls"]]
+        assert states == [("m1", "running"), ("m2", "never-started")]
+        assert report["calls"][0]["result"]["error"]["details"]["interrupted"] is True
+        resolved = c.call("resolve_batch", {"batch_id": plan["batch_id"], "action": "resume"})
+        assert [r["id"] for r in resolved["results"]] == ["m1"]
+        # The call that never started comes back to be planned, and is reviewed again.
+        replanned = c.call("plan", {"calls": resolved["remaining"]})
+        assert replanned["items"][0]["disposition"] == "confirm"
+    time.sleep(0.5)
+    assert log.read_text() == "started\n"
 
 
 # --- over streamable HTTP -------------------------------------------------------------

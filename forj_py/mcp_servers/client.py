@@ -171,14 +171,29 @@ class Servers:
         conn.started_once = True
         conn.task = asyncio.run_coroutine_threadsafe(self._serve(conn), self._ensure_loop())
 
-    def wait_started(self) -> None:
-        """Wait until every server started is running or has failed (each within its limit)."""
+    def wait_started(self, at_most: float | None = None) -> list[str]:
+        """Wait until every server started is running or has failed (each within its limit).
+
+        ``at_most``: seconds to wait in all, after which the servers still
+        starting (returned by name) go on starting in the background.
+        """
+        deadline = None if at_most is None else time.monotonic() + at_most
         for conn in self._conns.values():
+            if conn.state != "starting":
+                continue
             # The task enforces the limit; the margin covers a spawn that hangs.
-            margin = conn.config.startup_timeout_seconds + 5
-            if conn.state == "starting" and not conn.settled.wait(margin):
+            limit = conn.config.startup_timeout_seconds + 5
+            if deadline is not None and deadline - time.monotonic() < limit:
+                conn.settled.wait(max(deadline - time.monotonic(), 0))
+                continue
+            if not conn.settled.wait(limit):
                 conn.state = "failed"
                 conn.error = self._startup_timeout(conn)
+        return self.starting()
+
+    def starting(self) -> list[str]:
+        """The servers still starting."""
+        return [c.name for c in self._conns.values() if c.state == "starting"]
 
     def close(self) -> None:
         """Stop every server (a stdio server's process ends) and the loop's thread."""
@@ -213,8 +228,14 @@ class Servers:
         return [t for c in self._conns.values() if c.state == "running" for t in c.tools]
 
     def problems(self) -> list[str]:
-        """One sentence per server that failed: which, why, what to do."""
-        return [c.error for c in self._conns.values() if c.state == "failed" and c.error]
+        """One sentence per server that failed or is still starting: which, why, what to do."""
+        found = [c.error for c in self._conns.values() if c.state == "failed" and c.error]
+        found += [
+            f"MCP server {name!r} is still starting; its tools are offered once it is up "
+            "(M-x forj-mcp-servers shows it)"
+            for name in self.starting()
+        ]
+        return found
 
     def status(self) -> list[dict[str, Any]]:
         """Each server: its name, transport, target, state, error and tools (for the menu)."""
