@@ -422,11 +422,13 @@ def test_outside_mcp_server_over_http_is_reviewed_then_runs(start: Any, http_pro
 
 def test_outside_mcp_http_server_not_listening_is_named(start: Any) -> None:
     port = _free_port()
-    worker = start(
-        f'[mcp.servers.gone]\nurl = "http://127.0.0.1:{port}/mcp"\nstartup_timeout_seconds = 5\n'
-    )
+    url = f"http://probe:hunter2-secret@127.0.0.1:{port}/mcp"
+    worker = start(f'[mcp.servers.gone]\nurl = "{url}"\nstartup_timeout_seconds = 5\n')
     warnings = " ".join(worker.hello_payload({})["warnings"])
     assert "MCP server 'gone'" in warnings and "connection attempts failed" in warnings
+    # A password in the URL is not repeated in what the worker says.
+    assert "hunter2-secret" not in warnings
+    assert "hunter2-secret" not in str(worker.mcp_servers())
 
 
 # --- what a server lists is checked ----------------------------------------------------

@@ -35,6 +35,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 
 from .. import errors
 from ..config import McpServerConfig
+from ..output import redact
 from ..protocol import ErrorKind, ErrorType
 
 if TYPE_CHECKING:
@@ -96,9 +97,10 @@ class _Connection:
 
     @property
     def target(self) -> str:
+        """The command line or URL, credentials in it (user:password@) redacted."""
         if self.config.url is not None:
-            return self.config.url
-        return " ".join(self.config.command or [])
+            return redact(self.config.url)
+        return redact(" ".join(self.config.command or []))
 
 
 class ServerError(Exception):
