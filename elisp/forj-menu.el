@@ -119,6 +119,7 @@
   (format "Tools mode (now %s)" forj-chat-tools-mode))
 
 (autoload 'forj-audit "forj-audit" "List the tool calls journaled for a project." t)
+(autoload 'forj-mcp-servers "forj-mcp-servers" "Show the outside MCP servers of a project." t)
 
 ;;;###autoload (autoload 'forj-menu "forj-menu" nil t)
 (transient-define-prefix forj-menu ()
@@ -167,6 +168,7 @@ define yet once they exist."
    ["Worker and settings"
     ("i" "Status" forj-menu-status)
     ("A" "Audit: every tool call" forj-audit)
+    ("p" "MCP servers and their tools" forj-mcp-servers)
     ("R" "Restart the worker" forj-menu-restart-worker)
     ("l" "Worker log" forj-menu-worker-log)
     ("," "Settings" forj-menu-settings)]])

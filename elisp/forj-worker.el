@@ -403,9 +403,28 @@ ERROR is called with an error plist if the worker cannot be started."
   (remhash (forj-worker-root worker) forj-worker--failures)
   (mapc (lambda (warning) (display-warning 'forj warning :warning))
         (plist-get hello :warnings))
+  (when (plist-get hello :mcp_starting)
+    (forj-worker--tools-once-servers-start worker))
   (let ((waiting (reverse (forj-worker-waiting worker))))
     (setf (forj-worker-waiting worker) nil)
     (dolist (cb waiting) (funcall (car cb) worker))))
+
+(defun forj-worker--tools-once-servers-start (worker)
+  "Take WORKER's tools again once the outside MCP servers still starting are up.
+Hello does not wait for a slow server; its tools come later."
+  (let ((conn (forj-worker-connection worker)))
+    (forj-epc-call
+     conn "mcp_servers" nil
+     :timeout 660
+     :error #'ignore
+     :success (lambda (_)
+                (forj-epc-call
+                 conn "tool_definitions" nil
+                 :error #'ignore
+                 :success (lambda (reply)
+                            (setf (forj-worker-hello worker)
+                                  (plist-put (copy-sequence (forj-worker-hello worker))
+                                             :tools (plist-get reply :tools)))))))))
 
 (defun forj-worker--fail (worker err)
   "WORKER could not become ready because of ERR: tell everyone waiting."

@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         server.stopping.set()
         worker.watcher.stop()
         worker.cancel_all()
+        worker.outside.close()
         worker.commands.close()
         server.server_close()
         # A reply already sent is followed by the journal's note that it reached

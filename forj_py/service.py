@@ -29,6 +29,8 @@ from .config import PERMISSION_MODES, LoadedConfig, describe
 from .consent import Consent, build_policy
 from .errors import ProtocolError, ToolFailure
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Finished, Runner
+from .mcp_servers import Servers, outside_tool
+from .mcp_servers.tools import checked
 from .metrics import CallSample, Metrics
 from .planner import PlanContext, PlannedCall, identify, plan_batch
 from .protocol import (
@@ -87,6 +89,8 @@ MAX_PROPOSAL_BYTES = 6 * 1024 * 1024
 MAX_BATCHES = 256
 # Journaled batches kept in memory with their credentials, waiting to be planned.
 MAX_UNREDACTED = 64
+# How long hello waits for outside MCP servers that are still starting.
+HELLO_WAITS_SECONDS = 8.0
 
 _MODE_ORDER = [ToolsMode.DISABLED, ToolsMode.PARSE_ONLY, ToolsMode.ENABLED]
 
@@ -169,6 +173,11 @@ class Worker:
         # only (a command could plant another).
         git.pin(self.root, timeout=self.config.tools.git.timeout_seconds)
         self.registry = registry
+        # Outside MCP servers (the user's own config only): started in the
+        # background now; their tools join the registry once listed.
+        self.outside = Servers(self.config.mcp.servers, Path(self.root))
+        self.outside.start()
+        self._outside_warnings: dict[str, None] = {}
         # [[tools.definitions]]: what the model is told in parse_only mode (and
         # in enabled mode when the user's file asks for it).
         self.configured = manual_registry(self.config.tools.definitions)
@@ -240,8 +249,39 @@ class Worker:
 
     # --- methods ---------------------------------------------------------------
 
+    def outside_tools(self, at_most: float | None = None) -> None:
+        """Register the tools of the outside MCP servers, once they started (or failed).
+
+        ``at_most``: how long to wait for the servers still starting (None:
+        as long as each one's start may take).
+        """
+        if not self.outside:
+            return
+        self.outside.wait_started(at_most)
+        with self._lock:
+            for listed in self.outside.tools():
+                found = checked(listed)
+                if isinstance(found, str):
+                    self._outside_warnings[found] = None
+                    continue
+                name, description, schema = found
+                if self.registry.get(name) is None:
+                    self.registry.register(
+                        outside_tool(self.outside, listed.server, listed.name, name, description),
+                        parameters=schema,
+                    )
+
+    def mcp_servers(self, body: Any = None) -> dict[str, Any]:
+        """The outside MCP servers: each one's state, target and tools (for the menu)."""
+        self.outside_tools()
+        return {"servers": self.outside.status()}
+
     def hello_payload(self, client: dict[str, Any]) -> dict[str, Any]:
         log.info("client %s %s connected", client.get("name"), client.get("version"))
+        # Not longer than this: Emacs gives the whole start a limit of its
+        # own.  A server still starting is named in the reply; its tools come
+        # with tool_definitions once it is up.
+        self.outside_tools(HELLO_WAITS_SECONDS)
         payload = {
             "protocol": PROTOCOL_VERSION,
             "version": __version__,
@@ -254,6 +294,8 @@ class Worker:
             "unfinished": self.unfinished(),
             "permissions": self.permissions_summary(),
         }
+        if self.outside.starting():
+            payload["mcp_starting"] = self.outside.starting()
         self.greeted.set()
         return payload
 
@@ -272,6 +314,7 @@ class Worker:
     def warnings(self) -> list[str]:
         found = list(self.loaded.warnings)
         found += self.consent.policy.warnings + self.consent.engine.warnings
+        found += self.outside.problems() + list(self._outside_warnings)
         tools = self.config.tools
         if tools.advertise_definitions == "config" and tools.mode is ToolsMode.ENABLED:
             strangers = [n for n in self.configured.names() if self.registry.get(n) is None]
@@ -288,6 +331,7 @@ class Worker:
 
     def tool_definitions(self, body: Any = None) -> dict[str, Any]:
         req = parse_request(ToolDefinitionsRequest, {} if body is None else body)
+        self.outside_tools()
         tools_mode = self.config.tools.mode
         if req.tools_mode is not None:
             tools_mode = min(req.tools_mode, tools_mode, key=_MODE_ORDER.index)
@@ -441,6 +485,7 @@ class Worker:
 
     def plan(self, body: Any, caller: Caller = IN_PROCESS) -> dict[str, Any]:
         req = parse_request(PlanRequest, body)
+        self.outside_tools()
         mode = min(req.mode, self.config.tools.mode, key=_MODE_ORDER.index)
         permission_mode, mode_note = self.consent.mode_for(req.permission_mode)
         session = req.session or ""

@@ -225,6 +225,10 @@ def _audit_entry(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.audit_entry(body)
 
 
+def _mcp_servers(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.mcp_servers(body)
+
+
 def _shutdown(handler: ForjHandler, body: Any) -> Any:
     handler.stop_after_reply = True  # the caller gets its answer before the socket closes
     return {}
@@ -263,6 +267,9 @@ METHODS: dict[str, Method] = {
     "metrics": Method(_metrics, True, "Per-session counters: calls, errors, time, bytes, files."),
     "audit": Method(_audit, False, "One page of the journaled calls, newest first, filterable."),
     "audit_entry": Method(_audit_entry, False, "One journaled call and its result, in full."),
+    "mcp_servers": Method(
+        _mcp_servers, False, "The outside MCP servers: state, command or URL, tools."
+    ),
     "shutdown": Method(_shutdown, True, "Stop the worker."),
 }
 
