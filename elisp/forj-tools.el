@@ -1076,7 +1076,7 @@ The worker stops when the last such buffer of its project is killed."
 
 (defun forj-tools--header (entry state result)
   "The one-line header of ENTRY in STATE with RESULT."
-  (let* ((call (plist-get entry :call))
+  (let* ((call (or (plist-get entry :call) (plist-get entry :refused)))
          (name (or (plist-get call :name) "?"))
          (args (plist-get call :args))
          (main (or (plist-get args :path) (plist-get args :query) (plist-get args :directory)

@@ -145,6 +145,8 @@ file, and the model is told what to do next (not how to write JSON)."
               (should (string-match-p "^⊘ edit a.txt  · permission-error" text))
               (should (string-match-p "a.txt is read-only in the user's Emacs, so edit was not run" text))
               (should-not (string-match-p "(invalid call)" text)))
+            ;; The record's header names the tool and the file too.
+            (should (string-match-p "^⊘ a.txt is read-only.* edit a.txt$" (forj-session-transcript)))
             (let ((told (forj-show-test--last-user-text)))
               (should (string-match-p "\"name\":\"edit\"" told))
               (should (string-match-p "C-x C-q" told))
