@@ -700,7 +700,7 @@ whatever path a call names."
                                                  (buffer-name buffer) (plist-get call :name)))))
                        (progn (with-current-buffer buffer (save-buffer))
                               (push path saved))
-                     (setq refusal (format "%s has unsaved changes in the user's Emacs, so %s was not run"
+                     (setq refusal (format "The user has unsaved changes to %s in Emacs, so %s was not run"
                                            path (plist-get call :name))
                            recovery (list (format "Ask the user to save or revert %s, then read it again and retry" path)))))))
              (cond (refusal
