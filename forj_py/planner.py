@@ -380,11 +380,15 @@ def _read_first(pc: PlanContext, tool: Tool[Any], args: BaseModel, ctx: ToolCont
     """
     if (tool.alias_of or tool.name) not in _READ_FIRST or getattr(args, "dry_run", False):
         return
+    if getattr(args, "stop_on_error", True) is False:
+        return  # a multi_edit that applies what it can: each file is judged when it runs
     for path in tool.paths(args):
         try:
             sp = pc.sandbox.resolve(path, ctx.working_dir, for_write=True)
             if sp.display in pc.read_in_batch or sp.canonical in pc.overlay:
                 continue
+            if not os.path.isfile(sp.canonical):
+                continue  # a new file needs no read; a directory is the tool's to refuse
             _edit.load(ctx, path, must_exist=False)
         except ToolFailure as failure:
             if failure.error.type is ErrorType.STALE_FILE:
