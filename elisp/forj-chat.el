@@ -150,6 +150,9 @@ A plist (:at TIME :attempt N :message M :overlay O :timer T).")
     (define-key map (kbd "C-c C-m") #'forj-menu)
     (define-key map (kbd "C-c ?") #'forj-menu)
     (define-key map (kbd "C-c C-v") #'forj-tasks)
+    ;; `text-mode' gives M-TAB to `ispell-complete-word': here it
+    ;; completes an @file (C-M-i is the same key in a terminal).
+    (define-key map (kbd "C-M-i") #'completion-at-point)
     map)
   "Keymap of `forj-chat-mode'.")
 
@@ -311,6 +314,8 @@ An existing chat of the project is shown again."
            (with-current-buffer buffer
              (insert (forj-chat--metadata-line root))
              (forj-chat-mode)
+             ;; C-x C-f and friends start in the project.
+             (setq default-directory root)
              (setf (forj-session-root forj-session) root
                    (forj-session-root-confirmed forj-session) t
                    forj-tools-root root)
@@ -335,7 +340,13 @@ its diff) and answers; no key and no network are needed."
   (interactive)
   (let ((dir (file-name-as-directory (make-temp-file "forj-demo-" t))))
     (copy-directory (expand-file-name "project" forj-chat--demo-directory) dir nil nil t)
-    (unless (eq 0 (ignore-errors (call-process "git" nil nil nil "-C" dir "init" "-q")))
+    (if (eq 0 (ignore-errors (call-process "git" nil nil nil "-C" dir "init" "-q")))
+        ;; Committed, so the review sees tracked files (no "untracked" warning).
+        (ignore-errors
+          (call-process "git" nil nil nil "-C" dir "add" "-A")
+          (call-process "git" nil nil nil "-C" dir "-c" "user.name=forj demo"
+                        "-c" "user.email=demo@forj.invalid" "-c" "commit.gpgsign=false"
+                        "commit" "-q" "-m" "The sample project"))
       ;; project.el finds a root by its .git; an empty one is enough.
       (make-directory (expand-file-name ".git" dir) t))
     (let ((forj-provider "scripted"))
@@ -367,7 +378,8 @@ picks."
       (setf (forj-session-provider session) nil
             (forj-session-view-function session) #'forj-chat--view)
       (setq forj-session session
-            forj-tools-root root)
+            forj-tools-root root
+            default-directory root)
       (when setup (funcall setup))
       (forj-tools-keep-worker t)
       (forj-chat--redraw "")
@@ -793,6 +805,19 @@ only the end), and point in the input stays in the input."
                              (list 'forj-raw raw 'forj-raw-kind "call"
                                    'forj-render-fold-overlay fold 'forj-rendered t))))))
 
+(defun forj-chat--result-blocks ()
+  "The tool-result blocks of this buffer, each as (TEXT . MS).
+MS is how long the call took, as the block's header line says, or nil."
+  (let ((blocks (forj-session-blocks (point-min) (point-max) "tool-result"))
+        (times nil))
+    (goto-char (point-min))
+    (while (re-search-forward "^```tool-result[ \t]*$" nil t)
+      (push (forj-tools-header-took
+             (save-excursion (forward-line -1)
+                             (buffer-substring-no-properties (point) (line-end-position))))
+            times))
+    (cl-mapcar #'cons blocks (nreverse times))))
+
 (defun forj-chat--draw-results (entry)
   "Draw the tool results ENTRY: each result's header and body, for reading."
   (pcase-let ((`(,heading . ,rest) (forj-session-split-heading (plist-get entry :text))))
@@ -802,13 +827,14 @@ only the end), and point in the input stays in the input."
           (root (forj-session-root forj-session)))
       (with-temp-buffer
         (insert rest)
-        (setq rest (forj-session-blocks (point-min) (point-max) "tool-result")))
-      (dolist (block rest)
+        ;; Each block with the time its header line records.
+        (setq rest (forj-chat--result-blocks)))
+      (pcase-dolist (`(,block . ,took) rest)
         (let* ((result (ignore-errors (forj-tools-json-decode block)))
                (result (and (listp result) (keywordp (car-safe result)) result)))
           (if result
               (forj-tools-insert-result (cdr (assoc (plist-get result :id) calls)) result
-                                        'done nil nil root)
+                                        'done took nil root)
             (insert (string-trim block) "\n"))))
       (insert "\n"))))
 

@@ -125,8 +125,7 @@
 (transient-define-prefix forj-menu ()
   "Open the menu of everything forj can do from here.
 Entries show when they can act: the chat's own entries in a chat,
-stop while something runs, and entries of commands forj does not
-define yet once they exist."
+stop while something runs."
   [["Conversation"
     ("s" "Send" forj-chat-send :if forj-menu--chat-idle-p)
     ("k" "Stop" forj-menu-stop :if forj-menu--busy-p)
@@ -141,7 +140,6 @@ define yet once they exist."
     ("!" "Resume or discard an unfinished batch" forj-recover :if forj-menu--recovery-waits-p)]
    ["Model and tools"
     ("m" "Model" forj-set-model :if (lambda () (commandp 'forj-set-model)))
-    ("P" "Provider" forj-set-provider :if (lambda () (commandp 'forj-set-provider)))
     ("M" "Mode" forj-set-mode :if (lambda () (commandp 'forj-set-mode)))
     ("a" "Permissions" forj-permissions :if (lambda () (commandp 'forj-permissions)))
     ("T" forj-chat-set-tools-mode :description forj-menu--tools-mode-description

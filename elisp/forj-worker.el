@@ -484,9 +484,20 @@ when it took the call.")
         ;; arrive just after its exit: read it a moment later.
         (run-at-time 0.2 nil #'forj-worker--died worker reason)))))
 
+(defvar forj-worker--chat-grants (make-hash-table :test #'eq :weakness 'key)
+  "Workers holding grants given for one chat (this chat, N minutes).
+Such a grant lives in the worker's memory only: when it dies, it is lost.")
+
+(defun forj-worker-note-chat-grants (worker)
+  "Note a grant given for one chat only, held in the memory of WORKER."
+  (puthash worker t forj-worker--chat-grants))
+
 (defun forj-worker--died (worker reason)
-  "Tell everyone waiting for WORKER, and the user, that it is gone for REASON."
-  (let ((why (and (null (forj-worker-hello worker)) (forj-worker--start-error worker))))
+  "Tell everyone waiting for WORKER, and the user, that it is gone for REASON.
+When it held grants given for a chat, the user is told they are lost."
+  (let ((why (and (null (forj-worker-hello worker)) (forj-worker--start-error worker)))
+        (grants (and (gethash worker forj-worker--chat-grants)
+                     "; the grants given for a chat (this chat, N minutes) are lost with it, so the calls they covered are reviewed again")))
     (forj-worker--fail worker
                        (list :type "worker-died"
                              :message (if why
@@ -496,8 +507,8 @@ when it took the call.")
     (if why
         (message "forj: the worker for %s could not start: %s"
                  (abbreviate-file-name (forj-worker-root worker)) why)
-      (message "forj: the worker for %s stopped (%s); the next call starts a new one"
-               (abbreviate-file-name (forj-worker-root worker)) reason))))
+      (message "forj: the worker for %s stopped (%s); the next call starts a new one%s"
+               (abbreviate-file-name (forj-worker-root worker)) reason (or grants "")))))
 
 (defun forj-worker--start-error (worker)
   "What WORKER said on stderr when it refused to start, or nil."

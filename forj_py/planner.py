@@ -53,6 +53,7 @@ from .rules import Probe
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
 from .safety.permissions import Subject
+from .tools import _edit
 from .tools.registry import Registry, Session, Staged, Tool, ToolContext, format_schema_errors
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,9 @@ class PlanContext:
     # canonical path: later previews of the same file start from there, so
     # two edits of one file in one batch each show (and apply) their own diff.
     overlay: dict[str, str] = field(default_factory=dict)
+    # The files earlier calls of this batch read (display paths): an edit of
+    # one of them may be stale now and fine once that read has run.
+    read_in_batch: set[str] = field(default_factory=set)
     commands: CommandSandbox | None = None
     consent: Consent | None = None
     permission_mode: str = "ask"
@@ -278,6 +282,9 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             # review names the file that will really change.
             shown = os.path.relpath(given, pc.sandbox.project_root)
             links.append(f"{shown} → {sp.display}")
+    if (tool.alias_of or tool.name) == "read_file":
+        for path in tool.paths(args):
+            pc.read_in_batch.add(pc.sandbox.resolve(path, planned.working_dir).display)
     limit = tool.timeout(pc.config)
     planned.timeout = min(call.meta.timeout, limit) if call.meta.timeout else limit
     if mode is ToolsMode.PARSE_ONLY:
@@ -330,6 +337,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
     planned.step = decision.step
     if decision.failure is not None:
         raise _Refused(decision.reason, decision.failure, decision.step)
+    _read_first(pc, tool, args, ctx)
     planned.standing = decision.standing
     if decision.outcome == "confirm":
         planned.disposition = Disposition.CONFIRM
@@ -344,7 +352,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         except ToolFailure as failure:
             if failure.error.type is not ErrorType.STALE_FILE:
                 raise
-            # An earlier call of this batch may read the file first; the
+            # An earlier call of this batch reads the file first; the
             # stale-file rule is applied again when the call runs.
             planned.preview = None
             planned.preview_note = sanitize(failure.error.message)
@@ -356,6 +364,36 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             )
     else:
         planned.disposition = Disposition.EXECUTE
+
+
+# The tools that change an existing file only after it was read, unchanged
+# since (the stale-file rule); their previews do not apply the rule.
+_READ_FIRST = frozenset({"edit", "multi_edit", "edit_region", "write_file"})
+
+
+def _read_first(pc: PlanContext, tool: Tool[Any], args: BaseModel, ctx: ToolContext) -> None:
+    """Refuse now a call the stale-file rule would refuse when it runs.
+
+    Otherwise the user reviews (and approves) a diff that can never be
+    applied.  A file an earlier call of the batch reads, or writes, is
+    left to the rule at run time.
+    """
+    if (tool.alias_of or tool.name) not in _READ_FIRST or getattr(args, "dry_run", False):
+        return
+    if getattr(args, "stop_on_error", True) is False:
+        return  # a multi_edit that applies what it can: each file is judged when it runs
+    for path in tool.paths(args):
+        try:
+            sp = pc.sandbox.resolve(path, ctx.working_dir, for_write=True)
+            if sp.display in pc.read_in_batch or sp.canonical in pc.overlay:
+                continue
+            if not os.path.isfile(sp.canonical):
+                continue  # a new file needs no read; a directory is the tool's to refuse
+            _edit.load(ctx, path, must_exist=False)
+        except ToolFailure as failure:
+            if failure.error.type is ErrorType.STALE_FILE:
+                raise
+            # Anything else is the preview's (or the run's) to report.
 
 
 class _Refused(Exception):
