@@ -120,19 +120,29 @@ ON-REQUEST is called with the name of any other method the worker
 calls, its argument as a plist, and a function of one plist that sends
 the answer (once, whenever it is ready); it returns nil for a method
 it does not know, which the worker is told."
-  (let* ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
-         (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close
-                                          :on-request on-request))
-         (process (make-network-process
-                   :name (format "forj-epc %s" name)
-                   :host host
-                   :service port
-                   :buffer buffer
-                   :coding 'binary
-                   :noquery t
-                   :filter #'forj-epc--filter
-                   :sentinel #'forj-epc--sentinel)))
+  (forj-epc-attach (make-network-process
+                    :name (format "forj-epc %s" name)
+                    :host host
+                    :service port
+                    :coding 'binary
+                    :noquery t)
+                   :name name :on-event on-event :on-close on-close :on-request on-request))
+
+(cl-defun forj-epc-attach (process &key (name "forj") on-event on-close on-request)
+  "Speak EPC on PROCESS, a connection or the pipe of a worker's stdin and stdout.
+Return the connection; NAME, ON-EVENT, ON-CLOSE and ON-REQUEST are as
+for `forj-epc-connect'.  PROCESS gets a buffer, filter and sentinel of
+the connection's own, and binary coding: nothing else may read its
+output.  A worker started with --stdio (on another host, through TRAMP)
+is spoken to this way; when its process ends, the connection does."
+  (let ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
+        (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close
+                                         :on-request on-request)))
     (with-current-buffer buffer (set-buffer-multibyte nil))
+    (set-process-buffer process buffer)
+    (set-process-coding-system process 'binary 'binary)
+    (set-process-filter process #'forj-epc--filter)
+    (set-process-sentinel process #'forj-epc--sentinel)
     (process-put process 'forj-epc-connection conn)
     (setf (forj-epc-connection-process conn) process)
     conn))
