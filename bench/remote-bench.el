@@ -82,7 +82,7 @@
         (forj-remote-bench--measure "ssh" remote))
     (forj-worker-stop root)
     (forj-worker-stop remote)
-    (delete-process (plist-get sshd :process))
+    (forj-remote-test--stop-sshd)
     (delete-directory root t)))
 
 ;;; remote-bench.el ends here

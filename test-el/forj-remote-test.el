@@ -21,6 +21,7 @@
 (require 'tramp-sh)
 (require 'forj-remote)
 (require 'forj-recover)
+(require 'forj-undo)
 (require 'forj-epc-test)
 (require 'forj-chat-test)
 
@@ -108,6 +109,16 @@
           (setq forj-remote-test--sshd
                 (list :port port :dir dir :process process :config client
                       :remote-home remote-home))))))
+
+(defun forj-remote-test--stop-sshd ()
+  "Stop the test's sshd and remove its directory."
+  (when forj-remote-test--sshd
+    (let ((process (plist-get forj-remote-test--sshd :process)))
+      (when (process-live-p process) (delete-process process)))
+    (ignore-errors (delete-directory (plist-get forj-remote-test--sshd :dir) t))
+    (setq forj-remote-test--sshd nil)))
+
+(add-hook 'kill-emacs-hook #'forj-remote-test--stop-sshd)
 
 (defmacro forj-remote-test-with-chat (tree replies &rest body)
   "Run BODY in a chat on a remote project made of TREE, the model replaying REPLIES.
@@ -216,7 +227,7 @@ and bound, for the test to prove they stay here."
   "A read, an edit, a command, and an answer.")
 
 (ert-deftest forj-test-remote-chat-reads-edits-with-review-and-runs-a-sandboxed-command-over-ssh ()
-  "A chat on /ssh: runs every tool on the remote host; review and reverts happen here."
+  "A chat on /ssh: runs every tool on the remote host; review, reverts and undo happen here."
   (forj-remote-test-with-chat '(("notes.txt" . "remember the milk\n"))
       forj-remote-test--replies
     (let ((visiting (find-file-noselect (concat remote "notes.txt"))))
@@ -255,7 +266,23 @@ and bound, for the test to prove they stay here."
                     (should env)
                     (should-not (cl-find-if (lambda (e) (string-prefix-p "ANTHROPIC_API_KEY=" e)) env))
                     (should-not (cl-find-if (lambda (e) (string-prefix-p "FORJ_TEST_DEPLOY_TOKEN=" e))
-                                            env)))))))
+                                            env))))))
+            ;; Undo, from the chat: the diff is reviewed here, the remote
+            ;; worker puts the file back, the TRAMP buffer is reverted.
+            (forj-undo)
+            (should (forj-test--wait-for (lambda () (get-buffer "*forj-review*")) 60))
+            (with-current-buffer "*forj-review*"
+              (should (string-match-p "bread" (buffer-string)))
+              (forj-review-approve-all)
+              (forj-review-commit))
+            (should (forj-test--wait-for
+                     (lambda () (equal (with-current-buffer visiting (buffer-string))
+                                       "remember the milk\n"))
+                     60))
+            (should (equal (with-temp-buffer
+                             (insert-file-contents (expand-file-name "notes.txt" root))
+                             (buffer-string))
+                           "remember the milk\n")))
         (with-current-buffer visiting (set-buffer-modified-p nil))
         (kill-buffer visiting)))))
 
