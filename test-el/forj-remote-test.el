@@ -310,6 +310,64 @@ and bound, for the test to prove they stay here."
         (with-current-buffer visiting (set-buffer-modified-p nil))
         (kill-buffer visiting)))))
 
+;; What the host lacks, said plainly.  Each Python is a wrapper made for
+;; the test on the "remote" host (this machine): the real interpreter
+;; without the worker's packages, or the worker's with no bwrap on PATH.
+
+(defun forj-remote-test--wrapper (dir name body)
+  "Write an executable shell script NAME in DIR running BODY; its path."
+  (let ((file (expand-file-name name dir)))
+    (forj-remote-test--write file (concat "#!/bin/sh\n" body "\n"))
+    (set-file-modes file #o755)
+    file))
+
+(ert-deftest forj-test-remote-host-check-says-what-is-missing ()
+  "The host check names a missing Python, a missing worker, and a missing bubblewrap."
+  (let ((reason (forj-remote-test--skip-reason)))
+    (when reason (ert-skip reason)))
+  (let* ((sshd (forj-remote-test--sshd))
+         (tramp-persistency-file-name nil)
+         (tramp-verbose 1)
+         (tramp-use-ssh-controlmaster-options t)
+         (tramp-ssh-controlmaster-options (format "-F %s" (plist-get sshd :config)))
+         (dir (file-name-as-directory (make-temp-file "forj-remote-check-" t)))
+         (remote (format "/ssh:%s@127.0.0.1#%d:%s" (user-login-name) (plist-get sshd :port) dir))
+         (bare (forj-remote-test--wrapper
+                dir "bare-python" (format "exec %s -I \"$@\"" (file-truename forj-test--python))))
+         (no-bwrap (forj-remote-test--wrapper
+                    dir "no-bwrap-python" (format "PATH=/nonexistent exec %s \"$@\"" forj-test--python))))
+    (unwind-protect
+        (progn
+          (let ((check (forj-remote-check remote "/nonexistent/python3")))
+            (should (null (plist-get check :python)))
+            (should (string-match-p "no Python at /nonexistent/python3 on /ssh:.*install python3 (3.10 or later)"
+                                    (car (plist-get check :problems)))))
+          (let ((check (forj-remote-check remote bare)))
+            (should (plist-get check :python))
+            (should (null (plist-get check :forj)))
+            (should (string-match-p "cannot import the worker (forj_py)"
+                                    (string-join (plist-get check :problems) "\n"))))
+          (let ((check (forj-remote-check remote no-bwrap)))
+            (should (plist-get check :forj))
+            (should (equal (plist-get check :problems)
+                           (list (format "no bubblewrap (bwrap) on %s: every command will be reviewed before it runs; install bubblewrap there to sandbox them"
+                                         (file-remote-p remote))))))
+          (let ((check (forj-remote-check remote forj-test--python)))
+            (should (plist-get check :bwrap))
+            (should (null (plist-get check :problems))))
+          ;; Starting a worker with a Python that lacks it stops with the reason.
+          (clrhash forj-remote--checked)
+          (let ((forj-remote-python bare)
+                (log (generate-new-buffer " *forj-remote-check-log*")))
+            (unwind-protect
+                (should (string-match-p "cannot import the worker"
+                                        (cadr (should-error (forj-remote-make-process remote log)
+                                                            :type 'user-error))))
+              (kill-buffer log))))
+      (clrhash forj-remote--checked)
+      (delete-directory dir t)
+      (tramp-cleanup-all-connections))))
+
 (defconst forj-remote-test--long-batch
   (concat "Three steps.\n\n"
           (forj-chat-test--block
