@@ -233,6 +233,12 @@ ENVIRONMENT, a list like `process-environment', defaults to it."
 (defvar forj-worker--failures (make-hash-table :test #'equal)
   "Project root -> (COUNT . TIME) of workers that died young, for back-off.")
 
+(defvar forj-worker--stopping (make-hash-table :test #'equal)
+  "Project root -> the process of a stopping worker, until it has ended.")
+
+(defconst forj-worker--stop-grace 5.0
+  "Seconds a stopping worker has to finish its journal before it is killed.")
+
 (defconst forj-worker--young 10.0
   "A worker that dies within this many seconds of starting died young.")
 
@@ -285,7 +291,12 @@ ERROR is called with an error plist if the worker cannot be started."
       (run-at-time 0 nil success worker))
      ((and worker (process-live-p (forj-worker-process worker)))
       (push (cons success error) (forj-worker-waiting worker)))
+     ((process-live-p (gethash root forj-worker--stopping))
+      ;; Two workers never share a project: the next starts when the last has
+      ;; closed its journal, so it finds every delivery recorded.
+      (run-at-time 0.05 nil #'forj-worker-ensure root success error))
      (t
+      (remhash root forj-worker--stopping)
       (let ((wait (forj-worker--backoff root)))
         (if (> wait 0)
             (run-at-time wait nil #'forj-worker-ensure root success error)
@@ -577,11 +588,23 @@ Whether it runs, and whether its commands run sandboxed."
   (let ((worker (gethash (file-name-as-directory (expand-file-name root)) forj-worker--by-root)))
     (when worker
       (remhash (forj-worker-root worker) forj-worker--by-root)
-      (let ((conn (forj-worker-connection worker)))
+      (let ((conn (forj-worker-connection worker))
+            (process (forj-worker-process worker)))
         (when (forj-epc-live-p conn)
-          (forj-epc-close conn "stopped")))
-      (when (process-live-p (forj-worker-process worker))
-        (delete-process (forj-worker-process worker))))))
+          (forj-epc-close conn "stopped"))
+        (when (process-live-p process)
+          ;; The end of its stdin asks the worker to stop: it cancels what runs
+          ;; and closes its journal.  Killed at once, it could lose the note
+          ;; that a reply reached Emacs, and the next worker would offer that
+          ;; batch for recovery again.
+          (puthash (forj-worker-root worker) process forj-worker--stopping)
+          (condition-case nil
+              (process-send-eof process)
+            (error (delete-process process)))
+          (run-at-time forj-worker--stop-grace nil
+                       (lambda ()
+                         (when (process-live-p process)
+                           (delete-process process)))))))))
 
 ;;;###autoload
 (defun forj-worker-restart (&optional root)

@@ -203,11 +203,17 @@ def main(argv: list[str] | None = None) -> int:
         server.drain(DRAIN_SECONDS)
         worker.commands.close()
         server.server_close()
+        # A reply already sent is followed by the journal's note that it reached
+        # the client; closing the journal under it would make the next worker
+        # offer results the client has.  Cancelled calls end within this.
+        server.wait_idle(STOP_WAIT_SECONDS)
         journal.close()
     return 0
 
 
 MAX_TOKEN_LINE = 256
+# How long a stopping worker waits for the requests it is still answering.
+STOP_WAIT_SECONDS = 5.0
 
 
 def _read_token_line() -> str:

@@ -38,7 +38,7 @@ import socket
 import socketserver
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -434,6 +434,12 @@ class ForjHandler(socketserver.StreamRequestHandler):
                 self._reply_error(uid, ProtocolError("shutting-down", "the worker is stopping"))
 
     def _serve(self, uid: Any, name: str, method: Method, text: str) -> None:
+        # Counted, so that a stopping worker closes its journal only after what
+        # follows a reply (the record that it reached the client) is written.
+        with self.server.in_flight():
+            self._answer(uid, name, method, text)
+
+    def _answer(self, uid: Any, name: str, method: Method, text: str) -> None:
         try:
             try:
                 body = json.loads(text)
@@ -596,6 +602,8 @@ class WorkerServer:
         self.stopping = threading.Event()
         self._conn_lock = threading.Lock()
         self._live: set[ForjHandler] = set()
+        self._busy = 0
+        self._idle = threading.Condition()
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         raise NotImplementedError
@@ -617,6 +625,23 @@ class WorkerServer:
         waiter = threading.Thread(target=self.pool.shutdown, kwargs={"wait": True}, daemon=True)
         waiter.start()
         waiter.join(seconds)
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Count one request being answered (see :meth:`wait_idle`)."""
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every request to be answered; whether they were."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout)
 
     def add_client(self, handler: ForjHandler) -> None:
         with self._conn_lock:
