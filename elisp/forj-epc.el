@@ -154,10 +154,14 @@ is spoken to this way; when its process ends, the connection does."
        (process-live-p (forj-epc-connection-process conn))))
 
 (defun forj-epc-close (conn &optional reason)
-  "Close CONN, failing every pending call with REASON (a string)."
+  "Close CONN, failing every pending call with REASON (a string).
+A socket is closed at once.  The process of a worker spoken to over its
+own pipe (`forj-epc-attach') is left to its owner, who stops it as it
+stops any worker: the end of its stdin first, so that it closes its
+journal before it goes."
   (let ((process (forj-epc-connection-process conn)))
     (forj-epc--shutdown conn (or reason "connection closed"))
-    (when (process-live-p process)
+    (when (and (process-live-p process) (eq (process-type process) 'network))
       (delete-process process))))
 
 ;;; Calling the worker
@@ -531,7 +535,12 @@ function, which answers later; without one it gets an EPC error."
                        :message (format "the worker died (%s)" reason)
                        :recovery '("The next call starts a new worker"
                                    "M-x forj-worker-log shows what it printed")))))
-    (let ((buffer (process-buffer (forj-epc-connection-process conn))))
+    (let* ((process (forj-epc-connection-process conn))
+           (buffer (process-buffer process)))
+      ;; Killing a buffer hangs up its process: a worker on its own pipe is
+      ;; its owner's to stop (`forj-epc-close'), so it lets go of it first.
+      (unless (eq (process-type process) 'network)
+        (set-process-buffer process nil))
       (when (buffer-live-p buffer) (kill-buffer buffer)))
     (let ((staging (forj-epc-connection-staging conn)))
       (when (and (buffer-live-p staging) (= 0 (forj-epc-connection-depth conn)))

@@ -47,8 +47,6 @@ log = logging.getLogger("forj_py")
 PARENT_POLL_SECONDS = 0.5
 # How long housekeeping waits for the first hello before starting anyway.
 HOUSEKEEPING_DELAY_SECONDS = 3.0
-# How long a stopping worker waits for cancelled batches to journal their end.
-DRAIN_SECONDS = 5.0
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -200,7 +198,6 @@ def main(argv: list[str] | None = None) -> int:
         server.stopping.set()
         worker.watcher.stop()
         worker.cancel_all()
-        server.drain(DRAIN_SECONDS)
         worker.commands.close()
         server.server_close()
         # A reply already sent is followed by the journal's note that it reached

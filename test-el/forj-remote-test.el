@@ -282,7 +282,16 @@ and bound, for the test to prove they stay here."
             (should (equal (with-temp-buffer
                              (insert-file-contents (expand-file-name "notes.txt" root))
                              (buffer-string))
-                           "remember the milk\n")))
+                           "remember the milk\n"))
+            ;; Stopped, the remote worker gets the end of its stdin, closes its
+            ;; journal and exits; ssh ends with it, never killed.
+            (let ((process (forj-worker-process (forj-worker-get remote)))
+                  (pid (forj-remote-test--worker-pid root)))
+              (forj-worker-stop remote)
+              (should (forj-test--wait-for (lambda () (not (process-live-p process))) 4))
+              (should (eq (process-status process) 'exit))
+              (should (eq (process-exit-status process) 0))
+              (should (null (process-attributes pid)))))
         (with-current-buffer visiting (set-buffer-modified-p nil))
         (kill-buffer visiting)))))
 

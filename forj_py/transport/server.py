@@ -615,17 +615,6 @@ class WorkerServer:
         """Make :meth:`serve_forever` return; called once, by :meth:`stop`."""
         raise NotImplementedError
 
-    def drain(self, seconds: float) -> None:
-        """Wait up to ``seconds`` for the calls under way to end after a stop.
-
-        A batch cancelled at the stop still journals its outcome (the call
-        it stopped, the calls it never started); the journal must not be
-        closed under it, or recovery would see those calls as still running.
-        """
-        waiter = threading.Thread(target=self.pool.shutdown, kwargs={"wait": True}, daemon=True)
-        waiter.start()
-        waiter.join(seconds)
-
     @contextlib.contextmanager
     def in_flight(self) -> Iterator[None]:
         """Count one request being answered (see :meth:`wait_idle`)."""
