@@ -120,19 +120,29 @@ ON-REQUEST is called with the name of any other method the worker
 calls, its argument as a plist, and a function of one plist that sends
 the answer (once, whenever it is ready); it returns nil for a method
 it does not know, which the worker is told."
-  (let* ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
-         (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close
-                                          :on-request on-request))
-         (process (make-network-process
-                   :name (format "forj-epc %s" name)
-                   :host host
-                   :service port
-                   :buffer buffer
-                   :coding 'binary
-                   :noquery t
-                   :filter #'forj-epc--filter
-                   :sentinel #'forj-epc--sentinel)))
+  (forj-epc-attach (make-network-process
+                    :name (format "forj-epc %s" name)
+                    :host host
+                    :service port
+                    :coding 'binary
+                    :noquery t)
+                   :name name :on-event on-event :on-close on-close :on-request on-request))
+
+(cl-defun forj-epc-attach (process &key (name "forj") on-event on-close on-request)
+  "Speak EPC on PROCESS, a connection or the pipe of a worker's stdin and stdout.
+Return the connection; NAME, ON-EVENT, ON-CLOSE and ON-REQUEST are as
+for `forj-epc-connect'.  PROCESS gets a buffer, filter and sentinel of
+the connection's own, and binary coding: nothing else may read its
+output.  A worker started with --stdio (on another host, through TRAMP)
+is spoken to this way; when its process ends, the connection does."
+  (let ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
+        (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close
+                                         :on-request on-request)))
     (with-current-buffer buffer (set-buffer-multibyte nil))
+    (set-process-buffer process buffer)
+    (set-process-coding-system process 'binary 'binary)
+    (set-process-filter process #'forj-epc--filter)
+    (set-process-sentinel process #'forj-epc--sentinel)
     (process-put process 'forj-epc-connection conn)
     (setf (forj-epc-connection-process conn) process)
     conn))
@@ -144,10 +154,14 @@ it does not know, which the worker is told."
        (process-live-p (forj-epc-connection-process conn))))
 
 (defun forj-epc-close (conn &optional reason)
-  "Close CONN, failing every pending call with REASON (a string)."
+  "Close CONN, failing every pending call with REASON (a string).
+A socket is closed at once.  The process of a worker spoken to over its
+own pipe (`forj-epc-attach') is left to its owner, who stops it as it
+stops any worker: the end of its stdin first, so that it closes its
+journal before it goes."
   (let ((process (forj-epc-connection-process conn)))
     (forj-epc--shutdown conn (or reason "connection closed"))
-    (when (process-live-p process)
+    (when (and (process-live-p process) (eq (process-type process) 'network))
       (delete-process process))))
 
 ;;; Calling the worker
@@ -521,7 +535,12 @@ function, which answers later; without one it gets an EPC error."
                        :message (format "the worker died (%s)" reason)
                        :recovery '("The next call starts a new worker"
                                    "M-x forj-worker-log shows what it printed")))))
-    (let ((buffer (process-buffer (forj-epc-connection-process conn))))
+    (let* ((process (forj-epc-connection-process conn))
+           (buffer (process-buffer process)))
+      ;; Killing a buffer hangs up its process: a worker on its own pipe is
+      ;; its owner's to stop (`forj-epc-close'), so it lets go of it first.
+      (unless (eq (process-type process) 'network)
+        (set-process-buffer process nil))
       (when (buffer-live-p buffer) (kill-buffer buffer)))
     (let ((staging (forj-epc-connection-staging conn)))
       (when (and (buffer-live-p staging) (= 0 (forj-epc-connection-depth conn)))

@@ -38,6 +38,9 @@
 (require 'forj)
 (require 'forj-epc)
 
+(declare-function forj-remote-make-process "forj-remote" (root log))
+(declare-function forj-remote-hello "forj-remote" (root hello))
+
 ;;; Options
 
 (defcustom forj-worker-python nil
@@ -176,7 +179,7 @@ ignored, whichever buffer starts the worker."
                 settings))))
     (nreverse settings)))
 
-(defun forj-worker--settings-arguments ()
+(defun forj-worker-settings-arguments ()
   "The worker's --settings argument for `forj-worker-settings', or nil."
   (let ((settings (forj-worker-settings)))
     (and settings
@@ -219,9 +222,10 @@ which alone talks to the providers.")
                      name))
                   forj-worker-secret-variables))))
 
-(defun forj-worker--environment ()
-  "Return the environment to start the worker with: Emacs's, without secrets."
-  (cl-remove-if #'forj-worker--secret-variable-p process-environment))
+(defun forj-worker-environment (&optional environment)
+  "Return the environment to start the worker with: Emacs's, without secrets.
+ENVIRONMENT, a list like `process-environment', defaults to it."
+  (cl-remove-if #'forj-worker--secret-variable-p (or environment process-environment)))
 
 (defvar forj-worker--by-root (make-hash-table :test #'equal)
   "Project root -> `forj-worker'.")
@@ -308,33 +312,40 @@ ERROR is called with an error plist if the worker cannot be started."
         (max 0 (- due (float-time)))))))
 
 (cl-defun forj-worker--start (root success error)
-  "Start a worker for ROOT; queue SUCCESS and ERROR for when it is ready."
-  (let* ((token (forj-worker--token))
+  "Start a worker for ROOT; queue SUCCESS and ERROR for when it is ready.
+A remote ROOT (a TRAMP directory) gets its worker on its own host,
+spoken to over the connection's pipe: see forj-remote.el."
+  (let* ((remote (and (file-remote-p root) (require 'forj-remote)))
+         (token (forj-worker--token))
          (log (get-buffer-create (forj-worker--log-name root)))
-         (process-environment (forj-worker--environment))
+         (process-environment (forj-worker-environment))
          (default-directory root)
          (worker (forj-worker--make :root root :token token :started (float-time)
                                     :waiting (list (cons success error))))
          (process
           (condition-case err
-              (make-process
+              (if remote
+                  (forj-remote-make-process root log)
+                (make-process
                :name (format "forj-worker %s" (abbreviate-file-name root))
                :command (append (list (forj-worker-python-executable) "-m" "forj_py"
                                       "--root" (directory-file-name root) "--token-stdin")
-                                (forj-worker--settings-arguments)
+                                (forj-worker-settings-arguments)
                                 forj-worker-arguments)
                :connection-type 'pipe
                :noquery t
                :coding 'utf-8-unix
                :stderr log
                :filter #'forj-worker--port-filter
-               :sentinel #'forj-worker--sentinel)
+               :sentinel #'forj-worker--sentinel))
             (error
              (run-at-time 0 nil error
                           (list :type "start-failed"
                                 :message (format "cannot start the worker: %s"
                                                  (error-message-string err))
-                                :recovery '("Check `forj-worker-python'")))
+                                :recovery (if remote
+                                              '("Check `forj-remote-python' and M-x forj-worker-log")
+                                            '("Check `forj-worker-python'"))))
              nil))))
     (unless process
       (cl-return-from forj-worker--start nil))
@@ -354,6 +365,9 @@ ERROR is called with an error plist if the worker cannot be started."
     (process-put process 'forj-worker worker)
     (setf (forj-worker-process worker) process)
     (puthash root worker forj-worker--by-root)
+    (when remote
+      ;; No port to wait for: the frames go over the process's own pipe.
+      (forj-worker-attach worker))
     (run-at-time forj-worker-start-timeout nil #'forj-worker--start-timed-out worker)
     worker))
 
@@ -381,24 +395,41 @@ ERROR is called with an error plist if the worker cannot be started."
 (defun forj-worker--connect (worker port)
   "Connect to WORKER on PORT and say hello."
   (condition-case err
-      (let ((conn (forj-epc-connect port
-                                    :name (abbreviate-file-name (forj-worker-root worker))
-                                    :on-request (lambda (method body answer)
-                                                  (forj-worker--request worker method body answer))
-                                    :on-close (lambda (_conn reason)
-                                                (forj-worker--lost worker reason)))))
-        (setf (forj-worker-connection worker) conn)
-        (forj-epc-call conn "hello"
-                       (list :token (forj-worker-token worker)
-                             :client (list :name "forj.el" :version forj-version))
-                       :timeout forj-worker-start-timeout
-                       :success (lambda (hello) (forj-worker--ready worker hello))
-                       :error (lambda (e) (forj-worker--fail worker e))))
+      (forj-worker--greet worker (forj-epc-connect port
+                                                   :name (abbreviate-file-name (forj-worker-root worker))
+                                                   :on-request (lambda (method body answer)
+                                                                 (forj-worker--request worker method body answer))
+                                                   :on-close (lambda (_conn reason)
+                                                               (forj-worker--lost worker reason))))
     (error (forj-worker--fail worker (list :type "connect-failed"
                                            :message (error-message-string err))))))
 
+(defun forj-worker-attach (worker)
+  "Speak EPC to WORKER over its own process's pipe (a --stdio worker); say hello."
+  (forj-worker--greet
+   worker
+   (forj-epc-attach (forj-worker-process worker)
+                    :name (abbreviate-file-name (forj-worker-root worker))
+                    :on-request (lambda (method body answer)
+                                  (forj-worker--request worker method body answer))
+                    :on-close (lambda (_conn reason)
+                                (forj-worker--lost worker reason)))))
+
+(defun forj-worker--greet (worker conn)
+  "Make CONN WORKER's connection and say hello on it."
+  (setf (forj-worker-connection worker) conn)
+  (forj-epc-call conn "hello"
+                       (list :token (forj-worker-token worker)
+                             :client (list :name "forj.el" :version forj-version))
+                 :timeout forj-worker-start-timeout
+                 :success (lambda (hello) (forj-worker--ready worker hello))
+                 :error (lambda (e) (forj-worker--fail worker e))))
+
 (defun forj-worker--ready (worker hello)
   "WORKER answered HELLO: run everything waiting for it."
+  (when (file-remote-p (forj-worker-root worker))
+    ;; Its root as Emacs names it: every path under it is then a remote file.
+    (setq hello (forj-remote-hello (forj-worker-root worker) hello)))
   (setf (forj-worker-hello worker) hello)
   (remhash (forj-worker-root worker) forj-worker--failures)
   (mapc (lambda (warning) (display-warning 'forj warning :warning))

@@ -1,6 +1,8 @@
 """Start the worker: ``python -m forj_py --root DIR``.
 
-(``python -m forj_py mcp --root DIR`` serves the same tools over MCP on
+(``python -m forj_py --stdio --root DIR`` serves the same methods on its
+own stdin and stdout instead of a port, for Emacs on another host; see
+``transport/stdio.py``.  ``python -m forj_py mcp --root DIR`` serves the same tools over MCP on
 stdio instead; see ``transport/mcp.py``; ``python -m forj_py sdk --root DIR``
 serves them as JSON lines in seed 004's envelopes, see ``transport/sdk.py``.)
 
@@ -38,7 +40,7 @@ from .safety import bwrap_probe, secretenv
 
 if TYPE_CHECKING:
     from .service import Worker
-    from .transport.server import ForjServer
+    from .transport.server import WorkerServer
 
 log = logging.getLogger("forj_py")
 
@@ -66,6 +68,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "--token-stdin",
         action="store_true",
         help="read the token from the first line of stdin instead of $FORJ_TOKEN",
+    )
+    p.add_argument(
+        "--stdio",
+        action="store_true",
+        help="serve on stdin and stdout instead of a loopback port (implies --token-stdin)",
     )
     p.add_argument("--version", action="version", version=f"forj worker {__version__}")
     return p.parse_args(argv)
@@ -105,13 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     # Read once: a restart hands it over with the rest (stdin has moved on).
-    if args.token_stdin and not secretenv.has_token():
+    if (args.token_stdin or args.stdio) and not secretenv.has_token():
         secretenv.keep_token(_read_token_line())
     token = secretenv.take_token()
     if not token:
         return _fail(
             "no token on stdin's first line"
-            if args.token_stdin
+            if args.token_stdin or args.stdio
             else "FORJ_TOKEN is not set; the worker will not serve without a token"
         )
     root = Path(args.root).expanduser()
@@ -156,21 +163,30 @@ def main(argv: list[str] | None = None) -> int:
         worker = Worker(root, loaded, builtin_registry(), journal, state_dir, bwrap=bwrap)
     except ConfigError as exc:  # a permission pattern the tools cannot use
         return _fail(f"configuration error:\n{exc}")
-    server = ForjServer(worker, token)
-    # forj_py mcp on this project finds this worker through a private file.
+    server: WorkerServer
     meeting = None
-    try:
-        meeting = rendezvous.publish(state_dir, worker.root, server.port)
-        server.mcp_secret = meeting.secret
-    except OSError as exc:
-        log.warning("no rendezvous for MCP servers: %s", exc)
+    if args.stdio:
+        from .transport.stdio import StdioServer
+
+        # Takes stdin and stdout for its frames; its end of file stops it.
+        server = StdioServer(worker, token)
+    else:
+        server = ForjServer(worker, token)
+        # forj_py mcp on this project finds this worker through a private file.
+        try:
+            meeting = rendezvous.publish(state_dir, worker.root, server.port)
+            server.mcp_secret = meeting.secret
+        except OSError as exc:
+            log.warning("no rendezvous for MCP servers: %s", exc)
     stop = server.stop
     _watch_parent(stop)
-    _watch_stdin(stop)
+    if not args.stdio:
+        _watch_stdin(stop)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: threading.Thread(target=stop, daemon=True).start())
-    sys.stdout.write(f"{server.port}\n")
-    sys.stdout.flush()
+    if isinstance(server, ForjServer):
+        sys.stdout.write(f"{server.port}\n")
+        sys.stdout.flush()
     threading.Thread(
         target=_housekeeping, args=(worker, server), name="forj-housekeeping", daemon=True
     ).start()
@@ -212,7 +228,7 @@ def _read_token_line() -> str:
     return line.decode("ascii", "replace").strip()
 
 
-def _housekeeping(worker: Worker, server: ForjServer) -> None:
+def _housekeeping(worker: Worker, server: WorkerServer) -> None:
     """Start the file watcher and the command sandbox's index, prune old backups.
 
     Only after the first ``hello`` is answered (or a few seconds without

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..service import parse_request
 
 if TYPE_CHECKING:
-    from .server import ForjServer
+    from .server import WorkerServer
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class EmacsAnswer(BaseModel):
     grant: GrantAnswer | None = None
 
 
-def review_in_emacs(server: ForjServer, body: Any) -> dict[str, Any]:
+def review_in_emacs(server: WorkerServer, body: Any) -> dict[str, Any]:
     """Put one planned call to the connected Emacs; return the user's answer.
 
     ``{"outcome": "approved", "modified": {...}, "grant": {...}?}``,

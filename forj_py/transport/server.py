@@ -280,10 +280,17 @@ MCP_METHODS = frozenset({"hello", "ping", "tool_definitions", "plan", "execute",
 
 
 class ForjHandler(socketserver.StreamRequestHandler):
-    server: ForjServer
+    # A ForjServer, or for the stdio connection a server that is no
+    # socketserver at all: what a connection needs of either is WorkerServer.
+    server: WorkerServer  # type: ignore[assignment]
 
     def setup(self) -> None:
         super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.start_connection()
+
+    def start_connection(self) -> None:
+        """The state of a new connection, whatever carries it (a socket, stdio)."""
         self.server.add_client(self)
         self.write_lock = threading.Lock()
         self.authenticated = False
@@ -304,7 +311,6 @@ class ForjHandler(socketserver.StreamRequestHandler):
         self._uids = itertools.count(1)
         # Our own calls to the peer that wait for its answer: uid -> future.
         self._asks: dict[int, Future[Any]] = {}
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def as_mcp_plan(self, body: dict[str, Any]) -> dict[str, Any]:
         """An MCP server's plan: in its own chat, never in a mode looser than the user's.
@@ -584,14 +590,17 @@ class ForjHandler(socketserver.StreamRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
 
 
-class ForjServer(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    block_on_close = False
+class WorkerServer:
+    """What every connection needs of the server it belongs to, whatever carries it.
 
-    def __init__(self, worker: Worker, token: str, host: str = "127.0.0.1") -> None:
+    :class:`ForjServer` accepts connections on a loopback port;
+    :class:`forj_py.transport.stdio.StdioServer` serves the one connection
+    on the worker's own stdin and stdout.
+    """
+
+    def __init__(self, worker: Worker, token: str) -> None:
         if not token:
             raise ValueError("an empty token would let anyone in")
-        super().__init__((host, 0), ForjHandler)
         self.worker = worker
         self.token = token
         # The rendezvous secret forj's MCP server proves (None: no rendezvous).
@@ -603,9 +612,15 @@ class ForjServer(socketserver.ThreadingTCPServer):
         self._busy = 0
         self._idle = threading.Condition()
 
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        raise NotImplementedError
+
+    def server_close(self) -> None:
+        """Release what serving held (the listening socket)."""
+
+    def end_serving(self) -> None:
+        """Make :meth:`serve_forever` return; called once, by :meth:`stop`."""
+        raise NotImplementedError
 
     @contextlib.contextmanager
     def in_flight(self) -> Iterator[None]:
@@ -635,12 +650,6 @@ class ForjServer(socketserver.ThreadingTCPServer):
         emacs = [h for h in live if h.authenticated and h.role == "emacs"]
         return max(emacs, key=lambda h: h.serial, default=None)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A connection that failed outside the handler's own error handling
-        # (the peer reset it during setup, say): nothing to answer, no one
-        # to tell but the log; the default would print to stderr.
-        log.debug("connection from %s failed", client_address, exc_info=True)
-
     def connection_closed(self, handler: ForjHandler) -> None:
         with self._conn_lock:
             self._live.discard(handler)
@@ -665,5 +674,35 @@ class ForjServer(socketserver.ThreadingTCPServer):
             live = list(self._live)
         for handler in live:
             handler.close()
-        self.shutdown()
+        self.end_serving()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class ForjServer(WorkerServer, socketserver.ThreadingTCPServer):
+    """The worker's methods on a loopback port, one thread per connection."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, worker: Worker, token: str, host: str = "127.0.0.1") -> None:
+        WorkerServer.__init__(self, worker, token)
+        socketserver.ThreadingTCPServer.__init__(self, (host, 0), ForjHandler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        socketserver.ThreadingTCPServer.serve_forever(self, poll_interval)
+
+    def server_close(self) -> None:
+        socketserver.ThreadingTCPServer.server_close(self)
+
+    def end_serving(self) -> None:
+        self.shutdown()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A connection that failed outside the handler's own error handling
+        # (the peer reset it during setup, say): nothing to answer, no one
+        # to tell but the log; the default would print to stderr.
+        log.debug("connection from %s failed", client_address, exc_info=True)
