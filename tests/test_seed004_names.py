@@ -17,8 +17,8 @@ from conftest import MakeWorker, call, run, user_config, write_tree
 
 from forj_py.errors import ToolFailure
 from forj_py.service import Worker
+from forj_py.tools.compat_names import FileWrite, FileWriteArgs
 from forj_py.tools.registry import Session, ToolContext
-from forj_py.tools.seed004 import FileWrite, FileWriteArgs
 
 
 def _exec(worker: Worker, *calls: dict[str, Any], **execute: Any) -> list[dict[str, Any]]:

@@ -618,7 +618,8 @@ def _cannot_ask(item: dict[str, Any]) -> str:
 
 def _args(argv: list[str]) -> argparse.Namespace:
     p = standalone.parser(
-        "python -m forj_py sdk", "Serve forj's tools as JSON lines (seed 004 envelopes) on stdio."
+        "python -m forj_py sdk",
+        "Serve forj's tools as JSON lines (the Tool Runtime SDK's envelopes) on stdio.",
     )
     p.add_argument(
         "--heartbeat-seconds",
