@@ -414,7 +414,7 @@ class Consent:
                         rule=rule.text,
                     ),
                 )
-        # 2. seed 002 rules and deduplication
+        # 2. the user's [[rules]] and deduplication
         if f.probe is not None:
             failure = self.engine.check_planned(f.probe, tool.name, f.raw_args, f.call_id)
             if failure is not None:

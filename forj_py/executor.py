@@ -110,7 +110,7 @@ class Runner:
         unreviewed: dict[str, tuple[str, list[str], str]] | None = None,
     ) -> list[Finished]:
         per_call = self.config.tools.output.max_bytes
-        # seed 000 FR-REG-04b: the capacity is what is left of the model's
+        # The capacity is what is left of the model's
         # context for this whole batch, so every result spends from it: four
         # large reads share it instead of each getting all of it.
         room = capacity or DEFAULT_CAPACITY_BYTES

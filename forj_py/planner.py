@@ -85,7 +85,8 @@ class PlannedCall:
     grant_pattern: str | None = None
     subject: Subject | None = None
     # The arguments as sent (nulls dropped): what rules and deduplication
-    # compare.  For a seed 004 name, its forj tool's arguments and name.
+    # compare.  For another name of a tool, its forj tool's arguments and name,
+    # so a rule written for the tool cannot be dodged by the other name.
     raw_args: dict[str, Any] | None = None
     rule_name: str | None = None
 
@@ -208,7 +209,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         raise errors.unknown_tool(call.name, pc.registry.names())
     tool = entry.tool
     planned.tool = tool
-    # A seed 004 name (file_read, shell_exec...) is its forj tool to every
+    # Another name (file_read, shell_exec...) is its forj tool to every
     # rule: a deny rule for run_shell also refuses shell_exec.
     if tool.alias_of is not None:
         _denied_tool(pc, tool.alias_of)

@@ -201,7 +201,8 @@ class Worker:
         self._lock = threading.Lock()
         # Journaled batches a plan has taken up: each is planned once.
         self._claimed: set[str] = set()
-        # Per-session counters of what ran (seed 004 section 8).
+        # Per-session counters of what ran, which a chat, the MCP client or an
+        # SDK session reads back to see what its calls cost.
         self.metrics_store = Metrics()
         # Journaled calls whose credentials the journal holds redacted, as
         # sent, until they are planned (the newest few only).

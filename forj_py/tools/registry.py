@@ -195,7 +195,7 @@ class Tool(ABC, Generic[A]):
     timeout_kind: ClassVar[str] = "default"
     # Runs a command: permission patterns match its command line, not paths.
     runs_commands: ClassVar[bool] = False
-    # Another name for a tool (seed 004's file_read for read_file): accepted,
+    # Another name for a tool (file_read for read_file): accepted,
     # not offered to the model, and judged by every rule as that tool.
     alias_of: ClassVar[str | None] = None
 
