@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors
-from .errors import ToolFailure
+from .errors import ToolFailure, error_result
 from .output import dumps, fit_json_text, json_has_controls, sanitize_value, utf8_len
-from .planner import PlannedCall, error_result
+from .planner import PlannedCall
 from .protocol import Disposition, ErrorKind, ErrorType, Event, ToolError, ToolResult
 from .rules import Gate
 from .safety.commands import CommandSandbox

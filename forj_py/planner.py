@@ -37,8 +37,8 @@ from pydantic import BaseModel, ValidationError
 from . import errors
 from .config import Config
 from .consent import Consent, Facts, subject_of
-from .errors import ToolFailure
-from .output import count_marks, sanitize, sanitize_value, short_summary, visible_controls
+from .errors import ToolFailure, error_result
+from .output import count_marks, sanitize, short_summary, visible_controls
 from .protocol import (
     DenialReason,
     Disposition,
@@ -46,7 +46,6 @@ from .protocol import (
     PlanItem,
     RiskLevel,
     ToolCall,
-    ToolResult,
     ToolsMode,
 )
 from .rules import Probe
@@ -129,14 +128,6 @@ class PlanContext:
     probe: Probe | None = None
     # The worker's state directory, for tools that keep state beside the journal.
     state_dir: Path | None = None
-
-
-def error_result(call_id: str, name: str, failure: ToolFailure) -> dict[str, Any]:
-    # Messages quote what the model sent (paths, names): sanitize like any output.
-    wire: dict[str, Any] = sanitize_value(
-        ToolResult(id=call_id, name=name, ok=False, error=failure.error).wire()
-    )
-    return wire
 
 
 def identify(seq: int, raw: Any) -> tuple[str, str]:
