@@ -33,6 +33,7 @@ from .errors import ToolFailure, error_result
 from .output import dumps, fit_json_text, json_has_controls, sanitize_value, utf8_len
 from .planner import PlannedCall
 from .protocol import Disposition, ErrorKind, ErrorType, Event, ToolError, ToolResult
+from .reads import Session
 from .rules import Gate
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
@@ -40,7 +41,7 @@ from .store.backups import Backups
 from .store.checkpoints import ChangeLog
 from .store.journal import Journal
 from .tools._edit import apply_user_text
-from .tools.registry import Session, ToolContext
+from .tools.registry import ToolContext
 
 log = logging.getLogger(__name__)
 

@@ -48,11 +48,12 @@ from .protocol import (
     ToolCall,
     ToolsMode,
 )
+from .reads import Session
 from .rules import Probe
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
 from .safety.permissions import Subject
-from .tools.registry import Registry, Session, Staged, Tool, ToolContext, format_schema_errors
+from .tools.registry import Registry, Staged, Tool, ToolContext, format_schema_errors
 
 log = logging.getLogger(__name__)
 

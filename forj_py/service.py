@@ -58,6 +58,7 @@ from .protocol import (
     ToolsMode,
     UndoRequest,
 )
+from .reads import Conversations, Session
 from .rules import Gate, RulesEngine
 from .safety import bwrap_probe
 from .safety.commands import CommandSandbox, probe
@@ -70,7 +71,7 @@ from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
 from .system import git
 from .tools import CORE, FAMILIES, family_of
 from .tools.manual import manual_registry
-from .tools.registry import Conversations, Registry, Session
+from .tools.registry import Registry
 from .undo import Undo
 from .watcher import Watcher
 

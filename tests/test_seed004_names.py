@@ -16,9 +16,10 @@ import pytest
 from conftest import MakeWorker, call, run, user_config, write_tree
 
 from forj_py.errors import ToolFailure
+from forj_py.reads import Session
 from forj_py.service import Worker
 from forj_py.tools.compat_names import FileWrite, FileWriteArgs
-from forj_py.tools.registry import Session, ToolContext
+from forj_py.tools.registry import ToolContext
 
 
 def _exec(worker: Worker, *calls: dict[str, Any], **execute: Any) -> list[dict[str, Any]]:
