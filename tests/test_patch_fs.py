@@ -7,21 +7,14 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from conftest import MakeWorker, call, run, write_tree
+from conftest import MakeWorker, call, write_tree
+from conftest import run_approved as _exec
 from test_write_tools import tmpfs
 
 from forj_py.service import Worker
 
 MAIN = "".join(f"line {i}\n" for i in range(1, 101))
-
-
-def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
-    _, result = run(
-        worker, list(calls), approved=[c["id"] for c in calls], capacity_bytes=1_000_000
-    )
-    return result["results"]
 
 
 def _read(worker: Worker, *paths: str) -> None:
