@@ -238,6 +238,19 @@ and a worker of another version is noticed at hello and replaced on request."
               (should (equal (forj-install-python remote) (expand-file-name "venv/bin/python" data))))
           (tramp-cleanup-all-connections))))))
 
+(ert-deftest forj-test-install-worker-of-another-version-is-noticed-at-hello ()
+  "A worker reporting another version than this Elisp's is flagged at hello, in its warnings."
+  (forj-test-with-project '(("a.txt" . "a\n"))
+    ;; This Elisp as an upgraded package would be, against the worker as it is.
+    (let* ((forj-version "9.9.9")
+           (worker (forj-test--worker root))
+           (warnings (append (plist-get (forj-worker-hello worker) :warnings) nil)))
+      (should (forj-worker-outdated-p worker))
+      (should (cl-some (lambda (w)
+                         (string-match-p "the worker is forj .* but this Emacs runs forj.el 9\\.9\\.9 .*M-x forj-install-worker rebuilds"
+                                         w))
+                       warnings)))))
+
 (ert-deftest forj-test-install-versions-agree ()
   "forj.el's Version header and `forj-version' are the version the worker reports."
   (with-temp-buffer
