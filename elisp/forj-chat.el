@@ -323,7 +323,7 @@ An existing chat of the project is shown again."
              (setf (forj-session-provider forj-session) (forj-session-choose-provider)))
            buffer)))
     (goto-char (point-max))
-    (forj-loop-start-worker)
+    (forj-worker-offer-install root #'forj-loop-start-worker)
     (current-buffer)))
 
 (defconst forj-chat--demo-directory

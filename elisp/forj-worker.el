@@ -37,6 +37,7 @@
 (require 'subr-x)
 (require 'forj)
 (require 'forj-epc)
+(require 'forj-install)
 
 (declare-function forj-remote-make-process "forj-remote" (root log))
 (declare-function forj-remote-hello "forj-remote" (root hello))
@@ -46,7 +47,8 @@
 (defcustom forj-worker-python nil
   "The Python interpreter that runs the worker.
 nil means the .venv of the forj checkout this file was loaded from, if
-it has one, else \"python3\" found on the variable `exec-path'."
+it has one, else the worker `forj-install-worker' built in the user's
+data directory."
   :type '(choice (const :tag "Automatic" nil)
                  (file :tag "Python executable"))
   :group 'forj)
@@ -244,29 +246,36 @@ ENVIRONMENT, a list like `process-environment', defaults to it."
 
 ;;; Finding things
 
-(defconst forj-worker--file (or load-file-name buffer-file-name)
-  "This file, as it was loaded.")
+(defun forj-worker--checkout-python ()
+  "The Python of the .venv of the forj checkout this package is, or nil.
+A checkout's .venv (made by `make install') holds the worker's sources
+as they are, which a developer wants to run."
+  (let ((source (forj-install-package-directory)))
+    (and source
+         (let ((venv (expand-file-name ".venv/bin/python" source)))
+           (and (file-executable-p venv) venv)))))
 
-(defun forj-worker--source-root ()
-  "The forj checkout this file belongs to, or nil."
-  (let ((here (or forj-worker--file (locate-library "forj-worker"))))
-    (when here
-      (let ((dir (file-name-directory (directory-file-name (file-name-directory here)))))
-        (and (file-exists-p (expand-file-name "forj_py/__main__.py" dir)) dir)))))
-
-(defun forj-worker-python-executable ()
-  "Return the Python interpreter for the worker, per `forj-worker-python'.
-Signal a `user-error' if there is none."
+(defun forj-worker-python-executable (&optional root)
+  "Return the Python interpreter for the worker of ROOT, per `forj-worker-python'.
+Automatic: the checkout's .venv, else the worker `forj-install-worker'
+built on ROOT's host.  Signal a `user-error' saying what to do if
+there is none."
   (let ((choice (or forj-worker-python
-                    (let ((source (forj-worker--source-root)))
-                      (and source
-                           (let ((venv (expand-file-name ".venv/bin/python" source)))
-                             (and (file-executable-p venv) venv))))
-                    "python3")))
+                    (forj-worker--checkout-python)
+                    (forj-install-python root))))
+    (unless choice
+      (user-error "forj: No worker yet: M-x forj-install-worker builds it in %s (it needs Python 3.10 or newer), or set `forj-worker-python'"
+                  (forj-install-data-directory root)))
     (or (if (file-name-absolute-p choice)
             (and (file-executable-p choice) choice)
           (executable-find choice))
         (user-error "No Python interpreter at %s; set `forj-worker-python'" choice))))
+
+(defun forj-worker-python-available-p (&optional root)
+  "Whether a Python for the worker of ROOT is there, without signalling."
+  (condition-case nil
+      (and (forj-worker-python-executable root) t)
+    (user-error nil)))
 
 (defun forj-worker-project-root (&optional directory)
   "The project root for DIRECTORY (default `default-directory'), or signal."
@@ -278,6 +287,24 @@ Signal a `user-error' if there is none."
     (file-name-as-directory (expand-file-name (project-root project)))))
 
 ;;; Starting
+
+(defun forj-worker-offer-install (root then)
+  "Call THEN in the current buffer once ROOT's worker can start.
+With no Python for ROOT's worker, first offer to build it with
+`forj-install-worker', and call THEN when the build ends.  Declined,
+in batch, or with a Python already there, THEN is called at once (a
+worker that cannot start says what is missing)."
+  (let ((buffer (current-buffer)))
+    (if (or noninteractive
+            (forj-worker-python-available-p root)
+            (forj-install-running-p root)
+            (not (y-or-n-p (format "Build forj's Python worker now, once, in %s (a minute, with network to the package index)? "
+                                   (forj-install-data-directory root)))))
+        (funcall then)
+      (display-buffer forj-install-buffer)
+      (forj-install-worker root (lambda (_python _failure)
+                                  (when (buffer-live-p buffer)
+                                    (with-current-buffer buffer (funcall then))))))))
 
 (defun forj-worker-ensure (root success &optional error)
   "Make sure a ready worker serves ROOT; then call SUCCESS with it.
@@ -328,7 +355,7 @@ spoken to over the connection's pipe: see forj-remote.el."
                   (forj-remote-make-process root log)
                 (make-process
                :name (format "forj-worker %s" (abbreviate-file-name root))
-               :command (append (list (forj-worker-python-executable) "-m" "forj_py"
+               :command (append (list (forj-worker-python-executable root) "-m" "forj_py"
                                       "--root" (directory-file-name root) "--token-stdin")
                                 (forj-worker-settings-arguments)
                                 forj-worker-arguments)
@@ -345,7 +372,7 @@ spoken to over the connection's pipe: see forj-remote.el."
                                                  (error-message-string err))
                                 :recovery (if remote
                                               '("Check `forj-remote-python' and M-x forj-worker-log")
-                                            '("Check `forj-worker-python'"))))
+                                            '("M-x forj-install-worker, or check `forj-worker-python'"))))
              nil))))
     (unless process
       (cl-return-from forj-worker--start nil))
@@ -425,11 +452,29 @@ spoken to over the connection's pipe: see forj-remote.el."
                  :success (lambda (hello) (forj-worker--ready worker hello))
                  :error (lambda (e) (forj-worker--fail worker e))))
 
+(defun forj-worker-outdated-p (worker)
+  "Whether WORKER's hello reports a version other than this Elisp's."
+  (let ((version (plist-get (forj-worker-hello worker) :version)))
+    (and version (not (equal version forj-version)))))
+
+(defun forj-worker--version-warning (hello)
+  "A warning for HELLO from a worker of another version than this Elisp, or nil.
+After a package upgrade the built worker is the old one until
+`forj-install-worker' rebuilds it."
+  (let ((version (plist-get hello :version)))
+    (when (and version (not (equal version forj-version)))
+      (format "the worker is forj %s but this Emacs runs forj.el %s (was the package upgraded?): M-x forj-install-worker rebuilds the worker"
+              version forj-version))))
+
 (defun forj-worker--ready (worker hello)
   "WORKER answered HELLO: run everything waiting for it."
   (when (file-remote-p (forj-worker-root worker))
     ;; Its root as Emacs names it: every path under it is then a remote file.
     (setq hello (forj-remote-hello (forj-worker-root worker) hello)))
+  (let ((outdated (forj-worker--version-warning hello)))
+    (when outdated
+      (setq hello (plist-put hello :warnings
+                             (vconcat (list outdated) (plist-get hello :warnings))))))
   (setf (forj-worker-hello worker) hello)
   (remhash (forj-worker-root worker) forj-worker--failures)
   (mapc (lambda (warning) (display-warning 'forj warning :warning))
@@ -635,6 +680,18 @@ Whether it runs, and whether its commands run sandboxed."
                        (lambda ()
                          (when (process-live-p process)
                            (delete-process process)))))))))
+
+(defun forj-worker--after-install (directory _python)
+  "Stop the workers on DIRECTORY's host that are older than this Elisp.
+They ran the worker `forj-install-worker' has just replaced; the next
+call starts the new one."
+  (let ((prefix (or (file-remote-p directory) "")))
+    (dolist (worker (hash-table-values forj-worker--by-root))
+      (when (and (equal (or (file-remote-p (forj-worker-root worker)) "") prefix)
+                 (forj-worker-outdated-p worker))
+        (forj-worker-stop (forj-worker-root worker))))))
+
+(add-hook 'forj-install-finished-functions #'forj-worker--after-install)
 
 ;;;###autoload
 (defun forj-worker-restart (&optional root)

@@ -4,7 +4,8 @@
 own stdin and stdout instead of a port, for Emacs on another host; see
 ``transport/stdio.py``.  ``python -m forj_py mcp --root DIR`` serves the same tools over MCP on
 stdio instead; see ``transport/mcp.py``; ``python -m forj_py sdk --root DIR``
-serves them as JSON lines in seed 004's envelopes, see ``transport/sdk.py``.)
+serves them as JSON lines in the Tool Runtime SDK's envelopes, see
+``transport/sdk.py``.)
 
 Takes the token from the first line of stdin (``--token-stdin``, as Emacs
 starts it) or from ``FORJ_TOKEN``.  A worker started with the token or any

@@ -119,7 +119,7 @@ class ApprovalConfig(_Section):
 class ShellConfig(_Section):
     # Bytes of each stream (stdout, stderr) kept for the result: the first
     # and the last half; everything is still streamed to Emacs.
-    # 5 MiB: seed 004 section 9's stdout capture.
+    # 5 MiB: a build's or a test run's whole log fits, a runaway loop's does not.
     max_capture_bytes: int = Field(default=5 << 20, ge=64 << 10, le=256 << 20)
     # SIGTERM to the process group, then SIGKILL after this long.
     kill_grace_seconds: float = Field(default=2.0, gt=0, le=60)
@@ -200,7 +200,8 @@ class ListingConfig(_Section):
 class SearchConfig(_Section):
     # auto: ripgrep when it can be found, else pure Python (same results).
     engine: Literal["auto", "ripgrep", "python"] = "auto"
-    # Seed 004 section 9: grep 10 s.
+    # 10 s: a search that takes longer is too broad to help the model; it
+    # should narrow the path or the pattern instead.
     timeout_seconds: float = Field(default=10, gt=0, le=3600)
 
 
@@ -210,7 +211,8 @@ class ReadFileConfig(_Section):
 
 
 class ApplyPatchConfig(_Section):
-    # Seed 000's limit on one patch (apply_patch and file_patch), in bytes.
+    # Bytes of one patch (apply_patch and file_patch): bounds what one call
+    # holds in memory and asks the user to review.
     max_patch_bytes: int = Field(default=524_288, ge=1024, le=64 << 20)
     # How many files one apply_patch may touch, and how many hunks in all.
     max_files: int = Field(default=100, ge=1, le=10_000)
@@ -226,7 +228,7 @@ class DedupeConfig(_Section):
 
 
 class GitConfig(_Section):
-    """``[tools.git]``: the git tools (seed 004 section 4's ``git`` keys)."""
+    """``[tools.git]``: the git tools' time limit, guards and hooks."""
 
     timeout_seconds: float = Field(default=30, gt=0, le=3600)
     allow_push: bool = True
@@ -243,7 +245,7 @@ class GitConfig(_Section):
 
 
 class CurlConfig(_Section):
-    """``[tools.curl]``: the HTTP client's limits (seed 004 section 9)."""
+    """``[tools.curl]``: the HTTP client's time and size limits."""
 
     # The default and the ceiling of a call's timeout_ms.
     timeout_seconds: float = Field(default=15, gt=0, le=600)
@@ -279,7 +281,8 @@ class NetworkConfig(_Section):
 class AstConfig(_Section):
     """``[tools.ast]``: the AST tools (ast_generate, ast_query, ast_edit, ast_validate)."""
 
-    # Seed 004's limits: building the index may take minutes, an edit must not.
+    # Building the index of a large tree may take minutes; an edit must not,
+    # since the user waits on its review.
     generate_timeout_seconds: float = Field(default=300, gt=0, le=86_400)
     edit_timeout_seconds: float = Field(default=30, gt=0, le=3600)
     # One call parses at most this many files; larger files are skipped, said so.

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors
-from .errors import ToolFailure
+from .errors import ToolFailure, error_result
 from .output import dumps, fit_json_text, json_has_controls, sanitize_value, utf8_len
-from .planner import PlannedCall, error_result
+from .planner import PlannedCall
 from .protocol import Disposition, ErrorKind, ErrorType, Event, ToolError, ToolResult
+from .reads import Session
 from .rules import Gate
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
@@ -40,7 +41,7 @@ from .store.backups import Backups
 from .store.checkpoints import ChangeLog
 from .store.journal import Journal
 from .tools._edit import apply_user_text
-from .tools.registry import Session, ToolContext
+from .tools.registry import ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class Runner:
         unreviewed: dict[str, tuple[str, list[str], str]] | None = None,
     ) -> list[Finished]:
         per_call = self.config.tools.output.max_bytes
-        # seed 000 FR-REG-04b: the capacity is what is left of the model's
+        # The capacity is what is left of the model's
         # context for this whole batch, so every result spends from it: four
         # large reads share it instead of each getting all of it.
         room = capacity or DEFAULT_CAPACITY_BYTES

@@ -37,8 +37,8 @@ from pydantic import BaseModel, ValidationError
 from . import errors
 from .config import Config
 from .consent import Consent, Facts, subject_of
-from .errors import ToolFailure
-from .output import count_marks, sanitize, sanitize_value, short_summary, visible_controls
+from .errors import ToolFailure, error_result
+from .output import count_marks, sanitize, short_summary, visible_controls
 from .protocol import (
     DenialReason,
     Disposition,
@@ -46,15 +46,15 @@ from .protocol import (
     PlanItem,
     RiskLevel,
     ToolCall,
-    ToolResult,
     ToolsMode,
 )
+from .reads import Session
 from .rules import Probe
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
 from .safety.permissions import Subject
 from .tools import _edit
-from .tools.registry import Registry, Session, Staged, Tool, ToolContext, format_schema_errors
+from .tools.registry import Registry, Staged, Tool, ToolContext, format_schema_errors
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,8 @@ class PlannedCall:
     grant_pattern: str | None = None
     subject: Subject | None = None
     # The arguments as sent (nulls dropped): what rules and deduplication
-    # compare.  For a seed 004 name, its forj tool's arguments and name.
+    # compare.  For another name of a tool, its forj tool's arguments and name,
+    # so a rule written for the tool cannot be dodged by the other name.
     raw_args: dict[str, Any] | None = None
     rule_name: str | None = None
 
@@ -132,14 +133,6 @@ class PlanContext:
     probe: Probe | None = None
     # The worker's state directory, for tools that keep state beside the journal.
     state_dir: Path | None = None
-
-
-def error_result(call_id: str, name: str, failure: ToolFailure) -> dict[str, Any]:
-    # Messages quote what the model sent (paths, names): sanitize like any output.
-    wire: dict[str, Any] = sanitize_value(
-        ToolResult(id=call_id, name=name, ok=False, error=failure.error).wire()
-    )
-    return wire
 
 
 def identify(seq: int, raw: Any) -> tuple[str, str]:
@@ -212,7 +205,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         raise errors.unknown_tool(call.name, pc.registry.names())
     tool = entry.tool
     planned.tool = tool
-    # A seed 004 name (file_read, shell_exec...) is its forj tool to every
+    # Another name (file_read, shell_exec...) is its forj tool to every
     # rule: a deny rule for run_shell also refuses shell_exec.
     if tool.alias_of is not None:
         _denied_tool(pc, tool.alias_of)

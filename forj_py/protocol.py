@@ -53,7 +53,8 @@ class ErrorKind(str, Enum):
     STALE_FILE = "StaleFile"
     # forj's own additions: a human said no, or the batch mode forbids running.
     USER_DENIED = "UserDenied"
-    # Seed 002: a [[rules]] rule refused the call, or an identical call ran recently.
+    # The user's [[rules]] refused the call, or an identical call ran so recently
+    # that running it again would only repeat it.
     RULE_VIOLATION = "RuleViolation"
     DEDUPLICATED = "Deduplicated"
 
@@ -120,7 +121,7 @@ class ToolCall(_Model):
 
 
 class ErrorCode(str, Enum):
-    """Seed 004's canonical error codes, carried as ``error.details.code``.
+    """The coarse error codes hosts of several tool runtimes share, in ``error.details.code``.
 
     Coarser than ``type`` and ``kind``: one code per subsystem, so a host that
     embeds forj beside other tool runtimes can sort failures without knowing

@@ -60,6 +60,7 @@ from .protocol import (
     ToolsMode,
     UndoRequest,
 )
+from .reads import Conversations, Session
 from .rules import Gate, RulesEngine
 from .safety import bwrap_probe
 from .safety.commands import CommandSandbox, probe
@@ -72,7 +73,7 @@ from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
 from .system import git
 from .tools import CORE, FAMILIES, family_of
 from .tools.manual import manual_registry
-from .tools.registry import Conversations, Registry, Session
+from .tools.registry import Registry
 from .undo import Undo
 from .watcher import Watcher
 
@@ -210,7 +211,8 @@ class Worker:
         self._lock = threading.Lock()
         # Journaled batches a plan has taken up: each is planned once.
         self._claimed: set[str] = set()
-        # Per-session counters of what ran (seed 004 section 8).
+        # Per-session counters of what ran, which a chat, the MCP client or an
+        # SDK session reads back to see what its calls cost.
         self.metrics_store = Metrics()
         # Journaled calls whose credentials the journal holds redacted, as
         # sent, until they are planned (the newest few only).

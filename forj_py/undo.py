@@ -35,12 +35,12 @@ from typing import Any
 from . import errors
 from .errors import ProtocolError, ToolFailure
 from .output import visible_controls
+from .reads import Conversations
 from .safety.files import atomic_write, ensure_parents, read_bytes, sha256
 from .safety.paths import SafePath, Sandbox
 from .store.backups import Backups
 from .store.journal import FileChange, Journal
 from .tools._edit import MAX_EDIT_BYTES, unified_diff
-from .tools.registry import Conversations
 
 # The diff of one file in a dry run; larger ones are summarized.
 MAX_DIFF_BYTES = 1 << 20

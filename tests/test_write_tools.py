@@ -8,18 +8,12 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import MakeWorker, call, run, user_config
+from conftest import run_approved as _exec
 
 from forj_py.service import Worker
-
-
-def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
-    ids = [c["id"] for c in calls]
-    _, result = run(worker, list(calls), approved=ids, capacity_bytes=1_000_000)
-    return result["results"]
 
 
 def _read(worker: Worker, path: str) -> None:

@@ -54,12 +54,13 @@ BUILTIN: dict[str, str] = {
     "ast_validate": "ast:AstValidate",
     "ast_external": "ast:AstExternal",
     "ast_edit": "ast_edit:AstEdit",
-    # Seed 004's names for tools above: accepted, not offered (seed004.py).
-    "file_read": "seed004:FileRead",
-    "file_write": "seed004:FileWrite",
-    "fs_list": "seed004:FsList",
-    "grep": "seed004:Grep",
-    "shell_exec": "seed004:ShellExec",
+    # The other names forj accepts for tools above, as the Tool Runtime SDK
+    # calls them: accepted, not offered (compat_names.py).
+    "file_read": "compat_names:FileRead",
+    "file_write": "compat_names:FileWrite",
+    "fs_list": "compat_names:FsList",
+    "grep": "compat_names:Grep",
+    "shell_exec": "compat_names:ShellExec",
 }
 
 
@@ -67,7 +68,7 @@ BUILTIN: dict[str, str] = {
 # what most coding work needs (read, list, search, edit, run, plan); every
 # other tool belongs to one family, offered when the model loads it with
 # ``load_tools`` (or calls one of its tools).  A tool not named here
-# (seed 004's aliases, a tool registered by a test) is core: never hidden.
+# (the other names of compat_names.py, a tool registered by a test) is core: never hidden.
 CORE = "core"
 FAMILIES: dict[str, tuple[str, ...]] = {
     "git": (

@@ -109,7 +109,8 @@ class Search(Tool[SearchArgs]):
     timeout_kind = "file"
 
     def timeout(self, config: Config) -> float:
-        # Seed 004 section 9: grep 10 s ([tools.search] timeout_seconds).
+        # Its own limit ([tools.search] timeout_seconds, 10 s), shorter than the
+        # other file operations': a slow search is one to narrow.
         return config.tools.search.timeout_seconds
 
     def summary(self, args: SearchArgs) -> str:

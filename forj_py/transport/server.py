@@ -210,7 +210,7 @@ def _review(handler: ForjHandler, body: Any) -> Any:
             "that batch was planned by another client; an MCP server asks reviews of its own",
             ["Plan the calls first, then ask the review of a confirm item of that plan"],
         )
-    return review_in_emacs(handler.server, body)
+    return review_in_emacs(handler.server.worker, handler.server.reviewer, body)
 
 
 def _metrics(handler: ForjHandler, body: Any) -> Any:
