@@ -415,8 +415,10 @@ ERROR is called with an error plist if the worker cannot be started."
 ;;; Questions from the worker
 
 (autoload 'forj-mcp-review "forj-mcp")
+(autoload 'forj-diagnostics-answer "forj-diagnostics")
 
-(defvar forj-worker-request-functions '(("review" . forj-mcp-review))
+(defvar forj-worker-request-functions '(("review" . forj-mcp-review)
+                                        ("diagnostics" . forj-diagnostics-answer))
   "Alist: a method the worker may call in Emacs -> the function answering it.
 Each function is called with the worker, the call's argument (a plist)
 and a function of one plist that sends the answer; it returns non-nil

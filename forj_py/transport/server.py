@@ -587,6 +587,9 @@ class ForjServer(socketserver.ThreadingTCPServer):
         self.stopping = threading.Event()
         self._conn_lock = threading.Lock()
         self._live: set[ForjHandler] = set()
+        # Tools only the editor can answer (diagnostics) ask the Emacs that
+        # answers reviews.
+        worker.runner.editor = self.ask_editor
 
     @property
     def port(self) -> int:
@@ -602,6 +605,13 @@ class ForjServer(socketserver.ThreadingTCPServer):
             live = list(self._live)
         emacs = [h for h in live if h.authenticated and h.role == "emacs"]
         return max(emacs, key=lambda h: h.serial, default=None)
+
+    def ask_editor(self, method: str, body: dict[str, Any], timeout: float) -> Any:
+        """Ask the connected Emacs; ConnectionError when none is connected."""
+        emacs = self.reviewer()
+        if emacs is None:
+            raise ConnectionError("no Emacs is connected to this project's forj worker")
+        return emacs.ask(method, body, timeout)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A connection that failed outside the handler's own error handling
