@@ -151,7 +151,7 @@ THEN gets a list of plists (:line :column :severity :message
       (run-at-time 0.05 nil #'poll))))
 
 (defun forj-diagnostics--wire (diag)
-  "DIAG as the model reads it."
+  "Return DIAG in the form the model is given."
   (list :line (plist-get diag :line) :column (plist-get diag :column)
         :severity (plist-get diag :severity) :message (plist-get diag :message)
         :source (plist-get diag :source)))
@@ -159,14 +159,14 @@ THEN gets a list of plists (:line :column :severity :message
 ;;; After an edit
 
 (defun forj-diagnostics-snapshot (entries root)
-  "What the checkers say now of the files the calls of ENTRIES may change.
+  "Return what the checkers now say of the files that ENTRIES may change.
 ROOT is the project root.  An alist (FILE BUFFER TEXT KEYS): the
 buffer's text and its diagnostics' (severity . message) before the
 batch, for each such file open in a buffer with a checker on."
   (when (and forj-diagnostics-after-edits root)
     (let (snapshot)
       (dolist (entry entries)
-        (dolist (path (forj-tools--call-paths (plist-get entry :call)))
+        (dolist (path (forj-tools-call-paths (plist-get entry :call)))
           (let* ((file (expand-file-name path root))
                  (buffer (and (stringp path) (find-buffer-visiting file))))
             (when (and buffer (not (assoc file snapshot)) (forj-diagnostics-checker buffer))

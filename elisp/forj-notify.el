@@ -114,7 +114,7 @@ One of `notifications', `alert' and `mode-line'."
   "Keymap of the mode line signal.")
 
 (defun forj-notify--mode-line-text ()
-  "What the mode line shows while a chat waits for the user, or nil."
+  "Return the mode line's text while a chat waits for the user, or nil."
   (setq forj-notify--pending (cl-remove-if-not (lambda (p) (buffer-live-p (car p)))
                                                forj-notify--pending))
   (when forj-notify--pending
@@ -136,7 +136,7 @@ One of `notifications', `alert' and `mode-line'."
       (message "forj: no chat is waiting for you"))))
 
 (defun forj-notify--seen (&rest _)
-  "Forget the signals of the chats the selected window shows."
+  "Forget the signals of the chat in the selected window."
   (let ((shown (window-buffer (selected-window))))
     (when (assq shown forj-notify--pending)
       (setq forj-notify--pending (assq-delete-all shown forj-notify--pending))

@@ -606,7 +606,7 @@ its conservative default (64 KiB per result).")
             (unless (equal path "/dev/null") (push path paths))))))
     (delete-dups (nreverse paths))))
 
-(defun forj-tools--call-paths (call)
+(defun forj-tools-call-paths (call)
   "The files CALL would change, as given in its arguments."
   (when (member (plist-get call :name) forj-tools--writing-tools)
     (let ((args (plist-get call :args)))
@@ -689,7 +689,7 @@ inside ROOT are considered, whatever path a call names."
                   (refusal nil))
              (dolist (path (and call (if ast
                                          (forj-tools--unsaved-source-paths root)
-                                       (forj-tools--call-paths call))))
+                                       (forj-tools-call-paths call))))
                (let ((buffer (forj-tools--project-buffer path root (and (stringp cwd) cwd))))
                  (when (and buffer (not refusal)
                             (buffer-local-value 'buffer-read-only buffer)
