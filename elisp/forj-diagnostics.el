@@ -127,13 +127,23 @@ the model is resumed anyway."
     ('flymake (null (cl-set-difference (flymake-running-backends) (flymake-reporting-backends))))
     ('flycheck (not (flycheck-running-p)))))
 
+(defun forj-diagnostics--server-said ()
+  "What eglot's language server last said of the current buffer, or `none'.
+Eglot's flymake backend reports at once what the server said last, of
+the text before the edit; a new value here is the server's word on the
+new text."
+  (if (and (bound-and-true-p eglot--managed-mode) (boundp 'eglot--diagnostics))
+      (symbol-value 'eglot--diagnostics)
+    'none))
+
 (defun forj-diagnostics-check (buffer then)
   "Check BUFFER afresh; call THEN with its diagnostics, or with `timeout'.
 THEN gets a list of plists (:line :column :severity :message
 :source), or the symbol `timeout' when the checker did not finish in
 `forj-diagnostics-wait-seconds'.  Nothing waits: timers poll."
   (let ((checker (forj-diagnostics-checker buffer))
-        (deadline (+ (float-time) forj-diagnostics-wait-seconds)))
+        (deadline (+ (float-time) forj-diagnostics-wait-seconds))
+        (said (with-current-buffer buffer (forj-diagnostics--server-said))))
     (with-current-buffer buffer
       (pcase checker
         ('flymake (flymake-start nil t))
@@ -141,7 +151,10 @@ THEN gets a list of plists (:line :column :severity :message
     (cl-labels ((poll ()
                   (cond
                    ((not (buffer-live-p buffer)) (funcall then nil))
-                   ((with-current-buffer buffer (forj-diagnostics--done-p checker))
+                   ((with-current-buffer buffer
+                      (and (forj-diagnostics--done-p checker)
+                           ;; A language server: once it spoke of the new text.
+                           (or (eq said 'none) (not (eq said (forj-diagnostics--server-said))))))
                     (funcall then (with-current-buffer buffer
                                     (if (eq checker 'flymake)
                                         (forj-diagnostics--flymake)
@@ -150,11 +163,19 @@ THEN gets a list of plists (:line :column :severity :message
                    (t (run-at-time 0.05 nil #'poll)))))
       (run-at-time 0.05 nil #'poll))))
 
+(defun forj-diagnostics--clean (text limit)
+  "TEXT without control characters (but newlines and tabs), at most LIMIT long."
+  (let ((text (replace-regexp-in-string "[\0-\10\13-\37\177]" "" (or text "") t t)))
+    (if (> (length text) limit) (concat (substring text 0 limit) "…") text)))
+
 (defun forj-diagnostics--wire (diag)
-  "Return DIAG in the form the model is given."
+  "Return DIAG in the form the model is given.
+A checker's message is text about the model's code, which may quote
+it: control characters go, and it is cut at 1000 characters."
   (list :line (plist-get diag :line) :column (plist-get diag :column)
-        :severity (plist-get diag :severity) :message (plist-get diag :message)
-        :source (plist-get diag :source)))
+        :severity (plist-get diag :severity)
+        :message (forj-diagnostics--clean (plist-get diag :message) 1000)
+        :source (forj-diagnostics--clean (plist-get diag :source) 200)))
 
 ;;; After an edit
 
@@ -219,14 +240,20 @@ file: :path, :checker and :new, the errors and warnings of the
 changed region the checker did not report before.  With nothing to
 check, THEN is called at once."
   (let* ((results (copy-sequence results))
+         ;; Each file is checked once, and told with the last call that
+         ;; changed it: what the batch left is what the checker sees.
          (todo (and snapshot root
-                    (cl-loop for result in results
-                             for index from 0
-                             append (cl-loop for path in (forj-files-changed-by-result result)
-                                             for file = (expand-file-name path root)
-                                             when (and (assoc file snapshot)
-                                                       (buffer-live-p (nth 1 (assoc file snapshot))))
-                                             collect (list index path file)))))
+                    (let (found)
+                      (cl-loop for result in results
+                               for index from 0
+                               do (dolist (path (forj-files-changed-by-result result))
+                                    (let ((file (expand-file-name path root)))
+                                      (when (and (assoc file snapshot)
+                                                 (buffer-live-p (nth 1 (assoc file snapshot))))
+                                        (setq found (cons (list index path file)
+                                                          (cl-remove file found :key #'cl-third
+                                                                     :test #'equal)))))))
+                      (nreverse found))))
          (waiting (length todo)))
     (if (zerop waiting)
         (funcall then results)

@@ -90,6 +90,19 @@ Return its buffer once the first check is over."
     (should (string-match "```tool-result\n\\(.*\\)\n```" text))
     (json-parse-string (match-string 1 text) :object-type 'plist :array-type 'list)))
 
+(defun forj-diagnostics-test--results (record)
+  "The results of the last tool section of RECORD, parsed, by call id."
+  (let ((text (plist-get (cl-find "tool" record :key (lambda (e) (plist-get e :role)) :test #'equal
+                                  :from-end t)
+                         :text))
+        (start 0)
+        (found nil))
+    (while (string-match "```tool-result\n\\(.*\\)\n```" text start)
+      (setq start (match-end 0))
+      (let ((result (json-parse-string (match-string 1 text) :object-type 'plist :array-type 'list)))
+        (push (cons (plist-get result :id) result) found)))
+    (nreverse found)))
+
 (ert-deftest forj-test-diagnostics-an-edit-that-brings-a-warning-gets-it-back-with-the-result ()
   "After an approved edit, the new warning of the edited region goes with the result.
 The warning there before the edit, outside the region, is not repeated."
@@ -113,6 +126,35 @@ The warning there before the edit, outside the region, is not repeated."
         (should (equal (plist-get (car new) :severity) "warning"))
         (should (= (plist-get (car new) :line) 3))
         (should (string-match-p "lib-undefined-xyz" (plist-get (car new) :message)))))))
+
+(ert-deftest forj-test-diagnostics-two-edits-of-one-file-are-checked-once-and-told-with-the-last ()
+  "A batch that edits one file twice: the file is checked once, after both.
+The last edit's result carries what both brought; the first's nothing."
+  (forj-diagnostics-test-with t
+      (list (forj-diagnostics-test--call
+             "{\"id\": \"r1\", \"name\": \"read_file\", \"args\": {\"path\": \"lib.el\"}}")
+            (list :text (concat (forj-chat-test--block
+                                 (json-serialize
+                                  (list :id "e1" :name "edit"
+                                        :args (list :path "lib.el" :old_string "(provide 'lib)"
+                                                    :new_string "(defun lib-two () (lib-undefined-xyz 3))\n(provide 'lib)"))))
+                                "\n"
+                                (forj-chat-test--block
+                                 (json-serialize
+                                  (list :id "e2" :name "edit"
+                                        :args (list :path "lib.el" :old_string "(provide 'lib)"
+                                                    :new_string "(defun lib-three () (lib-undefined-abc 4))\n(provide 'lib)"))))))
+            (list :text "Done."))
+    (let* ((results (forj-diagnostics-test--results record))
+           (first (cdr (assoc "e1" results)))
+           (last (cdr (assoc "e2" results))))
+      (should (eq (plist-get first :ok) t))
+      (should (eq (plist-get last :ok) t))
+      (should-not (plist-member first :editor_diagnostics))
+      (let ((new (plist-get (car (plist-get last :editor_diagnostics)) :new)))
+        (should (= (length new) 2))
+        (should (string-match-p "lib-undefined-xyz" (plist-get (nth 0 new) :message)))
+        (should (string-match-p "lib-undefined-abc" (plist-get (nth 1 new) :message)))))))
 
 (ert-deftest forj-test-diagnostics-off-when-no-checker-runs ()
   "An edit of a file open with no checker on comes back without diagnostics."
