@@ -278,6 +278,17 @@ check, THEN is called at once."
                (when (zerop (cl-decf waiting))
                  (funcall then results))))))))))
 
+(defun forj-diagnostics-summary (results)
+  "A sentence saying what the checkers told the model with RESULTS, or nil."
+  (let ((parts (cl-loop for result in results
+                        append (cl-loop for entry across (or (plist-get result :editor_diagnostics) [])
+                                        for new = (length (plist-get entry :new))
+                                        when (> new 0)
+                                        collect (format "%d in %s" new (plist-get entry :path))))))
+    (when parts
+      (format "the checkers report new errors or warnings (%s); the model was told"
+              (string-join parts ", ")))))
+
 ;;; The diagnostics tool: the worker asks
 
 (defun forj-diagnostics-answer (worker body answer)

@@ -603,6 +603,8 @@ SNAPSHOT is what the checkers said before the batch
          (lambda (results)
            (when (buffer-live-p buffer)
              (with-current-buffer buffer
+               (let ((said (forj-diagnostics-summary results)))
+                 (when said (forj-session-notice said)))
                (forj-loop--batch-recorded batch turn entries
                                           (forj-hooks-after-results entries results root))))))))))
 

@@ -125,7 +125,11 @@ The warning there before the edit, outside the region, is not repeated."
         (should (= (length new) 1))
         (should (equal (plist-get (car new) :severity) "warning"))
         (should (= (plist-get (car new) :line) 3))
-        (should (string-match-p "lib-undefined-xyz" (plist-get (car new) :message)))))))
+        (should (string-match-p "lib-undefined-xyz" (plist-get (car new) :message))))
+      ;; The user sees in the chat what the model was told.
+      (should (cl-some (lambda (e) (string-match-p "checkers report new errors or warnings (1 in lib.el)"
+                                                   (or (plist-get e :text) "")))
+                       record)))))
 
 (ert-deftest forj-test-diagnostics-two-edits-of-one-file-are-checked-once-and-told-with-the-last ()
   "A batch that edits one file twice: the file is checked once, after both.
