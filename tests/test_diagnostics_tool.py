@@ -48,7 +48,10 @@ def test_diagnostics_returns_what_the_editor_answers_for_the_canonical_path(
         }
 
     worker.runner.editor = editor
-    result = _result(worker, "lib.py")
+    plan, reply = run(worker, [call("d1", "diagnostics", path="lib.py")])
+    # It only reads: it runs unasked, like read_file.
+    assert plan["items"][0]["disposition"] == "execute"
+    result = reply["results"][0]
     assert result["ok"] is True, result
     assert result["result"]["path"] == "lib.py"
     assert result["result"]["diagnostics"][0]["message"] == "bad"
