@@ -39,6 +39,7 @@
 (require 'forj-epc)
 (require 'forj-review)
 (require 'forj-worker)
+(require 'forj-notify)
 
 (defvar-local forj-mcp--client nil
   "The MCP client a review buffer reviews a call of, for the header line.")
@@ -85,6 +86,8 @@ taken."
       (run-at-time timeout nil #'forj-mcp--time-out buffer answer))
     (message "forj: %s asks to run %s; review it in %s" client
              (or (plist-get item :name) "a tool") (buffer-name buffer))
+    (forj-notify 'review buffer (format "forj: %s asks to run %s" client
+                                        (or (plist-get item :name) "a tool")))
     t))
 
 (defun forj-mcp--item (item client)

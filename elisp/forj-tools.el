@@ -171,6 +171,8 @@ Objects become plists, arrays vectors, null `:null' and false `:false'."
 (require 'forj-shell)
 (require 'forj-render)
 (require 'forj-files)
+(require 'forj-hooks)
+(require 'forj-notify)
 ;; Buffers follow the files forj moves and deletes, from
 ;; `forj-tools-after-batch-functions'.
 (require 'forj-moves)
@@ -319,9 +321,14 @@ are as for `forj-tools-run-region'.  Return the batch."
   "Have WORKER plan every tool call of BATCH."
   (setf (forj-tools-batch-worker batch) worker)
   (forj-tools--guard-unsaved batch (plist-get (forj-worker-hello worker) :root))
+  ;; The user's own checks may deny calls before the worker sees them.
+  (forj-hooks-before-plan (forj-tools-batch-entries batch) (forj-tools-batch-results batch)
+                          (plist-get (forj-worker-hello worker) :root))
   (let ((conn (forj-worker-connection worker))
         (calls (cl-loop for entry in (forj-tools-batch-entries batch)
-                        when (plist-get entry :call) collect (plist-get entry :call))))
+                        for index from 0
+                        when (and (plist-get entry :call) (null (aref (forj-tools-batch-results batch) index)))
+                        collect (plist-get entry :call))))
     (setf (forj-epc-connection-on-event conn) #'forj-tools--dispatch-event)
     (if (null calls)
         (forj-tools--finish batch)
@@ -387,6 +394,11 @@ In a batch that reviews everything, `execute' items are shown too."
       (when (and (equal (plist-get item :disposition) "execute") (plist-get item :notes)
                  (not (forj-tools-batch-review-all batch)))
         (message "forj: %s" (string-join (append (plist-get item :notes) nil) " "))))
+    ;; The user may be elsewhere: say a review waits (forj-notify.el).
+    (when review
+      (forj-notify 'review (forj-tools-batch-buffer batch)
+                   (format "forj: a review is waiting for you in %s"
+                           (buffer-name (forj-tools-batch-buffer batch)))))
     (if review
         (setf (forj-tools-batch-review batch)
               (forj-review-open (mapcar #'forj-tools--review-item review)
@@ -594,7 +606,7 @@ its conservative default (64 KiB per result).")
             (unless (equal path "/dev/null") (push path paths))))))
     (delete-dups (nreverse paths))))
 
-(defun forj-tools--call-paths (call)
+(defun forj-tools-call-paths (call)
   "The files CALL would change, as given in its arguments."
   (when (member (plist-get call :name) forj-tools--writing-tools)
     (let ((args (plist-get call :args)))
@@ -680,7 +692,7 @@ whatever path a call names."
                   (saved nil))
              (dolist (path (and call (if ast
                                          (forj-tools--unsaved-source-paths root)
-                                       (forj-tools--call-paths call))))
+                                       (forj-tools-call-paths call))))
                (let ((buffer (forj-tools--project-buffer path root (and (stringp cwd) cwd))))
                  (when (and buffer (not refusal)
                             (buffer-local-value 'buffer-read-only buffer)

@@ -521,8 +521,10 @@ Hello does not wait for a slow server; its tools come later."
 ;;; Questions from the worker
 
 (autoload 'forj-mcp-review "forj-mcp")
+(autoload 'forj-diagnostics-answer "forj-diagnostics")
 
-(defvar forj-worker-request-functions '(("review" . forj-mcp-review))
+(defvar forj-worker-request-functions '(("review" . forj-mcp-review)
+                                        ("diagnostics" . forj-diagnostics-answer))
   "Alist: a method the worker may call in Emacs -> the function answering it.
 Each function is called with the worker, the call's argument (a plist)
 and a function of one plist that sends the answer; it returns non-nil

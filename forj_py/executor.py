@@ -99,6 +99,8 @@ class Runner:
     journal: Journal
     backups: Backups | None = None
     commands: CommandSandbox | None = None
+    # The connected Emacs, for tools only it can answer (set by the transport).
+    editor: Callable[[str, dict[str, Any], float], Any] | None = None
 
     def run(
         self,
@@ -294,6 +296,7 @@ class Runner:
             state_dir=self.journal.path.parent,
             standing_consent=planned.standing and planned.disposition is Disposition.EXECUTE,
             read_only_mode=batch.permission_mode == "read-only",
+            editor=self.editor,
         )
         box: dict[str, Any] = {}
         done = threading.Event()

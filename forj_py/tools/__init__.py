@@ -49,6 +49,7 @@ BUILTIN: dict[str, str] = {
     "validate": "validate:Validate",
     "curl": "curl:Curl",
     "proc_list": "proc:ProcList",
+    "diagnostics": "diagnostics:Diagnostics",
     "ast_generate": "ast:AstGenerate",
     "ast_query": "ast:AstQuery",
     "ast_validate": "ast:AstValidate",
@@ -87,7 +88,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "ast": ("ast_generate", "ast_query", "ast_validate", "ast_external", "ast_edit"),
     "tasks": ("task",),
     "web": ("curl",),
-    "checks": ("validate", "proc_list"),
+    "checks": ("validate", "proc_list", "diagnostics"),
 }
 # One line per family, for the model: what loading it gives.
 FAMILY_PURPOSE: dict[str, str] = {
@@ -96,7 +97,7 @@ FAMILY_PURPOSE: dict[str, str] = {
     "ast": "syntax-tree queries, validation and symbol renames",
     "tasks": "a persistent task list with dependencies",
     "web": "one HTTP request to an allowed domain",
-    "checks": "the project's validators; the processes forj started",
+    "checks": "the project's validators; the processes forj started; the editor's diagnostics",
 }
 _FAMILY_OF = {tool: family for family, tools in FAMILIES.items() for tool in tools}
 

@@ -101,6 +101,9 @@ class ToolContext:
     # The call runs unreviewed because the user said so in advance (an allow
     # rule, a standing grant, the auto mode), not because it only reads.
     standing_consent: bool = False
+    # Asks the connected editor (method, body, timeout) and returns its answer;
+    # None when no editor is connected (the diagnostics tool).
+    editor: Callable[[str, dict[str, Any], float], Any] | None = None
     # The chat is in read-only mode: commands get the project read-only even
     # after a review.
     read_only_mode: bool = False

@@ -611,6 +611,9 @@ class WorkerServer:
         self._live: set[ForjHandler] = set()
         self._busy = 0
         self._idle = threading.Condition()
+        # Tools only the editor can answer (diagnostics) ask the Emacs that
+        # answers reviews.
+        worker.runner.editor = self.ask_editor
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         raise NotImplementedError
@@ -649,6 +652,13 @@ class WorkerServer:
             live = list(self._live)
         emacs = [h for h in live if h.authenticated and h.role == "emacs"]
         return max(emacs, key=lambda h: h.serial, default=None)
+
+    def ask_editor(self, method: str, body: dict[str, Any], timeout: float) -> Any:
+        """Ask the connected Emacs; ConnectionError when none is connected."""
+        emacs = self.reviewer()
+        if emacs is None:
+            raise ConnectionError("no Emacs is connected to this project's forj worker")
+        return emacs.ask(method, body, timeout)
 
     def connection_closed(self, handler: ForjHandler) -> None:
         with self._conn_lock:
