@@ -138,7 +138,12 @@ def test_slow_regex_in_python_search_neither_hangs_nor_freezes_the_worker(projec
         assert time.perf_counter() - t0 < 10
         res = json.loads(fut.result(60))
         r = res["results"][0]
-        assert r["ok"] or "regex" in r["error"]["message"].lower()
+        # Cut off by the regex's own limit, or on a loaded machine by the call's.
+        assert (
+            r["ok"]
+            or "regex" in r["error"]["message"].lower()
+            or "time limit" in r["error"]["message"]
+        )
 
 
 def test_previews_show_hidden_characters_instead_of_dropping_them(
