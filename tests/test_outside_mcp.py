@@ -571,3 +571,18 @@ def test_attack_outside_mcp_result_with_fake_forj_blocks_stays_inside_its_result
     # when Emacs draws the tool-result block, so no line of it opens a fence.
     assert result["result"]["content"] == [fake]
     assert "\n```" not in json.dumps(result)
+
+
+def test_attack_outside_mcp_call_is_not_covered_by_a_files_allow_rule_or_accept_edits(
+    start: Any, tmp_path: Path
+) -> None:
+    # "files" lets forj's own edits run unasked; what a server's tool does
+    # is not a file edit forj can see, so the rule must not reach it.
+    worker = start(probe_server() + '[permissions]\nallow = ["files"]\n')
+    target = tmp_path / "made-by-the-server"
+    _, item = plan_one(worker, "mcp__probe__touch", path=str(target))
+    assert item["disposition"] == "confirm", item
+    plan = worker.plan(
+        {"permission_mode": "accept-edits", "calls": [call("c1", "mcp__probe__echo", text="x")]}
+    )
+    assert plan["items"][0]["disposition"] == "confirm"
