@@ -161,8 +161,12 @@ Mirrors [tools] max_tool_calls_per_batch (8); nil uses the config file."
 
 ;; A file or directory may not set them: Emacs asks before applying a
 ;; risky local variable, and the worker only ever sees global values.
-(dolist (entry forj-worker--settings)
-  (put (car entry) 'risky-local-variable t))
+;; The program and its arguments too: a cloned .dir-locals.el could
+;; otherwise run another program or name a config file of its own (whose
+;; [mcp.servers] would start programs as if the user had listed them).
+(dolist (option (cons 'forj-worker-python
+                      (cons 'forj-worker-arguments (mapcar #'car forj-worker--settings))))
+  (put option 'risky-local-variable t))
 
 (defun forj-worker-settings ()
   "The options sent to the worker: a list of (:key :value :option) plists.
@@ -247,7 +251,7 @@ which alone talks to the providers.")
 (defun forj-worker-python-executable ()
   "Return the Python interpreter for the worker, per `forj-worker-python'.
 Signal a `user-error' if there is none."
-  (let ((choice (or forj-worker-python
+  (let ((choice (or (default-value 'forj-worker-python)
                     (let ((source (forj-worker--source-root)))
                       (and source
                            (let ((venv (expand-file-name ".venv/bin/python" source)))
@@ -311,7 +315,7 @@ ERROR is called with an error plist if the worker cannot be started."
                :command (append (list (forj-worker-python-executable) "-m" "forj_py"
                                       "--root" (directory-file-name root) "--token-stdin")
                                 (forj-worker--settings-arguments)
-                                forj-worker-arguments)
+                                (default-value 'forj-worker-arguments))
                :connection-type 'pipe
                :noquery t
                :coding 'utf-8-unix
