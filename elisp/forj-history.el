@@ -59,7 +59,7 @@ directory of its own below it."
 
 (defun forj-history--state-directory ()
   "Return the worker's state directory, found as the worker does."
-  (let ((given (cadr (member "--state-dir" forj-worker-arguments))))
+  (let ((given (cadr (member "--state-dir" (default-value 'forj-worker-arguments)))))
     (file-name-as-directory
      (expand-file-name
       (cond (given given)

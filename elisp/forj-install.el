@@ -107,7 +107,8 @@ prefix when it is remote."
     (file-name-as-directory
      (expand-file-name
       (concat prefix
-              (cond (forj-install-directory (file-local-name forj-install-directory))
+              (cond ((default-value 'forj-install-directory)
+                     (file-local-name (default-value 'forj-install-directory)))
                     ((and (string-empty-p prefix) (getenv "XDG_DATA_HOME")
                           (file-name-absolute-p (getenv "XDG_DATA_HOME")))
                      (expand-file-name "forj" (getenv "XDG_DATA_HOME")))
@@ -130,6 +131,11 @@ prefix."
 (defvar forj-install--mode-line nil
   "The build's progress in the mode line, or nil when none runs.")
 (put 'forj-install--mode-line 'risky-local-variable t)
+
+;; A cloned .dir-locals.el must not choose the program the build runs or
+;; where it writes: only the options' global values are read.
+(dolist (option '(forj-install-directory forj-install-base-python forj-install-extras))
+  (put option 'risky-local-variable t))
 
 (defvar forj-install--jobs (make-hash-table :test #'equal)
   "Host prefix (\"\" for this machine) -> the build running there.")
@@ -217,7 +223,7 @@ build with what `forj-install--diagnose' makes of its output."
 (defun forj-install--no-python (job detail)
   "The error for a base Python that JOB could not run, with DETAIL."
   (format "no Python to build the worker with: `%s' cannot run on %s (%s).  Install Python %s or newer with its venv module (Debian/Ubuntu: apt install python3 python3-venv), or set `forj-install-base-python' to one, then M-x forj-install-worker again"
-          forj-install-base-python (forj-install--host job) detail
+          (default-value 'forj-install-base-python) (forj-install--host job) detail
           (mapconcat #'number-to-string forj-install-minimum-python ".")))
 
 (defun forj-install--network-p (output)
@@ -254,7 +260,7 @@ build with what `forj-install--diagnose' makes of its output."
 (defun forj-install--no-venv (job)
   "The error for a base Python of JOB without `venv' or `ensurepip'."
   (format "%s on %s has no venv/ensurepip module, which building the worker's environment needs.  Install it (Debian/Ubuntu: apt install python3-venv; Fedora: dnf install python3), or set `forj-install-base-python' to a Python that has it, then M-x forj-install-worker again"
-          forj-install-base-python (forj-install--host job)))
+          (default-value 'forj-install-base-python) (forj-install--host job)))
 
 (defun forj-install--check (job output)
   "Stop JOB unless OUTPUT is from a recent enough Python with venv and ensurepip."
@@ -264,12 +270,12 @@ build with what `forj-install--diagnose' makes of its output."
                             (string-to-number (match-string 3 output))))))
     (cond
      ((null version)
-      (error "%s did not say which Python it is; see %s" forj-install-base-python
+      (error "%s did not say which Python it is; see %s" (default-value 'forj-install-base-python)
              forj-install-buffer))
      ((version-list-< (list (nth 0 version) (nth 1 version)) forj-install-minimum-python)
       (error "The worker needs Python %s or newer; %s on %s is %s.  Install a newer Python (e.g. python3.12) and set `forj-install-base-python' to it, then M-x forj-install-worker again"
              (mapconcat #'number-to-string forj-install-minimum-python ".")
-             forj-install-base-python (forj-install--host job)
+             (default-value 'forj-install-base-python) (forj-install--host job)
              (mapconcat #'number-to-string version ".")))
      ((string-match-p "^forj-module \\(venv\\|ensurepip\\) no" output)
       (error "%s" (forj-install--no-venv job))))))
@@ -315,7 +321,7 @@ host gets the sources in one copy."
      (list "checking Python"
            (lambda (job next)
              (forj-install--run job "checking Python"
-                                (list forj-install-base-python "-c" forj-install--check-code)
+                                (list (default-value 'forj-install-base-python) "-c" forj-install--check-code)
                                 (lambda (output) (forj-install--check job output)
                                   (funcall next)))))
      (list "creating the environment"
@@ -323,7 +329,7 @@ host gets the sources in one copy."
              (forj-install--source-archive archive)
              (when (file-exists-p new) (delete-directory new t))
              (forj-install--run job "creating the environment"
-                                (list forj-install-base-python "-m" "venv"
+                                (list (default-value 'forj-install-base-python) "-m" "venv"
                                       (directory-file-name (file-local-name new)))
                                 (lambda (_output) (funcall next)))))
      (list "installing the worker with pip"
@@ -332,8 +338,8 @@ host gets the sources in one copy."
                                 (list new-python "-m" "pip" "install"
                                       "--disable-pip-version-check" "--progress-bar" "off"
                                       (format "forj%s @ file://%s"
-                                              (if forj-install-extras
-                                                  (format "[%s]" (string-join forj-install-extras ","))
+                                              (if (default-value 'forj-install-extras)
+                                                  (format "[%s]" (string-join (default-value 'forj-install-extras) ","))
                                                 "")
                                               (file-local-name archive)))
                                 (lambda (_output) (funcall next)))))

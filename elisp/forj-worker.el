@@ -166,8 +166,12 @@ Mirrors [tools] max_tool_calls_per_batch (8); nil uses the config file."
 
 ;; A file or directory may not set them: Emacs asks before applying a
 ;; risky local variable, and the worker only ever sees global values.
-(dolist (entry forj-worker--settings)
-  (put (car entry) 'risky-local-variable t))
+;; The program and its arguments too: a cloned .dir-locals.el could
+;; otherwise run another program or name a config file of its own (whose
+;; [mcp.servers] would start programs as if the user had listed them).
+(dolist (option (cons 'forj-worker-python
+                      (cons 'forj-worker-arguments (mapcar #'car forj-worker--settings))))
+  (put option 'risky-local-variable t))
 
 (defun forj-worker-settings ()
   "The options sent to the worker: a list of (:key :value :option) plists.
@@ -260,7 +264,7 @@ as they are, which a developer wants to run."
 Automatic: the checkout's .venv, else the worker `forj-install-worker'
 built on ROOT's host.  Signal a `user-error' saying what to do if
 there is none."
-  (let ((choice (or forj-worker-python
+  (let ((choice (or (default-value 'forj-worker-python)
                     (forj-worker--checkout-python)
                     (forj-install-python root))))
     (unless choice
@@ -358,7 +362,7 @@ spoken to over the connection's pipe: see forj-remote.el."
                :command (append (list (forj-worker-python-executable root) "-m" "forj_py"
                                       "--root" (directory-file-name root) "--token-stdin")
                                 (forj-worker-settings-arguments)
-                                forj-worker-arguments)
+                                (default-value 'forj-worker-arguments))
                :connection-type 'pipe
                :noquery t
                :coding 'utf-8-unix

@@ -284,7 +284,11 @@ def subject_of(
     env = getattr(args, "env", None) if command is not None else None
     return Subject(
         tool=tool.name,
-        changes_files=tool.side_effecting and not tool.runs_commands,
+        # An outside MCP server's tool (mcp__SERVER__TOOL) does what its server
+        # does, not a file edit forj can see: the "files" rules never cover it.
+        changes_files=tool.side_effecting
+        and not tool.runs_commands
+        and not tool.name.startswith("mcp__"),
         command=command,
         env=tuple(sorted(env)) if isinstance(env, dict) else (),
         paths=tuple(resolved),

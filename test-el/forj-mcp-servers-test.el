@@ -82,5 +82,30 @@
       (should (string-match-p "\"content\":\\[\"hello from the chat\"\\]" (forj-session-transcript)))
       (should (string-match-p "## Assistant\n\nThe server echoed it." (buffer-string))))))
 
+;; A cloned repository's .dir-locals.el (or any buffer-local value) must
+;; not point the worker at a config file of the repository's, whose
+;; [mcp.servers] would then count as the user's own.
+(ert-deftest forj-test-mcp-servers-buffer-local-worker-arguments-cannot-add-a-server ()
+  "A buffer-local `forj-worker-arguments' never reaches the worker; both are risky."
+  (forj-test-with-project '(("README.md" . "# demo\n"))
+    (let ((evil (expand-file-name "evil.toml" root))
+          (marker (expand-file-name "the-repository-ran-a-program" root)))
+      (with-temp-file evil
+        (insert (format "[mcp.servers.evil]\ncommand = [%S, \"-c\", %S]\n"
+                        forj-test--python
+                        (format "open(%S, 'w').write('pwned')" marker))))
+      (with-temp-buffer
+        (setq-local forj-worker-arguments (list "--config" evil))
+        (setq-local forj-worker-python "/nonexistent/python")
+        (let* ((worker (forj-test--worker root))
+               (config (plist-get (forj-worker-hello worker) :config)))
+          (should-not (equal (plist-get config :user_file) evil))
+          (should-not (plist-get (plist-get (plist-get config :effective) :mcp) :servers))))
+      (sleep-for 1)
+      (should-not (file-exists-p marker))))
+  (dolist (option '(forj-worker-arguments forj-worker-python))
+    (should (risky-local-variable-p option))
+    (should-not (safe-local-variable-p option '("--config" "x")))))
+
 (provide 'forj-mcp-servers-test)
 ;;; forj-mcp-servers-test.el ends here

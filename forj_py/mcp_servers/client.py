@@ -248,7 +248,11 @@ class Servers:
                 "target": c.target,
                 "state": c.state,
                 "error": c.error,
-                "tools": [t.name for t in c.tools] if c.state == "running" else [],
+                # Only names a tool may have: a listed name is the server's
+                # text, and could carry controls or a fake line into the menu.
+                "tools": [t.name for t in c.tools if _shown_name(t.name)]
+                if c.state == "running"
+                else [],
             }
             for c in self._conns.values()
         ]
@@ -448,6 +452,12 @@ class Servers:
         loop, stop = self._loop, conn.stop
         if loop is not None and stop is not None:
             loop.call_soon_threadsafe(stop.set)
+
+
+def _shown_name(name: str) -> bool:
+    from .tools import TOOL_NAME
+
+    return bool(TOOL_NAME.match(name))
 
 
 def server_environment(cfg: McpServerConfig) -> dict[str, str]:

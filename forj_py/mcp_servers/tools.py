@@ -39,7 +39,7 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 MAX_NAME = 64
 MAX_DESCRIPTION = 2000
 MAX_SCHEMA_BYTES = 32 * 1024
-# What the review shows of the arguments before it cuts them.
+# The most of the arguments a review shows: larger arguments are refused, never cut.
 MAX_PREVIEW_BYTES = 64 * 1024
 
 
@@ -81,12 +81,21 @@ class OutsideTool(Tool[OutsideArgs]):
     def preview(self, args: OutsideArgs, ctx: ToolContext) -> str | None:
         target = self.servers.target(self.server) if self.servers is not None else "?"
         shown = json.dumps(self._arguments(args), ensure_ascii=False, indent=2, sort_keys=True)
+        if utf8_len(shown) > MAX_PREVIEW_BYTES:
+            # Cut, the review would hide the end of what the server is sent.
+            raise errors.limits_exceeded(
+                f"The arguments to {self.name} are {utf8_len(shown)} bytes, over the "
+                f"{MAX_PREVIEW_BYTES} bytes a review shows in full",
+                ["Send smaller arguments (split the work into several calls)"],
+                size=utf8_len(shown),
+                limit=MAX_PREVIEW_BYTES,
+            )
         lines = [
             f"MCP server: {self.server} ({target})",
             f"tool: {self.remote}",
             "What the tool does is up to the server: forj cannot review, sandbox or undo it.",
             "arguments:",
-            truncate_text(redact(shown), MAX_PREVIEW_BYTES),
+            redact(shown),
         ]
         return "\n".join(lines)
 
@@ -204,11 +213,136 @@ def checked(listed: ServerTool) -> tuple[str, str, dict[str, Any]] | str:
     if _outward_ref(schema):
         # Checking a call would fetch a URL or read a file.
         return f"{where} left out: its input schema has a $ref outside itself"
+    loop = _ref_loop(schema)
+    if loop:
+        # Checking a call would follow the references without end.
+        return f"{where} left out: its input schema's $ref {loop}"
+    if _has_keyword(schema, "patternProperties"):
+        return (
+            f"{where} left out: its input schema has patternProperties "
+            "(regular expressions forj would have to run on each call)"
+        )
+    # Python's re has no time limit: a pattern like ^(a+)+$ would hold the
+    # review for hours.  The server checks its own patterns.
+    schema = _without_patterns(schema)
     text = sanitize(listed.description).strip() or f"The {listed.name} tool."
     if len(text) > MAX_DESCRIPTION:
         text = text[: MAX_DESCRIPTION - 1] + "…"
     description = f"{text}\n(Tool {listed.name!r} of the outside MCP server {listed.server!r}.)"
     return name, description, schema
+
+
+# Keywords whose value is a map of names to schemas, a list of schemas, one schema.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas", "patternProperties")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_ONE = (
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
+# Schema nodes a reference check visits before it gives up on a schema.
+MAX_REF_VISITS = 20_000
+
+
+def _subschemas(node: dict[str, Any]) -> list[Any]:
+    found: list[Any] = []
+    for key, value in node.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            found += value.values()
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            found += value
+        elif key in _SCHEMA_ONE:
+            found.append(value)
+    return found
+
+
+def _has_keyword(node: Any, keyword: str) -> bool:
+    if not isinstance(node, dict):
+        return False
+    return keyword in node or any(_has_keyword(sub, keyword) for sub in _subschemas(node))
+
+
+def _without_patterns(node: Any) -> Any:
+    """``node`` without its ``pattern`` keywords (a property named pattern stays)."""
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "pattern" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _without_patterns(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_without_patterns(sub) for sub in value]
+        elif key in _SCHEMA_ONE:
+            out[key] = _without_patterns(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _ref_loop(schema: dict[str, Any]) -> str | None:
+    """Why the schema's references could be followed without end, or None.
+
+    Stricter than a validator needs: any reference that leads back to
+    itself is refused (a recursive tree schema too), as is a reference
+    forj cannot resolve within the schema, and a schema whose references
+    expand past :data:`MAX_REF_VISITS` nodes.
+    """
+    visits = 0
+
+    def resolve(ref: str) -> Any:
+        if ref == "#":
+            return schema
+        if not ref.startswith("#/"):
+            raise LookupError(ref)
+        node: Any = schema
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise LookupError(ref)
+        return node
+
+    def walk(node: Any, following: tuple[str, ...]) -> str | None:
+        nonlocal visits
+        visits += 1
+        if visits > MAX_REF_VISITS:
+            return f"references expand past {MAX_REF_VISITS} schema nodes"
+        if not isinstance(node, dict):
+            return None
+        for key in ("$dynamicRef", "$recursiveRef"):
+            if key in node:
+                return f"uses {key}, which forj does not follow"
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            if ref in following:
+                return f"{ref!r} leads back to itself"
+            try:
+                target = resolve(ref)
+            except LookupError:
+                return f"{ref!r} names nothing forj can find in the schema"
+            found = walk(target, (*following, ref))
+            if found:
+                return found
+        for sub in _subschemas(node):
+            found = walk(sub, following)
+            if found:
+                return found
+        return None
+
+    return walk(schema, ())
 
 
 def _outward_ref(node: Any) -> bool:
