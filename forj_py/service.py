@@ -68,7 +68,7 @@ from .store.backups import Backups
 from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
 from .system import git
-from .tools import CORE, FAMILIES, family_of
+from .tools import CORE, FAMILIES, _hunks, family_of
 from .tools.manual import manual_registry
 from .tools.registry import Conversations, Registry, Session
 from .undo import Undo
@@ -646,6 +646,7 @@ class Worker:
             batch.review_expired = True
         try:
             self._check_modified(batch, req.modified, set(req.approved) & confirm)
+            hunks = self._check_hunks(batch, req, set(req.approved) & confirm)
             given = self._check_grants(batch, req, set(req.approved) & confirm, caller)
         except ProtocolError:
             with batch.lock:
@@ -674,6 +675,7 @@ class Worker:
             capacity=req.capacity_bytes,
             emit=timed,
             modified=req.modified,
+            hunks=hunks,
             unreviewed={
                 c.call_id: (
                     req.unreviewed[c.call_id],
@@ -1005,6 +1007,55 @@ class Worker:
                     f"call {call_id!r} does not write {', '.join(strange)}",
                     [f"Modify only the files of its proposal: {', '.join(sorted(known))}"],
                 )
+
+    def _check_hunks(
+        self, batch: Batch, req: ExecuteRequest, approved: set[str]
+    ) -> dict[str, dict[str, _hunks.FileDecision]]:
+        """The calls approved in part, checked; a call with every hunk dropped
+        becomes a denial (with the user's reasons) before anything is recorded."""
+        out: dict[str, dict[str, _hunks.FileDecision]] = {}
+        for call_id, files in req.hunks.items():
+            planned = next(
+                (
+                    c
+                    for c in batch.calls
+                    if c.call_id == call_id and c.disposition is Disposition.CONFIRM
+                ),
+                None,
+            )
+            if planned is None:
+                raise ProtocolError(
+                    "bad-request",
+                    f"batch {batch.batch_id} has no call {call_id!r} awaiting review",
+                    ["Decide hunks only of the plan's confirm items"],
+                )
+            if call_id not in approved:
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} has hunk decisions but is not approved; a call approved "
+                    "in part must be in 'approved' too",
+                    ["Add the id to 'approved', or drop it from 'hunks' (a denial needs none)"],
+                )
+            if not planned.staged:
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} cannot be approved in part: it moves or deletes files, "
+                    "or proposes no text",
+                    ["Approve or deny it whole"],
+                )
+            decisions = _hunks.check_decisions(
+                call_id, planned.staged, files, set(req.modified.get(call_id, {}))
+            )
+            reason = _hunks.all_dropped(planned.staged, decisions)
+            if reason is not None:
+                # Every hunk dropped: the user said no to the whole call.
+                req.approved = [c for c in req.approved if c != call_id]
+                req.denied[call_id] = reason or req.denied.get(call_id, "")
+                req.modified.pop(call_id, None)
+                req.grants.pop(call_id, None)
+                continue
+            out[call_id] = decisions
+        return out
 
     def cancel(self, body: Any) -> dict[str, Any]:
         req = parse_request(CancelRequest, body)
