@@ -26,6 +26,9 @@
 ;;   a  approve the call at point      d  deny it
 ;;   r  deny it with a reason (the model reads the reason)
 ;;   e  edit the proposed text in ediff, then approve it as edited
+;;   +  approve the hunk at point      -  drop it
+;;   _  drop the hunk at point with a reason (the model reads it)
+;;   M-n / M-p  next / previous hunk
 ;;   A  approve all                    D  deny all
 ;;   C-c C-c  commit the decisions     q  deny all and commit
 ;;   C-g  cancel the batch: nothing runs, and a chat does not go on
@@ -57,6 +60,15 @@
 ;; its decision keys until its window is selected and
 ;; `forj-review-input-delay' has passed without keys typed elsewhere.
 ;;
+;; Approving in part: on a diff's hunk, `+' approves that hunk and `-'
+;; drops it, as magit stages hunks.  The call is then approved in part:
+;; each hunk shows [+] (approved) or [-] (dropped) on a line of its own,
+;; and only the approved hunks are written.  The first hunk key on a call
+;; not yet approved decides the other hunks the opposite way (`-' on one
+;; hunk: all but this one; `+': only this one).  Every hunk approved is
+;; the plain approval; every hunk dropped, a denial.  A call that moves or
+;; deletes files, and a file edited in ediff, are decided whole.
+;;
 ;; The batch flow (forj-tools.el) opens this buffer and gets the
 ;; decisions back through a callback.
 
@@ -80,6 +92,11 @@
 (defface forj-review-denied
   '((t :inherit warning :weight bold))
   "Face for a denied call's state."
+  :group 'forj)
+
+(defface forj-review-dropped-hunk
+  '((t :inherit shadow :strike-through t))
+  "Face added to the lines of a hunk the user dropped."
   :group 'forj)
 
 ;; Faces for what the review adds to the text it shows.
@@ -261,8 +278,10 @@ line keeps."
 (defvar-local forj-review-callback nil
   "Function called once with the decisions.
 Its arguments: the approved ids, an alist of denied ids and reasons,
-and an alist of modified ids, each with an alist of paths and the
-text the user wants written there.")
+an alist of modified ids, each with an alist of paths and the text the
+user wants written there, whether the batch was cancelled, an alist of
+grants, and an alist of the ids approved in part, each with its
+`forj-review--hunks-field'.")
 
 (defvar-local forj-review--proposal-function nil
   "Function fetching a call's proposal, or nil when editing is not offered.
@@ -287,6 +306,11 @@ since is left alone.")
   "Hash table: call id -> alist of (PATH . DIFF) of the user's edited text.
 DIFF is the unified diff from the file as it is to the user's text, or
 the symbol `pending' while it is computed.")
+
+(defvar-local forj-review--hunks nil
+  "Hash table: call id -> the user's word on its hunks, if approved in part.
+An alist of ((PATH . INDEX) . STATE), one entry per hunk of each file
+the call lets decide; STATE is `approved' or (dropped . REASON).")
 
 (defvar-local forj-review--grants nil
   "Hash table: call id -> the standing grant given with its approval.
@@ -317,6 +341,11 @@ A plist (:scope SCOPE :minutes N :pattern RULE); SCOPE is \"session\",
     (define-key map "d" #'forj-review-deny)
     (define-key map "r" #'forj-review-deny-with-reason)
     (define-key map "e" #'forj-review-edit)
+    (define-key map "+" #'forj-review-approve-hunk)
+    (define-key map "-" #'forj-review-drop-hunk)
+    (define-key map "_" #'forj-review-drop-hunk-with-reason)
+    (define-key map (kbd "M-n") #'forj-review-next-hunk)
+    (define-key map (kbd "M-p") #'forj-review-previous-hunk)
     (define-key map "A" #'forj-review-approve-all)
     (define-key map "D" #'forj-review-deny-all)
     (define-key map "n" #'forj-review-next)
@@ -354,7 +383,9 @@ CALLBACK is called once, when the decisions are committed, with the
 list of approved ids, an alist of denied ids and reasons, an alist
 of ids the user edited before approving, each with an alist of paths
 and texts, whether the batch was cancelled, and an alist of approved
-ids with the standing grant given (see `forj-review--grants').
+ids with the standing grant given (see `forj-review--grants'), and an
+alist of ids approved in part with their hunks (see
+`forj-review--hunks-field').
 PROPOSAL-FUNCTION, if given, fetches a call's proposal for editing
 \(see `forj-review--proposal-function').  OPTIONS is a plist: :timeout,
 seconds after which an unanswered review closes with every call denied
@@ -372,6 +403,7 @@ was not honoured.  Return the review buffer."
             forj-review--drawn-previews (make-hash-table :test #'equal)
             forj-review--proposal-function proposal-function
             forj-review--grants (make-hash-table :test #'equal)
+            forj-review--hunks (make-hash-table :test #'equal)
             forj-review--options options
             forj-review-callback callback)
       (forj-review--start-timer (plist-get options :timeout))
@@ -411,11 +443,13 @@ quit, and the rest of the user's layout is left alone."
   '(forj-review-approve forj-review-deny forj-review-deny-with-reason forj-review-edit
     forj-review-approve-all forj-review-deny-all forj-review-commit forj-review-quit
     forj-review-cancel forj-review-grant-session forj-review-grant-minutes
-    forj-review-grant-project)
+    forj-review-grant-project forj-review-approve-hunk forj-review-drop-hunk
+    forj-review-drop-hunk-with-reason)
   "The commands that decide; they act only when the review is ready for keys.")
 
 (defconst forj-review--navigation-commands
-  '(forj-review-next forj-review-previous forj-review-help next-line previous-line forward-char backward-char
+  '(forj-review-next forj-review-previous forj-review-next-hunk forj-review-previous-hunk
+    forj-review-help next-line previous-line forward-char backward-char
     left-char right-char beginning-of-buffer end-of-buffer move-beginning-of-line
     move-end-of-line beginning-of-visual-line end-of-visual-line scroll-other-window
     scroll-other-window-down recenter-top-bottom mouse-set-point mouse-drag-region mwheel-scroll
@@ -487,7 +521,7 @@ Return nil, the argument list of the commands that call it."
         (line (line-number-at-pos)))
     (erase-buffer)
     (insert (substitute-command-keys
-             "Review these tool calls.  \\<forj-review-mode-map>\\[forj-review-approve] approve, \\[forj-review-deny] deny, \\[forj-review-deny-with-reason] deny with a reason, \\[forj-review-edit] edit then approve, \\[forj-review-approve-all] / \\[forj-review-deny-all] all, \\[forj-review-commit] commit, \\[forj-review-quit] deny all; \\[forj-review-grant-session] / \\[forj-review-grant-minutes] / \\[forj-review-grant-project] approve and grant, \\[forj-review-help] all keys.\n\n"))
+             "Review these tool calls.  \\<forj-review-mode-map>\\[forj-review-approve] approve, \\[forj-review-deny] deny, \\[forj-review-deny-with-reason] deny with a reason, \\[forj-review-edit] edit then approve, \\[forj-review-approve-hunk] / \\[forj-review-drop-hunk] approve / drop the hunk, \\[forj-review-approve-all] / \\[forj-review-deny-all] all, \\[forj-review-commit] commit, \\[forj-review-quit] deny all; \\[forj-review-grant-session] / \\[forj-review-grant-minutes] / \\[forj-review-grant-project] approve and grant, \\[forj-review-help] all keys.\n\n"))
     (forj-review--insert-preamble)
     (dolist (item forj-review--items)
       (let* ((id (plist-get item :id))
@@ -498,7 +532,9 @@ Return nil, the argument list of the commands that call it."
           (insert (forj-review--own-line (concat "⚠ " warning) 'forj-review-warning)))
         (insert (forj-review--wrap
                  (concat
-                  (cond ((and (eq decision t) (gethash id forj-review--modified))
+                  (cond ((and (eq decision t) (gethash id forj-review--hunks))
+                         (propertize "[in part] " 'face 'forj-review-approved))
+                        ((and (eq decision t) (gethash id forj-review--modified))
                          (propertize "[edited]  " 'face 'forj-review-approved))
                         ((and (eq decision t) (gethash id forj-review--grants))
                          (propertize "[granted] " 'face 'forj-review-approved))
@@ -521,16 +557,20 @@ Return nil, the argument list of the commands that call it."
                            (if (rassq 'pending (gethash id forj-review--user-diffs))
                                " (computing the diff of your text; it is what will be written)"
                              " (the diff below is of your text: it is what will be written)")))))
+        (when (and (eq decision t) (gethash id forj-review--hunks))
+          (insert (forj-review--own-line (forj-review--in-part-summary id))))
         (forj-review--insert-consent item decision)
         (when (plist-get item :preview_note)
           (insert (forj-review--own-line (concat "    " (plist-get item :preview_note)))))
         (when (plist-get item :preview)
-          (insert (or (gethash id forj-review--drawn-previews)
-                      (puthash id (forj-review--preview
-                                   (forj-review--with-user-diffs
-                                    (plist-get item :preview)
-                                    (gethash id forj-review--user-diffs)))
-                               forj-review--drawn-previews))))
+          (let ((from (point)))
+            (insert (or (gethash id forj-review--drawn-previews)
+                        (puthash id (forj-review--preview
+                                     (forj-review--with-user-diffs
+                                      (plist-get item :preview)
+                                      (gethash id forj-review--user-diffs)))
+                                 forj-review--drawn-previews)))
+            (forj-review--mark-hunks item decision from (point))))
         (insert "\n")
         (put-text-property start (point) 'forj-review-id id)))
     (forj-review--header-warning)
@@ -607,6 +647,9 @@ DECISION is the user's decision on it so far."
            "  \\[forj-review-deny]  deny the call at point\n"
            "  \\[forj-review-deny-with-reason]  deny it with a reason the model reads\n"
            "  \\[forj-review-edit]  edit the proposed change in ediff, then approve it\n"
+           "  \\[forj-review-approve-hunk] / \\[forj-review-drop-hunk]  approve / drop the hunk at point (the call is approved in part)\n"
+           "  \\[forj-review-drop-hunk-with-reason]  drop the hunk at point with a reason the model reads\n"
+           "  \\[forj-review-next-hunk] / \\[forj-review-previous-hunk]  next / previous hunk\n"
            "  \\[forj-review-approve-all] / \\[forj-review-deny-all]  approve / deny every call\n"
            "  \\[forj-review-next] / \\[forj-review-previous]  next / previous call\n"
            "  \\[forj-review-commit]  commit the decisions (undecided calls are denied)\n"
@@ -660,6 +703,7 @@ Each line is kept as it is (no indentation added or removed), behind
 the gutter; a unified diff is coloured with `diff-mode' faces.  Runs
 of more than two blank lines show as one counted line, invisible
 characters and wide runs of blanks as markers."
+  (setq forj-review--drawing-hunk nil)
   (let* ((diff (string-match-p "\\`\\(?:--- \\|@@\\)" text))
          (lines (forj-review--collapse-blank-lines
                  (forj-review--lines (forj-review-visible-text text))
@@ -673,6 +717,7 @@ characters and wide runs of blanks as markers."
         (let ((start (point)))
           (insert line "\n")
           (when diff
+            (forj-review--note-hunk-line line start (point))
             (if (text-property-not-all 0 (length line) 'face nil line)
                 ;; Behind the markers' own face.
                 (add-face-text-property start (point) (forj-review--diff-face line) t)
@@ -680,6 +725,33 @@ characters and wide runs of blanks as markers."
       (put-text-property (point-min) (point-max) 'line-prefix forj-review--gutter)
       (put-text-property (point-min) (point-max) 'wrap-prefix forj-review--wrap-gutter)
       (buffer-string))))
+
+(defvar forj-review--drawing-hunk nil
+  "While a preview is drawn: (PATH HUNK IN-HUNK PREVIOUS-LINE).
+HUNK is the (PATH . INDEX) of the last hunk seen, one object for all
+its lines, so the property changes only where a hunk does.")
+
+(defun forj-review--note-hunk-line (line start end)
+  "Mark LINE, drawn from START to END, with the hunk it belongs to.
+The `forj-review-hunk' property is (PATH . INDEX): INDEX counts the
+\"@@\" hunks of PATH's piece of the diff from 0, as the worker does.
+A file's piece starts at a \"--- \" line followed by a \"+++ \" line;
+a \"note: \" line after a piece ends its last hunk."
+  (pcase-let ((`(,path ,hunk ,in-hunk ,previous) forj-review--drawing-hunk))
+    (cond
+     ((and (string-prefix-p "+++ " line) previous (string-prefix-p "--- " previous))
+      (setq path (string-remove-prefix "b/" (substring-no-properties line 4))
+            hunk nil in-hunk nil)
+      ;; The "--- " line before it was taken for a removed line: unmark it.
+      (remove-text-properties (save-excursion (goto-char start) (forward-line -1) (point)) start
+                              '(forj-review-hunk nil)))
+     ((string-prefix-p "@@" line)
+      (setq hunk (cons path (if hunk (1+ (cdr hunk)) 0)) in-hunk t))
+     ((string-prefix-p "note: " line)
+      (setq in-hunk nil)))
+    (when (and in-hunk path)
+      (put-text-property start end 'forj-review-hunk hunk))
+    (setq forj-review--drawing-hunk (list path hunk in-hunk line))))
 
 (defconst forj-review--file-header-re "^--- .*\n\\+\\+\\+ \\(?:b/\\)?\\(.*\\)$"
   "The two header lines of one file's piece of a unified diff; group 1 its path.")
@@ -730,7 +802,9 @@ the proposal's piece, and a file the preview does not show is added."
   "Record DECISION (t, or (deny . REASON)) for call ID, and redraw.
 A denial takes back a grant given with an earlier approval."
   (puthash id decision forj-review--decisions)
-  (unless (eq decision t) (remhash id forj-review--grants))
+  (unless (eq decision t)
+    (remhash id forj-review--grants)
+    (remhash id forj-review--hunks))
   (forj-review--render))
 
 (defun forj-review--item (id)
@@ -799,6 +873,12 @@ rule can be edited first."
   "Approve call ID with TEXT written to PATH instead of its proposal."
   (let ((edits (assoc-delete-all path (copy-alist (gethash id forj-review--modified)))))
     (puthash id (append edits (list (cons path text))) forj-review--modified))
+  ;; The edited file is written as edited, whole: its hunk decisions go.
+  (let ((states (cl-remove-if (lambda (entry) (equal (caar entry) path))
+                              (gethash id forj-review--hunks))))
+    (if (cl-some (lambda (entry) (consp (cdr entry))) states)
+        (puthash id states forj-review--hunks)
+      (remhash id forj-review--hunks)))
   (forj-review-decide id t))
 
 (defun forj-review-approve ()
@@ -806,6 +886,7 @@ rule can be edited first."
   (interactive (forj-review--ready))
   (let ((id (forj-review--id-at-point)))
     (remhash id forj-review--grants)
+    (remhash id forj-review--hunks)
     (forj-review-decide id t)))
 
 (defun forj-review-deny ()
@@ -823,6 +904,7 @@ rule can be edited first."
   "Approve every call."
   (interactive (forj-review--ready))
   (dolist (item forj-review--items) (puthash (plist-get item :id) t forj-review--decisions))
+  (clrhash forj-review--hunks)
   (forj-review--render))
 
 (defun forj-review-deny-all ()
@@ -831,6 +913,7 @@ rule can be edited first."
   (dolist (item forj-review--items)
     (puthash (plist-get item :id) (cons 'deny nil) forj-review--decisions))
   (clrhash forj-review--grants)
+  (clrhash forj-review--hunks)
   (forj-review--render))
 
 (defun forj-review-next ()
@@ -871,12 +954,18 @@ rule can be edited first."
                              collect (cons id (gethash id forj-review--modified))))
           (grants (cl-loop for id in (reverse approved)
                            when (gethash id forj-review--grants)
-                           collect (cons id (gethash id forj-review--grants)))))
+                           collect (cons id (gethash id forj-review--grants))))
+          (hunks (cl-loop for id in (reverse approved)
+                          when (gethash id forj-review--hunks)
+                          collect (cons id (forj-review--hunks-field id)))))
       (setq forj-review-callback nil)
       (let ((buffer (current-buffer)))
         (forj-review--put-windows-back)
         (kill-buffer buffer))
-      (when callback (funcall callback (nreverse approved) (nreverse denied) modified nil grants)))))
+      ;; Only a review that offered hunks passes them: older callbacks take five.
+      (when callback
+        (apply callback (nreverse approved) (nreverse denied) modified nil grants
+               (and hunks (list hunks)))))))
 
 (defun forj-review--start-timer (seconds)
   "Close this review after SECONDS unanswered, every call denied; nil: wait."
@@ -925,6 +1014,207 @@ rule can be edited first."
       (funcall callback nil (mapcar (lambda (item) (cons (plist-get item :id) ""))
                                     forj-review--items)
                nil))))
+
+;;; Approving in part, hunk by hunk
+
+(defun forj-review--hunk-files (id)
+  "The files of call ID whose hunks can be decided one by one.
+An alist of (PATH . COUNT), COUNT the number of its hunks.
+The worker lists them in the plan item; a file the user edited in
+ediff is decided whole, as edited."
+  (let ((edited (gethash id forj-review--modified)))
+    (cl-loop for file across (or (plist-get (forj-review--item id) :hunk_files) [])
+             for path = (plist-get file :path)
+             unless (assoc path edited)
+             collect (cons path (plist-get file :hunks)))))
+
+(defun forj-review--hunk-count (id)
+  "The number of hunks of call ID that can be decided, across its files."
+  (apply #'+ (mapcar #'cdr (forj-review--hunk-files id))))
+
+(defun forj-review--hunk-state (id hunk decision)
+  "The state of HUNK, (PATH . INDEX), of call ID decided DECISION.
+`approved', (dropped . REASON), or nil while the call is undecided."
+  (let ((states (gethash id forj-review--hunks)))
+    (cond (states (cdr (assoc hunk states)))
+          ((eq decision t) 'approved)
+          (decision (cons 'dropped nil)))))
+
+(defun forj-review--mark-hunks (item decision from to)
+  "Show the state of each hunk of ITEM's preview between FROM and TO.
+DECISION is the call's.  Each hunk of a file that can be decided hunk
+by hunk gets a line of its own before it: [+] approved, [-] dropped
+\(with the reason) or [ ] undecided, and a dropped hunk's lines the
+face `forj-review-dropped-hunk'.  Nothing is added to a call with a
+single hunk and no hunk decision: there the call keys say it all."
+  (let* ((id (plist-get item :id))
+         (files (forj-review--hunk-files id)))
+    (when (and files (or (> (forj-review--hunk-count id) 1) (gethash id forj-review--hunks)))
+      (save-excursion
+        (let ((pos from) (end (copy-marker to)))
+          (while (< pos end)
+            (let* ((hunk (get-text-property pos 'forj-review-hunk))
+                   (next (or (next-single-property-change pos 'forj-review-hunk nil end) end))
+                   (file (and hunk (assoc (car hunk) files))))
+              (when (and file (< (cdr hunk) (cdr file)))
+                (let ((state (forj-review--hunk-state id hunk decision)))
+                  (when (eq (car-safe state) 'dropped)
+                    (add-face-text-property pos next 'forj-review-dropped-hunk t))
+                  (goto-char pos)
+                  (let ((line (forj-review--hunk-line hunk (cdr file) state)))
+                    (insert line)
+                    (put-text-property pos (+ pos (length line)) 'forj-review-hunk hunk)
+                    (setq next (+ next (length line))))))
+              (setq pos next)))
+          (set-marker end nil))))))
+
+(defun forj-review--hunk-line (hunk count state)
+  "The line drawn before HUNK, (PATH . INDEX), in STATE; its file has COUNT hunks."
+  (let ((where (format "hunk %d of %d in %s" (1+ (cdr hunk)) count (car hunk))))
+    (forj-review--own-line
+     (pcase state
+       ('approved (propertize (concat "[+] " where ": approved") 'face 'forj-review-approved))
+       (`(dropped . ,reason)
+        (propertize (concat "[-] " where ": dropped"
+                            (if (and reason (not (string-empty-p reason))) (concat "; reason: " reason) ""))
+                    'face 'forj-review-denied))
+       (_ (concat "[ ] " where))))))
+
+(defun forj-review--in-part-summary (id)
+  "A line saying which hunks of call ID are written and which are not."
+  (let* ((states (gethash id forj-review--hunks))
+         (dropped (cl-loop for (hunk . state) in states
+                           when (consp state)
+                           collect (format "%d of %s" (1+ (cdr hunk)) (car hunk)))))
+    (format "    approved in part: %d of %d hunks written; dropped: hunk %s"
+            (- (length states) (length dropped)) (length states)
+            (string-join dropped ", hunk "))))
+
+(defun forj-review--hunk-at-point ()
+  "The call id and hunk at point, (ID . (PATH . INDEX)), or signal why not."
+  (let ((id (forj-review--id-at-point))
+        (hunk (get-text-property (point) 'forj-review-hunk)))
+    (unless hunk
+      (user-error "No hunk at point: move onto a hunk of a diff (%s)"
+                  (substitute-command-keys "\\<forj-review-mode-map>\\[forj-review-next-hunk]")))
+    (let ((file (assoc (car hunk) (forj-review--hunk-files id))))
+      (unless (and file (< (cdr hunk) (cdr file)))
+        (user-error "%s"
+                    (if (assoc (car hunk) (gethash id forj-review--modified))
+                        "You edited this file in ediff: it is written as you edited it, whole"
+                      "This call can only be approved or denied whole (it moves or deletes files)")))
+      (cons id hunk))))
+
+(defun forj-review-decide-hunk (id hunk state)
+  "Record STATE for HUNK, (PATH . INDEX), of call ID.
+STATE is `approved' or (dropped . REASON).
+The call becomes approved in part.  The first hunk decision of a call
+not yet approved gives its other hunks the opposite state; every hunk
+approved is the plain approval, every hunk dropped a denial (with the
+reasons given)."
+  (let* ((decision (gethash id forj-review--decisions))
+         (states (or (copy-alist (gethash id forj-review--hunks))
+                     (cl-loop for (path . count) in (forj-review--hunk-files id)
+                              append (cl-loop for index below count
+                                              collect (cons (cons path index)
+                                                            (cond ((eq decision t) 'approved)
+                                                                  ((eq state 'approved)
+                                                                   (cons 'dropped nil))
+                                                                  (t 'approved))))))))
+    (setf (alist-get hunk states nil nil #'equal) state)
+    (cond
+     ((cl-every (lambda (entry) (eq (cdr entry) 'approved)) states)
+      (remhash id forj-review--hunks)
+      (puthash id t forj-review--decisions))
+     ((cl-notany (lambda (entry) (eq (cdr entry) 'approved)) states)
+      (remhash id forj-review--hunks)
+      (let ((reasons (delete-dups (delq nil (mapcar (lambda (entry)
+                                                      (let ((reason (cdr-safe (cdr entry))))
+                                                        (and reason (not (string-empty-p reason)) reason)))
+                                                    states)))))
+        (forj-review-decide id (cons 'deny (and reasons (string-join reasons "; "))))))
+     (t
+      (puthash id states forj-review--hunks)
+      (puthash id t forj-review--decisions)))
+    (forj-review--render)
+    (forj-review--goto-hunk id hunk)))
+
+(defun forj-review--goto-hunk (id hunk)
+  "Move to HUNK, (PATH . INDEX), of call ID, if the review shows it.
+A redraw keeps the line number, but a decision adds or removes lines."
+  (let ((pos (point-min)) (found nil))
+    (while (and pos (not found))
+      (if (and (equal (get-text-property pos 'forj-review-id) id)
+               (equal (get-text-property pos 'forj-review-hunk) hunk))
+          (setq found pos)
+        (setq pos (next-single-property-change pos 'forj-review-hunk))))
+    (when found (goto-char found))))
+
+(defun forj-review-approve-hunk ()
+  "Approve the hunk at point: the call is approved in part."
+  (interactive (forj-review--ready))
+  (pcase-let ((`(,id . ,hunk) (forj-review--hunk-at-point)))
+    (forj-review-decide-hunk id hunk 'approved)))
+
+(defun forj-review-drop-hunk ()
+  "Drop the hunk at point: the call is approved without it."
+  (interactive (forj-review--ready))
+  (pcase-let ((`(,id . ,hunk) (forj-review--hunk-at-point)))
+    (forj-review-decide-hunk id hunk (cons 'dropped nil))))
+
+(defun forj-review-drop-hunk-with-reason (reason)
+  "Drop the hunk at point and tell the model REASON."
+  (interactive (progn (forj-review--ready)
+                      (forj-review--hunk-at-point)
+                      (list (read-string "Why drop this hunk? "))))
+  (pcase-let ((`(,id . ,hunk) (forj-review--hunk-at-point)))
+    (forj-review-decide-hunk id hunk (cons 'dropped (and (not (string-empty-p reason)) reason)))))
+
+(defun forj-review--hunk-start (pos)
+  "The start of the hunk at POS, or nil if POS is on none."
+  (let ((hunk (get-text-property pos 'forj-review-hunk)))
+    (when hunk
+      (let ((start (previous-single-property-change (1+ pos) 'forj-review-hunk nil (point-min))))
+        (if (equal (get-text-property start 'forj-review-hunk) hunk) start pos)))))
+
+(defun forj-review-next-hunk ()
+  "Move to the next hunk of a diff."
+  (interactive)
+  (let ((pos (point)))
+    (when (get-text-property pos 'forj-review-hunk)
+      (setq pos (next-single-property-change pos 'forj-review-hunk)))
+    (when (and pos (not (get-text-property pos 'forj-review-hunk)))
+      (setq pos (next-single-property-change pos 'forj-review-hunk)))
+    (if pos (goto-char pos) (message "No next hunk"))))
+
+(defun forj-review-previous-hunk ()
+  "Move to the previous hunk of a diff."
+  (interactive)
+  (let* ((here (forj-review--hunk-start (point)))
+         (pos (and (> (or here (point)) (point-min))
+                   (forj-review--hunk-start (1- (or here (point)))))))
+    (unless pos
+      (let ((before (previous-single-property-change (or here (point)) 'forj-review-hunk)))
+        (setq pos (and before (> before (point-min))
+                       (forj-review--hunk-start (1- before))))))
+    (if pos (goto-char pos) (message "No previous hunk"))))
+
+(defun forj-review--hunks-field (id)
+  "The user's word on the hunks of call ID as the worker takes it, or nil.
+An alist of (PATH . (:approved [INDEX...] :dropped [(:index I :reason R)...]))."
+  (let ((states (gethash id forj-review--hunks))
+        (out nil))
+    (dolist (entry states)
+      (pcase-let* ((`((,path . ,index) . ,state) entry)
+                   (slot (or (assoc path out) (car (push (list path nil nil) out)))))
+        (if (eq state 'approved)
+            (push index (nth 1 slot))
+          (push (list :index index :reason (or (cdr state) "")) (nth 2 slot)))))
+    (mapcar (lambda (slot)
+              (cons (car slot)
+                    (list :approved (vconcat (sort (nth 1 slot) #'<))
+                          :dropped (vconcat (nreverse (nth 2 slot))))))
+            (nreverse out))))
 
 ;;; Edit before approve
 

@@ -53,6 +53,7 @@ from .rules import Probe
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
 from .safety.permissions import Subject
+from .tools import _hunks
 from .tools.registry import Registry, Session, Staged, Tool, ToolContext, format_schema_errors
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,21 @@ class PlannedCall:
             result=self.result,
             reason=self.reason,
             grant_pattern=self.grant_pattern,
+            hunk_files=self._hunk_files(),
         )
+
+    def _hunk_files(self) -> list[dict[str, Any]] | None:
+        """The files the review may decide hunk by hunk: those of a reviewed
+        call's proposal that change (a call that moves or deletes files stages
+        none, and is decided whole)."""
+        if self.disposition is not Disposition.CONFIRM or self.preview is None:
+            return None
+        files = [
+            {"path": s.display, "hunks": n}
+            for s in self.staged
+            if (n := _hunks.count(s.old, s.new)) > 0
+        ]
+        return files or None
 
 
 @dataclass

@@ -335,6 +335,10 @@ class PlanItem(_Model):
     reason: str | None = None
     # For a reviewed call: the narrowest rule a standing grant could use.
     grant_pattern: str | None = None
+    # For a reviewed call that can be approved in part: each file whose hunks
+    # (the '@@' pieces of its diff in preview) can be approved or dropped one
+    # by one, with how many it has.
+    hunk_files: list[dict[str, Any]] | None = None
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)

@@ -38,6 +38,11 @@ def _three_hunks_and_readme(worker: Worker) -> str:
     (item,) = plan["items"]
     assert item["disposition"] == "confirm"
     assert item["preview"].count("\n@@ ") == 4
+    # The plan says which files the review may decide hunk by hunk.
+    assert item["hunk_files"] == [
+        {"path": "src/main.py", "hunks": 3},
+        {"path": "README.md", "hunks": 1},
+    ]
     return str(plan["batch_id"])
 
 
@@ -205,6 +210,7 @@ def test_hunks_a_patch_that_moves_a_file_is_approved_whole(
         "@@\n-# demo\n+# forj\n*** End Patch\n"
     )
     plan = worker.plan({"calls": [call("p", "apply_patch", patch=patch)]})
+    assert "hunk_files" not in plan["items"][0]
     with pytest.raises(ProtocolError, match="cannot be approved in part"):
         _execute(
             worker, plan["batch_id"], approved=["p"], hunks={"p": {"READ.md": {"approved": [0]}}}
