@@ -1140,7 +1140,7 @@ reasons given)."
     (forj-review--goto-hunk id hunk)))
 
 (defun forj-review--goto-hunk (id hunk)
-  "Move to HUNK, (PATH . INDEX), of call ID, if the review shows it.
+  "Move to HUNK, (PATH . INDEX), of call ID, if it is in the review.
 A redraw keeps the line number, but a decision adds or removes lines."
   (let ((pos (point-min)) (found nil))
     (while (and pos (not found))
