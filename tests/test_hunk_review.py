@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeWorker, call, run
+from conftest import MakeWorker, call, run, write_tree
+from test_ast_tools import SOURCES, defs, ok
 
 from forj_py.errors import ProtocolError
 from forj_py.service import Worker
@@ -250,3 +251,30 @@ def test_hunks_are_the_hunks_the_review_diff_shows() -> None:
         for i in range(total):
             only = _hunks.partial(old, new, frozenset({i}))[0]
             assert _edit.unified_diff("f", old, only).count("\n@@ ") == 1
+
+
+def test_hunks_a_rename_across_files_is_decided_file_by_file(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """ast_edit's rename_symbol is one call over several files: each file's
+    hunks are decided on their own."""
+    (project / "src/main.py").unlink()
+    write_tree(project, SOURCES)
+    worker = make_worker()
+    ok(worker, "ast_generate", paths=["**"])
+    node = str(defs(worker)[("py/auth.py", "auth_login")]["id"])
+    plan = worker.plan(
+        {"calls": [call("r", "ast_edit", target_node_id=node, new_name="auth_signin")]}
+    )
+    (item,) = plan["items"]
+    assert {f["path"] for f in item["hunk_files"]} == {"py/auth.py", "py/use.py"}
+    use_before = (project / "py/use.py").read_text()
+    done = _execute(
+        worker,
+        plan["batch_id"],
+        approved=["r"],
+        hunks={"r": {"py/use.py": {"dropped": [{"index": 0, "reason": "use.py later"}]}}},
+    )
+    assert done["results"][0]["ok"], done["results"][0]
+    assert (project / "py/auth.py").read_text().startswith("def auth_signin(user):\n")
+    assert (project / "py/use.py").read_text() == use_before
