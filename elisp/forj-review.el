@@ -312,6 +312,11 @@ the symbol `pending' while it is computed.")
 An alist of ((PATH . INDEX) . STATE), one entry per hunk of each file
 the call lets decide; STATE is `approved' or (dropped . REASON).")
 
+(defvar-local forj-review--whole-only nil
+  "Hash table: call id -> t if the call can only be decided whole.
+Its drawn diff does not show the hunks the worker counts (see
+`forj-review--check-hunks').")
+
 (defvar-local forj-review--grants nil
   "Hash table: call id -> the standing grant given with its approval.
 A plist (:scope SCOPE :minutes N :pattern RULE); SCOPE is \"session\",
@@ -404,6 +409,7 @@ was not honoured.  Return the review buffer."
             forj-review--proposal-function proposal-function
             forj-review--grants (make-hash-table :test #'equal)
             forj-review--hunks (make-hash-table :test #'equal)
+            forj-review--whole-only (make-hash-table :test #'equal)
             forj-review--options options
             forj-review-callback callback)
       (forj-review--start-timer (plist-get options :timeout))
@@ -702,76 +708,113 @@ a preview cannot pass for forj's own lines.")
 Each line is kept as it is (no indentation added or removed), behind
 the gutter; a unified diff is coloured with `diff-mode' faces.  Runs
 of more than two blank lines show as one counted line, invisible
-characters and wide runs of blanks as markers."
-  (setq forj-review--drawing-hunk nil)
+characters and wide runs of blanks as markers.  Each line of a diff's
+hunk carries the `forj-review-hunk' property, (PATH . INDEX), from
+`forj-review--scan-diff'."
   (let* ((diff (string-match-p "\\`\\(?:--- \\|@@\\)" text))
-         (lines (forj-review--collapse-blank-lines
-                 (forj-review--lines (forj-review-visible-text text))
-                 ;; A diff line's first column, or a quoted block's line mark
-                 ;; (the worker writes an empty line of a quoted text as
-                 ;; "│ ⟨blank⟩", a line of only blanks as "│ ⟨N blanks⟩").
-                 (if diff "\\([-+ ]\\)"
-                   "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\|⟨[0-9]+ blanks⟩\\)?\\)?"))))
-    (with-temp-buffer
-      (dolist (line lines)
-        (let ((start (point)))
-          (insert line "\n")
-          (when diff
-            (forj-review--note-hunk-line line start (point))
-            (if (text-property-not-all 0 (length line) 'face nil line)
-                ;; Behind the markers' own face.
-                (add-face-text-property start (point) (forj-review--diff-face line) t)
-              (put-text-property start (point) 'face (forj-review--diff-face line))))))
-      (put-text-property (point-min) (point-max) 'line-prefix forj-review--gutter)
-      (put-text-property (point-min) (point-max) 'wrap-prefix forj-review--wrap-gutter)
-      (buffer-string))))
+         (raw (forj-review--lines text))
+         (shown (forj-review--lines (forj-review-visible-text text)))
+         (scan (and diff (forj-review--scan-diff raw))))
+    ;; Hunks are found in the text as the worker sent it (markers change
+    ;; no line), and the tag rides on each line's first character through
+    ;; the collapsing of blank runs, which keeps a run's prefix.
+    (when (and scan (not (plist-get scan :malformed)) (= (length raw) (length shown)))
+      (cl-loop for line in shown
+               for (_ . hunk) in (plist-get scan :lines)
+               when (and hunk (> (length line) 0))
+               do (put-text-property 0 (length line) 'forj-review-hunk hunk line)))
+    (let ((lines (forj-review--collapse-blank-lines
+                  shown
+                  ;; A diff line's first column, or a quoted block's line mark
+                  ;; (the worker writes an empty line of a quoted text as
+                  ;; "│ ⟨blank⟩", a line of only blanks as "│ ⟨N blanks⟩").
+                  (if diff "\\([-+ ]\\)"
+                    "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\|⟨[0-9]+ blanks⟩\\)?\\)?"))))
+      (with-temp-buffer
+        (dolist (line lines)
+          (let ((start (point))
+                (hunk (and (> (length line) 0) (get-text-property 0 'forj-review-hunk line))))
+            (insert line "\n")
+            (when diff
+              (put-text-property start (point) 'forj-review-hunk hunk)
+              (if (text-property-not-all 0 (length line) 'face nil line)
+                  ;; Behind the markers' own face.
+                  (add-face-text-property start (point) (forj-review--diff-face line) t)
+                (put-text-property start (point) 'face (forj-review--diff-face line))))))
+        (put-text-property (point-min) (point-max) 'line-prefix forj-review--gutter)
+        (put-text-property (point-min) (point-max) 'wrap-prefix forj-review--wrap-gutter)
+        (buffer-string)))))
 
-(defvar forj-review--drawing-hunk nil
-  "While a preview is drawn: (PATH HUNK IN-HUNK PREVIOUS-LINE).
-HUNK is the (PATH . INDEX) of the last hunk seen, one object for all
-its lines, so the property changes only where a hunk does.")
+(defconst forj-review--hunk-header-re
+  "\\`@@ -[0-9]+\\(?:,\\([0-9]+\\)\\)? \\+[0-9]+\\(?:,\\([0-9]+\\)\\)? @@"
+  "A hunk's header line; groups 1 and 2 its old and new line counts.")
 
-(defun forj-review--note-hunk-line (line start end)
-  "Mark LINE, drawn from START to END, with the hunk it belongs to.
-The `forj-review-hunk' property is (PATH . INDEX): INDEX counts the
-\"@@\" hunks of PATH's piece of the diff from 0, as the worker does.
-A file's piece starts at a \"--- \" line followed by a \"+++ \" line;
-a \"note: \" line after a piece ends its last hunk."
-  (pcase-let ((`(,path ,hunk ,in-hunk ,previous) forj-review--drawing-hunk))
-    (cond
-     ((and (string-prefix-p "+++ " line) previous (string-prefix-p "--- " previous))
-      (setq path (string-remove-prefix "b/" (substring-no-properties line 4))
-            hunk nil in-hunk nil)
-      ;; The "--- " line before it was taken for a removed line: unmark it.
-      (remove-text-properties (save-excursion (goto-char start) (forward-line -1) (point)) start
-                              '(forj-review-hunk nil)))
-     ((string-prefix-p "@@" line)
-      (setq hunk (cons path (if hunk (1+ (cdr hunk)) 0)) in-hunk t))
-     ((string-prefix-p "note: " line)
-      (setq in-hunk nil)))
-    (when (and in-hunk path)
-      (put-text-property start end 'forj-review-hunk hunk))
-    (setq forj-review--drawing-hunk (list path hunk in-hunk line))))
-
-(defconst forj-review--file-header-re "^--- .*\n\\+\\+\\+ \\(?:b/\\)?\\(.*\\)$"
-  "The two header lines of one file's piece of a unified diff; group 1 its path.")
+(defun forj-review--scan-diff (lines)
+  "Where each of LINES, a unified diff's, belongs: a plist.
+:lines is a list with one (PIECE . HUNK) per line: PIECE is the path
+of the file whose piece of the diff this line starts (its \"--- \"
+line, followed by a \"+++ \" line), else nil; HUNK is the (PATH .
+INDEX) of the hunk the line is in, one object for all its lines, else
+nil.  INDEX counts the \"@@\" hunks of PATH's piece from 0, as the
+worker does.  A hunk ends after as many lines as its header counts,
+so a removed line \"-- x\" above an added \"++ y\" (drawn \"--- x\",
+\"+++ y\") stays in its hunk: only a \"--- \" line outside every hunk
+starts a piece.  :malformed is non-nil if a hunk held a line no diff
+has: then no line can be trusted to be where it seems."
+  (let ((path nil) (index -1) (hunk nil) (old 0) (new 0)
+        (out nil) (malformed nil) (rest lines))
+    (while rest
+      (let ((line (car rest)) (piece nil) (tag nil))
+        (cond
+         ((or (> old 0) (> new 0))
+          (setq tag hunk)
+          (cond ((string-prefix-p "\\" line))
+                ((string-prefix-p " " line) (setq old (1- old) new (1- new)))
+                ((string-prefix-p "-" line) (setq old (1- old)))
+                ((string-prefix-p "+" line) (setq new (1- new)))
+                (t (setq malformed t old 0 new 0 tag nil))))
+         ;; "\ No newline at end of file" after a hunk's last line.
+         ((and (string-prefix-p "\\" line) out (cdar out))
+          (setq tag (cdar out)))
+         ((and (string-prefix-p "--- " line) (cdr rest) (string-prefix-p "+++ " (cadr rest)))
+          (setq piece (string-remove-prefix "b/" (substring-no-properties (cadr rest) 4))
+                path piece index -1 hunk nil)
+          (push (cons piece nil) out)
+          (setq piece nil rest (cdr rest) line (car rest)))
+         ((string-match forj-review--hunk-header-re line)
+          (when path
+            (setq index (1+ index)
+                  hunk (cons path index)
+                  tag hunk
+                  old (if (match-beginning 1) (string-to-number (match-string 1 line)) 1)
+                  new (if (match-beginning 2) (string-to-number (match-string 2 line)) 1)))))
+        (push (cons piece tag) out)
+        (setq rest (cdr rest))))
+    (list :lines (nreverse out) :malformed malformed)))
 
 (defun forj-review--file-diffs (preview)
   "PREVIEW, a unified diff of one or more files, cut into (PATH . TEXT) pieces.
-A piece starts at a \"--- \" line followed by a \"+++ \" line, whose
-path (without its b/) names it; text before the first piece has a nil
+A piece starts at a \"--- \" line outside every hunk followed by a
+\"+++ \" line, whose path (without its b/) names it (see
+`forj-review--scan-diff'); text before the first piece has a nil
 path."
-  (let ((starts nil) (from 0))
-    (while (string-match forj-review--file-header-re preview from)
-      (push (cons (match-beginning 0) (match-string 1 preview)) starts)
-      (setq from (match-end 0)))
-    (setq starts (nreverse starts))
-    (if (null starts)
+  (let* ((lines (forj-review--lines preview))
+         (scan (plist-get (forj-review--scan-diff lines) :lines))
+         (pieces nil)
+         (at 0))
+    (cl-loop for line in lines
+             for (piece . _) in scan
+             do (progn
+                  (when (or piece (null pieces))
+                    (push (list (and piece (substring-no-properties piece)) at) pieces))
+                  (setq at (min (length preview) (+ at (length line) 1)))))
+    (setq pieces (nreverse pieces))
+    (if (null pieces)
         (list (cons nil preview))
-      (append
-       (and (> (caar starts) 0) (list (cons nil (substring preview 0 (caar starts)))))
-       (cl-loop for ((at . path) . rest) on starts
-                collect (cons path (substring preview at (if rest (caar rest) (length preview)))))))))
+      (cl-loop for ((path from) . rest) on pieces
+               for to = (if rest (nth 1 (car rest)) (length preview))
+               unless (and (null path) (= from to))
+               collect (cons path (substring preview from to))))))
 
 (defun forj-review--with-user-diffs (preview user-diffs)
   "PREVIEW with the piece of each file in USER-DIFFS replaced by the user's diff.
@@ -1023,7 +1066,9 @@ An alist of (PATH . COUNT), COUNT the number of its hunks.
 The worker lists them in the plan item; a file the user edited in
 ediff is decided whole, as edited."
   (let ((edited (gethash id forj-review--modified)))
-    (cl-loop for file across (or (plist-get (forj-review--item id) :hunk_files) [])
+    (cl-loop for file across (if (gethash id forj-review--whole-only)
+                                 []
+                               (or (plist-get (forj-review--item id) :hunk_files) []))
              for path = (plist-get file :path)
              unless (assoc path edited)
              collect (cons path (plist-get file :hunks)))))
@@ -1047,6 +1092,7 @@ by hunk gets a line of its own before it: [+] approved, [-] dropped
 \(with the reason) or [ ] undecided, and a dropped hunk's lines the
 face `forj-review-dropped-hunk'.  Nothing is added to a call with a
 single hunk and no hunk decision: there the call keys say it all."
+  (forj-review--check-hunks (plist-get item :id) from to)
   (let* ((id (plist-get item :id))
          (files (forj-review--hunk-files id)))
     (when (and files (or (> (forj-review--hunk-count id) 1) (gethash id forj-review--hunks)))
@@ -1067,6 +1113,30 @@ single hunk and no hunk decision: there the call keys say it all."
                     (setq next (+ next (length line))))))
               (setq pos next)))
           (set-marker end nil))))))
+
+(defun forj-review--check-hunks (id from to)
+  "Let call ID be decided only whole if its diff is not as the worker counts.
+The diff, drawn between FROM and TO, must show exactly the hunks of
+the call's `:hunk_files': each file in order, each of its hunks once,
+in order, and no other.  A key
+on a hunk names it by file and index; a drawing that found other
+hunks (a diff this review cannot read, a header imitated by the text)
+would name lines the user did not mean."
+  (let* ((edited (gethash id forj-review--modified))
+         (expected (cl-loop for file across (or (plist-get (forj-review--item id) :hunk_files) [])
+                           for path = (plist-get file :path)
+                           unless (assoc path edited)
+                           append (cl-loop for index below (plist-get file :hunks)
+                                           collect (cons path index))))
+         (seen nil)
+         (pos from))
+    (while (< pos to)
+      (let ((hunk (get-text-property pos 'forj-review-hunk)))
+        (when (and hunk (not (assoc (car hunk) edited)))
+          (push hunk seen))
+        (setq pos (next-single-property-change pos 'forj-review-hunk nil to))))
+    (unless (equal (nreverse seen) expected)
+      (puthash id t forj-review--whole-only))))
 
 (defun forj-review--hunk-line (hunk count state)
   "The line drawn before HUNK, (PATH . INDEX), in STATE; its file has COUNT hunks."
@@ -1100,9 +1170,11 @@ single hunk and no hunk decision: there the call keys say it all."
     (let ((file (assoc (car hunk) (forj-review--hunk-files id))))
       (unless (and file (< (cdr hunk) (cdr file)))
         (user-error "%s"
-                    (if (assoc (car hunk) (gethash id forj-review--modified))
-                        "You edited this file in ediff: it is written as you edited it, whole"
-                      "This call can only be approved or denied whole (it moves or deletes files)")))
+                    (cond ((assoc (car hunk) (gethash id forj-review--modified))
+                           "You edited this file in ediff: it is written as you edited it, whole")
+                          ((gethash id forj-review--whole-only)
+                           "This call's diff cannot be split into the hunks the worker counts: approve or deny it whole")
+                          (t "This call can only be approved or denied whole (it moves or deletes files)"))))
       (cons id hunk))))
 
 (defun forj-review-decide-hunk (id hunk state)

@@ -186,5 +186,76 @@ decision keys acting at once."
       (should (equal (forj-hunks-test--read root "a.txt") "alpha\n"))
       (should (equal (forj-hunks-test--read root "b.txt") "beta\n")))))
 
+(defun forj-hunks-test--fake-header-run (root)
+  "Review a multi_edit in ROOT whose f.txt diff holds lines that read as g.txt's header.
+Line 1 \"-- x\" becomes \"++ b/g.txt\", line 20 becomes \"EVIL\", and
+g.txt's one line becomes \"G\"."
+  (forj-hunks-test--review
+   root
+   (list "{\"id\": \"rf\", \"name\": \"read_file\", \"args\": {\"path\": \"f.txt\"}}"
+         "{\"id\": \"rg\", \"name\": \"read_file\", \"args\": {\"path\": \"g.txt\"}}"
+         (json-serialize
+          (list :id "m" :name "multi_edit"
+                :args (list :edits
+                            (vector
+                             (list :path "f.txt" :start_line 1 :end_line 1
+                                   :new_content "++ b/g.txt\n")
+                             (list :path "f.txt" :start_line 20 :end_line 20
+                                   :new_content "EVIL\n")
+                             (list :path "g.txt" :start_line 1 :end_line 1
+                                   :new_content "G\n"))))))))
+
+(defconst forj-hunks-test--fake-header-files
+  `(("f.txt" . ,(concat "-- x\n" (mapconcat (lambda (n) (format "f %d\n" n))
+                                             (number-sequence 2 30) "")))
+    ("g.txt" . "g 1\n"))
+  "A project for `forj-hunks-test--fake-header-run'.")
+
+(ert-deftest forj-test-hunks-attack-removed-and-added-lines-that-read-as-a-file-header ()
+  "A removed line \"-- x\" above an added \"++ b/g.txt\" reads \"--- x\" / \"+++ b/g.txt\":
+it is a hunk's body, not a file header.  The hunks after it keep their
+own file and number, so dropping one drops that one and nothing else."
+  (forj-test-with-project forj-hunks-test--fake-header-files
+    (let* ((forj-review-input-delay 0)
+           (run (forj-hunks-test--fake-header-run root)))
+      (with-current-buffer (car run)
+        (should (string-match-p "^\\[ \\] hunk 2 of 2 in f.txt$" (buffer-string)))
+        (goto-char (point-min))
+        (search-forward "+EVIL")
+        (should (equal (get-text-property (point) 'forj-review-hunk) '("f.txt" . 1)))
+        (forj-hunks-test--keys "-")
+        (should (string-match-p "^\\[-\\] hunk 2 of 2 in f.txt: dropped$" (buffer-string)))
+        (should (string-match-p "^\\[\\+\\] hunk 1 of 1 in g.txt: approved$" (buffer-string)))
+        (forj-hunks-test--keys "C-c C-c"))
+      (let ((m (forj-hunks-test--result (forj-hunks-test--results run) "m")))
+        (should (eq (plist-get m :ok) t)))
+      (should-not (string-match-p "EVIL" (forj-hunks-test--read root "f.txt")))
+      (should (string-prefix-p "++ b/g.txt\n" (forj-hunks-test--read root "f.txt")))
+      (should (equal (forj-hunks-test--read root "g.txt") "G\n")))))
+
+(ert-deftest forj-test-hunks-attack-fake-header-does-not-take-the-place-of-an-edited-file ()
+  "After g.txt is edited in ediff, its piece of the diff is replaced by the
+user's diff: the real g.txt piece, not the lines inside f.txt's hunk that
+read as g.txt's header (that would hide f.txt's later hunks from view)."
+  (forj-test-with-project forj-hunks-test--fake-header-files
+    (let* ((forj-review-input-delay 0)
+           (run (forj-hunks-test--fake-header-run root)))
+      (with-current-buffer (car run)
+        (forj-review-modify "m" "g.txt" "GG\n")
+        (forj-review--set-user-diff "m" "g.txt" "--- a/g.txt\n+++ b/g.txt\n@@ -1 +1 @@\n-g 1\n+GG\n")
+        (forj-review--render)
+        (let ((text (buffer-string)))
+          (should (string-match-p "^\\+EVIL$" text))
+          (should (string-match-p "^\\+GG$" text))
+          (should-not (string-match-p "^\\+G$" text)))
+        ;; f.txt's hunks can still be decided one by one.
+        (goto-char (point-min))
+        (search-forward "+EVIL")
+        (forj-hunks-test--keys "-")
+        (forj-hunks-test--keys "C-c C-c"))
+      (forj-hunks-test--results run)
+      (should-not (string-match-p "EVIL" (forj-hunks-test--read root "f.txt")))
+      (should (equal (forj-hunks-test--read root "g.txt") "GG\n")))))
+
 (provide 'forj-hunks-test)
 ;;; forj-hunks-test.el ends here
