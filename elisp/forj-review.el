@@ -858,7 +858,12 @@ A denial takes back a grant given with an earlier approval."
   "Approve call ID, granting PATTERN for SCOPE to what it covers.
 SCOPE is \"session\" (this chat, while the worker runs), \"minutes\"
 \(this chat, for MINUTES) or \"project\" (every chat of the project,
-until revoked).  The worker checks that PATTERN covers the call."
+until revoked).  The worker checks that PATTERN covers the call.
+A call approved in part gets no grant: a grant lets later calls like
+it run whole, unreviewed."
+  (when (gethash id forj-review--hunks)
+    (user-error "This call is approved in part; a grant covers whole calls: approve it whole first (%s)"
+                (substitute-command-keys "\\<forj-review-mode-map>\\[forj-review-approve]")))
   (puthash id (append (list :scope scope :pattern pattern)
                       (and minutes (list :minutes minutes)))
            forj-review--grants)

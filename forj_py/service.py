@@ -652,7 +652,7 @@ class Worker:
             with batch.lock:
                 batch.state = "planned"  # nothing ran: the caller may try again
             raise
-        approvals = self._record_approvals(batch, req, confirm, given)
+        approvals = self._record_approvals(batch, req, confirm, given, hunks)
         unknown = (set(req.approved) | set(req.denied)) - {c.call_id for c in batch.calls}
         if unknown:
             log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
@@ -876,6 +876,7 @@ class Worker:
         req: ExecuteRequest,
         confirm: set[str],
         given: dict[str, tuple[str, str]],
+        hunks: dict[str, dict[str, _hunks.FileDecision]],
     ) -> list[dict[str, Any]]:
         """Store the grants, and journal each reviewed call's answer."""
         granted: list[dict[str, Any]] = []
@@ -903,6 +904,12 @@ class Worker:
                 )
                 granted.append({"call_id": cid, **grant.wire()})
                 reasons[planned.seq] = f"approved by the user; grant {grant.id} {rule!r} ({scope})"
+            elif cid in hunks:
+                # The audit must not read as a whole approval.
+                reasons[planned.seq] = "approved in part by the user (once): " + "; ".join(
+                    f"{path}: hunks {sorted(d.approved)} of {len(d.approved) + len(d.dropped)}"
+                    for path, d in hunks[cid].items()
+                )
             else:
                 reasons[planned.seq] = "approved by the user (once)"
         self._journal_consent(batch.batch_id, "approval", reasons)
@@ -1035,6 +1042,19 @@ class Worker:
                     f"call {call_id!r} has hunk decisions but is not approved; a call approved "
                     "in part must be in 'approved' too",
                     ["Add the id to 'approved', or drop it from 'hunks' (a denial needs none)"],
+                )
+            grant = req.grants.get(call_id)
+            if grant is not None and grant.scope != "once":
+                # A grant lets later calls like this run unreviewed and whole:
+                # "only these hunks" must not become "all of it, from now on".
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} is approved in part ('hunks') and given a standing "
+                    "grant; a grant covers whole calls, so it needs a whole approval",
+                    [
+                        "Approve the call in part without a grant",
+                        "Or approve it whole to give the grant",
+                    ],
                 )
             if not planned.staged:
                 raise ProtocolError(

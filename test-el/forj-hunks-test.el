@@ -257,5 +257,32 @@ read as g.txt's header (that would hide f.txt's later hunks from view)."
       (should-not (string-match-p "EVIL" (forj-hunks-test--read root "f.txt")))
       (should (equal (forj-hunks-test--read root "g.txt") "GG\n")))))
 
+(ert-deftest forj-test-hunks-attack-a-call-approved-in-part-gets-no-grant ()
+  "A grant key on a call approved in part is refused: the hunk decisions
+stay, and no grant would let later calls like it run whole."
+  (forj-test-with-project `(("a.txt" . ,forj-hunks-test--thirty))
+    (let* ((forj-review-input-delay 0)
+           (run (forj-hunks-test--review
+                 root
+                 (list "{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}"
+                       (json-serialize
+                        (list :id "m" :name "multi_edit"
+                              :args (list :edits
+                                          (vector
+                                           (list :path "a.txt" :start_line 3 :end_line 3 :new_content "X\n")
+                                           (list :path "a.txt" :start_line 27 :end_line 27
+                                                 :new_content "Y\n")))))))))
+      (with-current-buffer (car run)
+        (goto-char (point-min))
+        (forj-hunks-test--keys "M-n -")
+        (should (string-match-p "^\\[in part\\] " (buffer-string)))
+        (should-error (forj-review-grant "m" "session" "multi_edit") :type 'user-error)
+        (should-not (gethash "m" forj-review--grants))
+        (should (string-match-p "^\\[-\\] hunk 1 of 2 in a.txt: dropped$" (buffer-string)))
+        (forj-hunks-test--keys "C-c C-c"))
+      (should (eq (plist-get (forj-hunks-test--result (forj-hunks-test--results run) "m") :ok) t))
+      (should (equal (forj-hunks-test--read root "a.txt")
+                     (replace-regexp-in-string "^line 27$" "Y" forj-hunks-test--thirty))))))
+
 (provide 'forj-hunks-test)
 ;;; forj-hunks-test.el ends here

@@ -278,3 +278,35 @@ def test_hunks_a_rename_across_files_is_decided_file_by_file(
     assert done["results"][0]["ok"], done["results"][0]
     assert (project / "py/auth.py").read_text().startswith("def auth_signin(user):\n")
     assert (project / "py/use.py").read_text() == use_before
+
+
+def test_attack_hunks_a_call_approved_in_part_gives_no_grant(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """A standing grant lets later calls like this one run unreviewed and whole:
+    given with an approval in part, it would turn 'only these hunks' into
+    'all of it, from now on'.  The pair is refused and nothing runs."""
+    worker = make_worker()
+    batch = _three_hunks_and_readme(worker)
+    with pytest.raises(ProtocolError, match="approved in part") as info:
+        _execute(
+            worker,
+            batch,
+            approved=["m"],
+            hunks={"m": {"src/main.py": {"approved": [0, 2], "dropped": [{"index": 1}]}}},
+            grants={"m": {"scope": "session", "pattern": "multi_edit"}},
+        )
+    assert info.value.type == "bad-request"
+    assert worker.grants({})["grants"] == []
+    assert (project / "src/main.py").read_text() == MAIN
+    # The same decision without the grant runs, and the journal says it was in part.
+    done = _execute(
+        worker,
+        batch,
+        approved=["m"],
+        hunks={"m": {"src/main.py": {"approved": [0, 2], "dropped": [{"index": 1}]}}},
+    )
+    assert done["results"][0]["ok"]
+    assert worker.grants({})["grants"] == []
+    (row,) = [r for r in worker.audit({})["rows"] if r["call_id"] == "m"]
+    assert row["decision"] == "approved in part by the user (once): src/main.py: hunks [0, 2] of 3"
