@@ -310,3 +310,33 @@ def test_attack_hunks_a_call_approved_in_part_gives_no_grant(
     assert worker.grants({})["grants"] == []
     (row,) = [r for r in worker.audit({})["rows"] if r["call_id"] == "m"]
     assert row["decision"] == "approved in part by the user (once): src/main.py: hunks [0, 2] of 3"
+
+
+def test_attack_hunks_a_file_swapped_for_a_link_after_review_is_not_written(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """The review showed a change to a.txt; if a.txt becomes a link to b.txt
+    (same text) before the call runs, the approved hunks must not land in
+    b.txt, a file the user saw no change for."""
+    text = "".join(f"row {i}\n" for i in range(1, 31))
+    (project / "a.txt").write_text(text)
+    (project / "b.txt").write_text(text)
+    worker = make_worker()
+    _read(worker, "a.txt", "b.txt")
+    edits = [
+        {"path": "a.txt", "start_line": n, "end_line": n, "new_content": f"ROW {n}\n"}
+        for n in (3, 27)
+    ]
+    plan = worker.plan({"calls": [call("m", "multi_edit", edits=edits)]})
+    (project / "a.txt").unlink()
+    (project / "a.txt").symlink_to("b.txt")
+    done = _execute(
+        worker,
+        plan["batch_id"],
+        approved=["m"],
+        hunks={"m": {"a.txt": {"approved": [0], "dropped": [{"index": 1}]}}},
+    )
+    (r,) = done["results"]
+    assert not r["ok"]
+    assert r["error"]["details"]["kind"] == "StaleFile", r
+    assert (project / "b.txt").read_text() == text

@@ -378,7 +378,13 @@ def apply_user_text(ctx: ToolContext, staged: list[Staged], texts: dict[str, str
         # The file must hold exactly what the review started from (checked
         # below), and have been read if the tool itself asks that.
         loaded = load(at_root, item.display, must_exist=False, enforce_read=item.read_first)
-        if loaded.exists != item.existed or loaded.text != item.old:
+        # Same text is not enough: the path may now be a link to another file
+        # (holding the same text), one the user saw no change for.
+        if (
+            loaded.sp.canonical != item.canonical
+            or loaded.exists != item.existed
+            or loaded.text != item.old
+        ):
             raise stale(
                 f"{item.display} changed after the user reviewed the change; nothing was written",
                 loaded.sp,
