@@ -64,8 +64,9 @@
 ;; drops it, as magit stages hunks.  The call is then approved in part:
 ;; each hunk shows [+] (approved) or [-] (dropped) on a line of its own,
 ;; and only the approved hunks are written.  The first hunk key on a call
-;; not yet approved decides the other hunks the opposite way (`-' on one
-;; hunk: all but this one; `+': only this one).  Every hunk approved is
+;; not yet decided decides the other hunks the opposite way (`-' on one
+;; hunk: all but this one; `+': only this one); a denied call's other
+;; hunks stay dropped.  Every hunk approved is
 ;; the plain approval; every hunk dropped, a denial.  A call that moves or
 ;; deletes files, and a file edited in ediff, are decided whole.
 ;;
@@ -1186,7 +1187,8 @@ would name lines the user did not mean."
   "Record STATE for HUNK, (PATH . INDEX), of call ID.
 STATE is `approved' or (dropped . REASON).
 The call becomes approved in part.  The first hunk decision of a call
-not yet approved gives its other hunks the opposite state; every hunk
+not yet decided gives its other hunks the opposite state (of a denied
+call, they stay dropped; of an approved one, approved); every hunk
 approved is the plain approval, every hunk dropped a denial (with the
 reasons given)."
   (let* ((decision (gethash id forj-review--decisions))
@@ -1195,6 +1197,9 @@ reasons given)."
                               append (cl-loop for index below count
                                               collect (cons (cons path index)
                                                             (cond ((eq decision t) 'approved)
+                                                                  ;; A denied call stays denied
+                                                                  ;; but for what is approved.
+                                                                  (decision (cons 'dropped nil))
                                                                   ((eq state 'approved)
                                                                    (cons 'dropped nil))
                                                                   (t 'approved))))))))
@@ -1209,7 +1214,9 @@ reasons given)."
                                                       (let ((reason (cdr-safe (cdr entry))))
                                                         (and reason (not (string-empty-p reason)) reason)))
                                                     states)))))
-        (forj-review-decide id (cons 'deny (and reasons (string-join reasons "; "))))))
+        ;; A reason given with the denial itself is kept.
+        (forj-review-decide id (cons 'deny (if reasons (string-join reasons "; ")
+                                             (cdr-safe decision))))))
      (t
       (puthash id states forj-review--hunks)
       (puthash id t forj-review--decisions)))

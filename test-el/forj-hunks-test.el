@@ -284,5 +284,36 @@ stay, and no grant would let later calls like it run whole."
       (should (equal (forj-hunks-test--read root "a.txt")
                      (replace-regexp-in-string "^line 27$" "Y" forj-hunks-test--thirty))))))
 
+(ert-deftest forj-test-hunks-dropping-a-hunk-of-a-denied-call-approves-nothing ()
+  "`-' on a hunk of a call the user denied keeps it denied (it does not
+approve the other hunks); `+' then approves that hunk alone."
+  (forj-test-with-project `(("a.txt" . ,forj-hunks-test--thirty))
+    (let* ((forj-review-input-delay 0)
+           (run (forj-hunks-test--review
+                 root
+                 (list "{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}"
+                       (json-serialize
+                        (list :id "m" :name "multi_edit"
+                              :args (list :edits
+                                          (vconcat
+                                           (mapcar (lambda (n)
+                                                     (list :path "a.txt" :start_line n :end_line n
+                                                           :new_content (format "LINE %d\n" n)))
+                                                   '(3 15 27))))))))))
+      (with-current-buffer (car run)
+        (goto-char (point-min))
+        (forj-hunks-test--keys "M-n d -")
+        (should (string-match-p "^\\[denied\\] " (buffer-string)))
+        (should-not (string-match-p "^\\[\\+\\] hunk" (buffer-string)))
+        (forj-hunks-test--keys "M-n M-n +")
+        (should (string-match-p "^\\[in part\\] " (buffer-string)))
+        (should (string-match-p "^\\[\\+\\] hunk 3 of 3 in a.txt: approved$" (buffer-string)))
+        (should (string-match-p "^\\[-\\] hunk 1 of 3 in a.txt: dropped$" (buffer-string)))
+        (should (string-match-p "^\\[-\\] hunk 2 of 3 in a.txt: dropped$" (buffer-string)))
+        (forj-hunks-test--keys "C-c C-c"))
+      (forj-hunks-test--results run)
+      (should (equal (forj-hunks-test--read root "a.txt")
+                     (replace-regexp-in-string "^line 27$" "LINE 27" forj-hunks-test--thirty))))))
+
 (provide 'forj-hunks-test)
 ;;; forj-hunks-test.el ends here
