@@ -1326,9 +1326,25 @@ the decision as it was."
                                             :test #'equal))
                                (car files))))
                    (message nil)
-                   (forj-review--ediff review id file))))
+                   (when (forj-review--edit-after-drops-p review id (plist-get file :path))
+                     (forj-review--ediff review id file)))))
              (lambda (err)
                (message "forj: cannot edit %s: %s" id (or (plist-get err :message) err))))))
+
+(defun forj-review--edit-after-drops-p (review id path)
+  "Whether to edit PATH of call ID in ediff, hunks of it dropped in REVIEW.
+Ediff starts from the whole proposal, dropped hunks included, and what
+is saved there is written whole: ask first, so they do not come back
+unseen."
+  (let ((dropped (and (buffer-live-p review)
+                      (cl-loop for ((file . index) . state)
+                               in (gethash id (buffer-local-value 'forj-review--hunks review))
+                               when (and (equal file path) (consp state))
+                               collect (1+ index)))))
+    (or (null dropped)
+        (yes-or-no-p
+         (format "You dropped hunk %s of %s; ediff shows the whole proposal, those hunks included, and your text is written whole.  Edit anyway? "
+                 (mapconcat #'number-to-string dropped ", ") path)))))
 
 (defvar-local forj-review--edit nil
   "In a proposed buffer: (REVIEW-BUFFER ID PATH PROPOSED-TEXT OLD-TEXT EXISTED).")

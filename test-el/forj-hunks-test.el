@@ -315,5 +315,37 @@ approve the other hunks); `+' then approves that hunk alone."
       (should (equal (forj-hunks-test--read root "a.txt")
                      (replace-regexp-in-string "^line 27$" "LINE 27" forj-hunks-test--thirty))))))
 
+(ert-deftest forj-test-hunks-ediff-after-a-dropped-hunk-asks-first ()
+  "Editing a file in ediff after dropping one of its hunks asks first: ediff
+shows the whole proposal, and the dropped hunk would come back with the
+user's text.  Saying no keeps the hunk decisions and opens nothing."
+  (forj-test-with-project `(("a.txt" . ,forj-hunks-test--thirty))
+    (let* ((forj-review-input-delay 0)
+           (asked nil)
+           (run (forj-hunks-test--review
+                 root
+                 (list "{\"id\": \"r\", \"name\": \"read_file\", \"args\": {\"path\": \"a.txt\"}}"
+                       (json-serialize
+                        (list :id "m" :name "multi_edit"
+                              :args (list :edits
+                                          (vector
+                                           (list :path "a.txt" :start_line 3 :end_line 3 :new_content "X\n")
+                                           (list :path "a.txt" :start_line 27 :end_line 27
+                                                 :new_content "Y\n")))))))))
+      (with-current-buffer (car run)
+        (goto-char (point-min))
+        (forj-hunks-test--keys "M-n -")
+        (cl-letf (((symbol-function 'yes-or-no-p)
+                   (lambda (prompt) (setq asked prompt) nil)))
+          (forj-review-edit)
+          (should (forj-test--wait-for (lambda () asked) 30)))
+        (should (string-match-p "You dropped hunk 1 of a.txt" asked))
+        (should-not (get-buffer "*forj-proposed: a.txt*"))
+        (should (string-match-p "^\\[-\\] hunk 1 of 2 in a.txt: dropped$" (buffer-string)))
+        (forj-hunks-test--keys "C-c C-c"))
+      (forj-hunks-test--results run)
+      (should (equal (forj-hunks-test--read root "a.txt")
+                     (replace-regexp-in-string "^line 27$" "Y" forj-hunks-test--thirty))))))
+
 (provide 'forj-hunks-test)
 ;;; forj-hunks-test.el ends here
