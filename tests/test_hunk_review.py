@@ -340,3 +340,31 @@ def test_attack_hunks_a_file_swapped_for_a_link_after_review_is_not_written(
     assert not r["ok"]
     assert r["error"]["details"]["kind"] == "StaleFile", r
     assert (project / "b.txt").read_text() == text
+
+
+def test_hunks_keep_crlf_line_ends_the_byte_order_mark_and_a_missing_final_newline(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """A file with CRLF line ends, a UTF-8 byte-order mark and no final newline,
+    approved in part: the dropped hunk's lines are byte for byte as before,
+    the approved one is as proposed, and the mark and the ends are kept."""
+    rows = [f"row {i}" for i in range(1, 31)]
+    before = "\ufeff" + "\r\n".join(rows)
+    (project / "c.txt").write_bytes(before.encode("utf-8"))
+    worker = make_worker()
+    _read(worker, "c.txt")
+    edits = [
+        {"path": "c.txt", "start_line": n, "end_line": n, "new_content": f"ROW {n}\n"}
+        for n in (3, 30)
+    ]
+    plan = worker.plan({"calls": [call("m", "multi_edit", edits=edits)]})
+    assert plan["items"][0]["hunk_files"] == [{"path": "c.txt", "hunks": 2}]
+    done = _execute(
+        worker,
+        plan["batch_id"],
+        approved=["m"],
+        hunks={"m": {"c.txt": {"approved": [0], "dropped": [{"index": 1}]}}},
+    )
+    assert done["results"][0]["ok"], done
+    after = (project / "c.txt").read_bytes().decode("utf-8")
+    assert after == before.replace("row 3\r\n", "ROW 3\r\n")
