@@ -112,12 +112,14 @@ class PlannedCall:
         none, and is decided whole)."""
         if self.disposition is not Disposition.CONFIRM or self.preview is None:
             return None
-        files = [
-            {"path": s.display, "hunks": n}
-            for s in self.staged
-            if (n := _hunks.count(s.old, s.new)) > 0
-        ]
-        return files or None
+        changed = [(s, n) for s in self.staged if (n := _hunks.count(s.old, s.new)) > 0]
+        if not changed or not _hunks.shown_as_staged(self.preview, [s for s, _ in changed]):
+            return None
+        return [{"path": s.display, "hunks": n} for s, n in changed]
+
+    def hunks_decidable(self) -> bool:
+        """The review may approve this call in part (it offered ``hunk_files``)."""
+        return self._hunk_files() is not None
 
 
 @dataclass

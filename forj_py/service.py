@@ -1056,11 +1056,11 @@ class Worker:
                         "Or approve it whole to give the grant",
                     ],
                 )
-            if not planned.staged:
+            if not planned.staged or not planned.hunks_decidable():
                 raise ProtocolError(
                     "bad-request",
                     f"call {call_id!r} cannot be approved in part: it moves or deletes files, "
-                    "or proposes no text",
+                    "proposes no text, or its preview is not the diff its hunks are counted on",
                     ["Approve or deny it whole"],
                 )
             decisions = _hunks.check_decisions(

@@ -368,3 +368,47 @@ def test_hunks_keep_crlf_line_ends_the_byte_order_mark_and_a_missing_final_newli
     assert done["results"][0]["ok"], done
     after = (project / "c.txt").read_bytes().decode("utf-8")
     assert after == before.replace("row 3\r\n", "ROW 3\r\n")
+
+
+def test_hunks_every_writing_tool_offers_them(make_worker: MakeWorker, project: Path) -> None:
+    """Each writing tool's preview is the diff its hunks are counted on, so the
+    review offers hunk keys for it (the worker checks this for every call)."""
+    worker = make_worker()
+    _read(worker, "src/main.py")
+    calls = [
+        call("e", "edit", path="src/main.py", old_string="line 7\n", new_string="7\n"),
+        call("w", "write_file", path="new.txt", content="n\n"),
+        call("g", "edit_region", path="src/main.py", start_line=40, end_line=40, new_content="x\n"),
+        call(
+            "p",
+            "apply_patch",
+            patch="*** Begin Patch\n*** Add File: p.txt\n+p\n*** End Patch\n",
+        ),
+    ]
+    for c in calls:
+        plan = worker.plan({"calls": [c]})
+        (item,) = plan["items"]
+        assert item["disposition"] == "confirm", item
+        assert item.get("hunk_files"), (c["name"], item)
+
+
+def test_attack_hunks_refused_when_the_preview_is_not_the_counted_diff(
+    make_worker: MakeWorker, project: Path
+) -> None:
+    """Should a call's preview ever differ from the diff the worker counts hunks
+    on (a tool that draws its own), an index would name lines the user did
+    not see: such a call offers no hunk keys and its hunk decisions are refused."""
+    worker = make_worker()
+    batch = _three_hunks_and_readme(worker)
+    planned = worker._batch(batch).calls[0]
+    # The first hunk's header as a different tool might draw it.
+    planned.preview = (planned.preview or "").replace("@@ -7,7 +7,7 @@", "@@ -7,7 +7,8 @@", 1)
+    assert planned.item().hunk_files is None
+    with pytest.raises(ProtocolError, match="cannot be approved in part"):
+        _execute(
+            worker,
+            batch,
+            approved=["m"],
+            hunks={"m": {"src/main.py": {"approved": [0, 2], "dropped": [{"index": 1}]}}},
+        )
+    assert (project / "src/main.py").read_text() == MAIN

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ProtocolError
+from ..output import visible_controls
 from ..protocol import FileHunks
 from . import _edit
 from .registry import Staged, ToolContext
@@ -77,6 +78,26 @@ def file_hunks(old: str, new: str) -> list[Hunk]:
 def count(old: str, new: str) -> int:
     """How many hunks the review shows for this change."""
     return len(file_hunks(old, new))
+
+
+def shown_as_staged(preview: str, staged: list[Staged]) -> bool:
+    """Whether ``preview`` (as the review shows it) is, file by file and in
+    order, exactly the diffs whose hunks :func:`file_hunks` numbers for
+    ``staged`` (the files that change), each followed by its notes only.
+
+    A hunk index names lines the user saw only if this holds; a tool whose
+    preview is made some other way is approved or denied whole.
+    """
+    pieces = _edit.split_file_diffs(preview)
+    if len(pieces) != len(staged):
+        return False
+    for piece, item in zip(pieces, staged, strict=True):
+        diff = visible_controls(_edit.review(item.display, item.old, item.new, item.existed))
+        if not diff or not piece.startswith(diff):
+            return False
+        if any(line and not line.startswith("note: ") for line in piece[len(diff) :].split("\n")):
+            return False
+    return True
 
 
 def partial(old: str, new: str, approved: frozenset[int]) -> tuple[str, list[tuple[int, int]]]:
