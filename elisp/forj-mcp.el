@@ -93,6 +93,10 @@ taken."
 (defun forj-mcp--item (item client)
   "Return ITEM as the review is to show it, its summary naming CLIENT."
   (let ((item (copy-sequence item)))
+    ;; The answer to an MCP client approves a call whole (or as edited):
+    ;; no hunk keys here.
+    (setq item (cl-loop for (key value) on item by #'cddr
+                        unless (eq key :hunk_files) append (list key value)))
     (plist-put item :summary
                (format "[MCP client %s] %s" client
                        (or (plist-get item :summary) (plist-get item :name) "")))))

@@ -219,6 +219,7 @@ it, as does \\<forj-tools-mode-map>\\[forj-tools-toggle-fold] on its line."
   (callback nil :documentation "Called with the results when the batch is done.")
   (context nil :documentation "The consent context sent with the plan: mode and session.")
   (grants nil :documentation "Alist: approved call id -> the standing grant the user gave.")
+  (hunks nil :documentation "Alist: call id approved in part -> its hunks, per file.")
   (consent nil :documentation "What the worker said of consent: :turn, :grants, :mode_note.")
   (turn nil :documentation "The id of the user message the batch answers, or nil.")
   (review-all nil :documentation "Non-nil: every call that would run is reviewed first."))
@@ -402,9 +403,10 @@ In a batch that reviews everything, `execute' items are shown too."
     (if review
         (setf (forj-tools-batch-review batch)
               (forj-review-open (mapcar #'forj-tools--review-item review)
-                                (lambda (approved denied modified &optional cancelled grants)
+                                (lambda (approved denied modified &optional cancelled grants hunks)
                                   (setf (forj-tools-batch-review batch) nil
-                                        (forj-tools-batch-grants batch) grants)
+                                        (forj-tools-batch-grants batch) grants
+                                        (forj-tools-batch-hunks batch) hunks)
                                   (cond
                                    (cancelled (forj-tools--cancel-in-review batch))
                                    ((forj-tools--denied-to-run items denied)
@@ -789,7 +791,12 @@ fails every call."
                        :modified (forj-tools--table
                                   (mapcar (lambda (pair)
                                             (cons (car pair) (forj-tools--table (cdr pair))))
-                                          modified)))
+                                          modified))
+                       ;; Calls approved in part: which hunks of which files.
+                       :hunks (forj-tools--table
+                               (mapcar (lambda (pair)
+                                         (cons (car pair) (forj-tools--table (cdr pair))))
+                                       (forj-tools-batch-hunks batch))))
                  :success (lambda (reply)
                             (when (cl-some (lambda (grant)
                                              (member (plist-get (cdr grant) :scope) '("session" "minutes")))

@@ -41,6 +41,7 @@ from .store.backups import Backups
 from .store.checkpoints import ChangeLog
 from .store.journal import Journal
 from .tools._edit import apply_user_text
+from .tools._hunks import FileDecision, apply_hunks
 from .tools.registry import ToolContext
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class Runner:
         emit: EmitFn,
         modified: dict[str, dict[str, str]] | None = None,
         unreviewed: dict[str, tuple[str, list[str], str]] | None = None,
+        hunks: dict[str, dict[str, FileDecision]] | None = None,
     ) -> list[Finished]:
         per_call = self.config.tools.output.max_bytes
         # The capacity is what is left of the model's
@@ -142,6 +144,7 @@ class Runner:
                 emit,
                 (modified or {}).get(planned.call_id),
                 (unreviewed or {}).get(planned.call_id),
+                (hunks or {}).get(planned.call_id),
             )
             finished = _finish(wire, call_limit, truncatable, encoded)
             spent = len(finished.text.encode("utf-8"))
@@ -191,6 +194,7 @@ class Runner:
         emit: EmitFn,
         user_texts: dict[str, str] | None = None,
         unreviewed: tuple[str, list[str], str] | None = None,
+        hunks: dict[str, FileDecision] | None = None,
     ) -> tuple[dict[str, Any], bool, str | None]:
         """The call's result, whether the framework may cut it to fit, and its JSON if known."""
         cid, name = planned.call_id, planned.name
@@ -236,7 +240,9 @@ class Runner:
             if violation is not None:
                 return error_result(cid, name, violation), True, None
         emit(Event(batch_id=batch.batch_id, call_id=cid, seq=planned.seq, kind="started"))
-        result, truncatable, encoded = self._run_tool(batch, planned, limit, emit, user_texts)
+        result, truncatable, encoded = self._run_tool(
+            batch, planned, limit, emit, user_texts, hunks
+        )
         if gate is not None:
             gate.after(
                 planned.rule_name or name, planned.raw_args or {}, cid, bool(result.get("ok"))
@@ -259,6 +265,7 @@ class Runner:
         limit: int,
         emit: EmitFn,
         user_texts: dict[str, str] | None = None,
+        hunks: dict[str, FileDecision] | None = None,
     ) -> tuple[dict[str, Any], bool, str | None]:
         assert planned.tool is not None and planned.args is not None
         tool, args = planned.tool, planned.args
@@ -303,7 +310,10 @@ class Runner:
 
         def target() -> None:
             try:
-                if user_texts is not None:
+                if hunks:
+                    # Approved in part: the user's hunks only, through the same write.
+                    box["value"] = apply_hunks(ctx, planned.staged, user_texts or {}, hunks)
+                elif user_texts is not None:
                     # The user edited the proposal: write their text, not the tool's.
                     box["value"] = apply_user_text(ctx, planned.staged, user_texts)
                 else:

@@ -53,7 +53,7 @@ from .rules import Probe
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
 from .safety.permissions import Subject
-from .tools import _edit
+from .tools import _edit, _hunks
 from .tools.registry import Registry, Staged, Tool, ToolContext, format_schema_errors
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,23 @@ class PlannedCall:
             result=self.result,
             reason=self.reason,
             grant_pattern=self.grant_pattern,
+            hunk_files=self._hunk_files(),
         )
+
+    def _hunk_files(self) -> list[dict[str, Any]] | None:
+        """The files the review may decide hunk by hunk: those of a reviewed
+        call's proposal that change (a call that moves or deletes files stages
+        none, and is decided whole)."""
+        if self.disposition is not Disposition.CONFIRM or self.preview is None:
+            return None
+        changed = [(s, n) for s in self.staged if (n := _hunks.count(s.old, s.new)) > 0]
+        if not changed or not _hunks.shown_as_staged(self.preview, [s for s, _ in changed]):
+            return None
+        return [{"path": s.display, "hunks": n} for s, n in changed]
+
+    def hunks_decidable(self) -> bool:
+        """The review may approve this call in part (it offered ``hunk_files``)."""
+        return self._hunk_files() is not None
 
 
 @dataclass

@@ -336,9 +336,30 @@ class PlanItem(_Model):
     reason: str | None = None
     # For a reviewed call: the narrowest rule a standing grant could use.
     grant_pattern: str | None = None
+    # For a reviewed call that can be approved in part: each file whose hunks
+    # (the '@@' pieces of its diff in preview) can be approved or dropped one
+    # by one, with how many it has.
+    hunk_files: list[dict[str, Any]] | None = None
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+
+class DroppedHunk(_Strict):
+    index: int = Field(ge=0)
+    # Why the user dropped it: the model reads this.
+    reason: str = Field(default="", max_length=4000)
+
+
+class FileHunks(_Strict):
+    """One file's hunks of a reviewed call, as the user decided them.
+
+    Indexes count the file's ``@@`` hunks in the call's preview from 0;
+    every hunk is in exactly one of ``approved`` and ``dropped``.
+    """
+
+    approved: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    dropped: list[DroppedHunk] = Field(default_factory=list)
 
 
 class ExecuteRequest(_Strict):
@@ -352,6 +373,9 @@ class ExecuteRequest(_Strict):
     # Edit before approve: call id -> {path: the text the user wants written
     # instead of the proposal}.  Only for approved calls that had a proposal.
     modified: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # Approved in part: call id -> {path: which of its hunks the user
+    # approved and dropped}.  Files left out are written as proposed.
+    hunks: dict[str, dict[str, FileHunks]] = Field(default_factory=dict)
     turn: str | None = Field(default=None, min_length=1, max_length=256)
     # Calls refused because they need review and nobody could review them
     # (an MCP client that cannot ask): call id -> why.  Not run, like denied.

@@ -71,7 +71,7 @@ from .store.backups import Backups
 from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
 from .system import git
-from .tools import CORE, FAMILIES, family_of
+from .tools import CORE, FAMILIES, _hunks, family_of
 from .tools.manual import manual_registry
 from .tools.registry import Registry
 from .undo import Undo
@@ -693,12 +693,13 @@ class Worker:
             batch.review_expired = True
         try:
             self._check_modified(batch, req.modified, set(req.approved) & confirm)
+            hunks = self._check_hunks(batch, req, set(req.approved) & confirm)
             given = self._check_grants(batch, req, set(req.approved) & confirm, caller)
         except ProtocolError:
             with batch.lock:
                 batch.state = "planned"  # nothing ran: the caller may try again
             raise
-        approvals = self._record_approvals(batch, req, confirm, given)
+        approvals = self._record_approvals(batch, req, confirm, given, hunks)
         unknown = (set(req.approved) | set(req.denied)) - {c.call_id for c in batch.calls}
         if unknown:
             log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
@@ -721,6 +722,7 @@ class Worker:
             capacity=req.capacity_bytes,
             emit=timed,
             modified=req.modified,
+            hunks=hunks,
             unreviewed={
                 c.call_id: (
                     req.unreviewed[c.call_id],
@@ -921,6 +923,7 @@ class Worker:
         req: ExecuteRequest,
         confirm: set[str],
         given: dict[str, tuple[str, str]],
+        hunks: dict[str, dict[str, _hunks.FileDecision]],
     ) -> list[dict[str, Any]]:
         """Store the grants, and journal each reviewed call's answer."""
         granted: list[dict[str, Any]] = []
@@ -948,6 +951,12 @@ class Worker:
                 )
                 granted.append({"call_id": cid, **grant.wire()})
                 reasons[planned.seq] = f"approved by the user; grant {grant.id} {rule!r} ({scope})"
+            elif cid in hunks:
+                # The audit must not read as a whole approval.
+                reasons[planned.seq] = "approved in part by the user (once): " + "; ".join(
+                    f"{path}: hunks {sorted(d.approved)} of {len(d.approved) + len(d.dropped)}"
+                    for path, d in hunks[cid].items()
+                )
             else:
                 reasons[planned.seq] = "approved by the user (once)"
         self._journal_consent(batch.batch_id, "approval", reasons)
@@ -1052,6 +1061,68 @@ class Worker:
                     f"call {call_id!r} does not write {', '.join(strange)}",
                     [f"Modify only the files of its proposal: {', '.join(sorted(known))}"],
                 )
+
+    def _check_hunks(
+        self, batch: Batch, req: ExecuteRequest, approved: set[str]
+    ) -> dict[str, dict[str, _hunks.FileDecision]]:
+        """The calls approved in part, checked; a call with every hunk dropped
+        becomes a denial (with the user's reasons) before anything is recorded."""
+        out: dict[str, dict[str, _hunks.FileDecision]] = {}
+        for call_id, files in req.hunks.items():
+            planned = next(
+                (
+                    c
+                    for c in batch.calls
+                    if c.call_id == call_id and c.disposition is Disposition.CONFIRM
+                ),
+                None,
+            )
+            if planned is None:
+                raise ProtocolError(
+                    "bad-request",
+                    f"batch {batch.batch_id} has no call {call_id!r} awaiting review",
+                    ["Decide hunks only of the plan's confirm items"],
+                )
+            if call_id not in approved:
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} has hunk decisions but is not approved; a call approved "
+                    "in part must be in 'approved' too",
+                    ["Add the id to 'approved', or drop it from 'hunks' (a denial needs none)"],
+                )
+            grant = req.grants.get(call_id)
+            if grant is not None and grant.scope != "once":
+                # A grant lets later calls like this run unreviewed and whole:
+                # "only these hunks" must not become "all of it, from now on".
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} is approved in part ('hunks') and given a standing "
+                    "grant; a grant covers whole calls, so it needs a whole approval",
+                    [
+                        "Approve the call in part without a grant",
+                        "Or approve it whole to give the grant",
+                    ],
+                )
+            if not planned.staged or not planned.hunks_decidable():
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} cannot be approved in part: it moves or deletes files, "
+                    "proposes no text, or its preview is not the diff its hunks are counted on",
+                    ["Approve or deny it whole"],
+                )
+            decisions = _hunks.check_decisions(
+                call_id, planned.staged, files, set(req.modified.get(call_id, {}))
+            )
+            reason = _hunks.all_dropped(planned.staged, decisions)
+            if reason is not None:
+                # Every hunk dropped: the user said no to the whole call.
+                req.approved = [c for c in req.approved if c != call_id]
+                req.denied[call_id] = reason or req.denied.get(call_id, "")
+                req.modified.pop(call_id, None)
+                req.grants.pop(call_id, None)
+                continue
+            out[call_id] = decisions
+        return out
 
     def cancel(self, body: Any) -> dict[str, Any]:
         req = parse_request(CancelRequest, body)

@@ -194,7 +194,9 @@ and a worker of another version is noticed at hello and replaced on request."
                   ;; next one is the new version.
                   (let ((forj-install-extras nil))
                     (should-not (cadr (forj-install-test--build))))
-                  (should-not (process-live-p (forj-worker-process old)))
+                  (should (forj-test--wait-for
+                           (lambda () (not (process-live-p (forj-worker-process old))))
+                           30))
                   (should-not (forj-worker-get root))
                   (let ((new (forj-test--worker root)))
                     (should (equal (plist-get (forj-worker-hello new) :version) forj-version))

@@ -248,14 +248,25 @@ def validate(ctx: ToolContext, sp: SafePath, new_text: str, old_text: str | None
         )
 
 
-def stage_preview(ctx: ToolContext, loaded: Loaded, new_text: str) -> None:
+def stage_preview(
+    ctx: ToolContext, loaded: Loaded, new_text: str, *, read_first: bool = True
+) -> None:
     """Record, while planning, what this call will write: for later calls of the
-    batch, and for a user who edits the proposal before approving it."""
+    batch, and for a user who edits the proposal before approving it (or
+    approves part of it).  ``read_first``: the tool changes only files the
+    model read (a rename reaches files it never read)."""
     if ctx.overlay is not None:
         ctx.overlay[loaded.sp.canonical] = ("\ufeff" if loaded.bom else "") + new_text
     if ctx.staged is not None:
         ctx.staged.append(
-            Staged(loaded.sp.display, loaded.sp.canonical, loaded.text, new_text, loaded.exists)
+            Staged(
+                loaded.sp.display,
+                loaded.sp.canonical,
+                loaded.text,
+                new_text,
+                loaded.exists,
+                read_first,
+            )
         )
 
 
@@ -364,8 +375,16 @@ def apply_user_text(ctx: ToolContext, staged: list[Staged], texts: dict[str, str
     # Display paths are relative to the project root, whatever the call's cwd.
     at_root = dataclasses.replace(ctx, working_dir=ctx.sandbox.project_root)
     for item in staged:
-        loaded = load(at_root, item.display, must_exist=False)
-        if loaded.exists != item.existed or loaded.text != item.old:
+        # The file must hold exactly what the review started from (checked
+        # below), and have been read if the tool itself asks that.
+        loaded = load(at_root, item.display, must_exist=False, enforce_read=item.read_first)
+        # Same text is not enough: the path may now be a link to another file
+        # (holding the same text), one the user saw no change for.
+        if (
+            loaded.sp.canonical != item.canonical
+            or loaded.exists != item.existed
+            or loaded.text != item.old
+        ):
             raise stale(
                 f"{item.display} changed after the user reviewed the change; nothing was written",
                 loaded.sp,

@@ -59,6 +59,8 @@ class Staged:
     old: str  # the text the diff starts from (disk, or an earlier call's proposal)
     new: str  # the proposed text
     existed: bool
+    # The tool's stale-file rule: the model must have read the file first.
+    read_first: bool = True
 
 
 @dataclass
