@@ -425,5 +425,47 @@ and bound, for the test to prove they stay here."
     (should (file-exists-p (expand-file-name "state/forj/journal.sqlite3"
                                              (plist-get forj-remote-test--sshd :remote-home))))))
 
+(ert-deftest forj-test-remote-attack-worker-paths-never-name-a-local-file ()
+  "A remote worker's reply naming a local file (absolute, .., ~, a TRAMP name) touches nothing here.
+The host in ROOT is never reached: every path is refused before TRAMP
+would be asked."
+  (let* ((root "/ssh:forj-no-such-host.invalid:/src/app/")
+         (dir (make-temp-file "forj-local-" t))
+         (victim (expand-file-name "passwd" dir))
+         (other (expand-file-name "shadow" dir))
+         (buffer nil))
+    (unwind-protect
+        (progn
+          (with-temp-file victim (insert "root:x:0:0\n"))
+          (setq buffer (find-file-noselect victim))
+          (with-temp-file victim (insert "changed on disk\n"))
+          (dolist (path (list victim (concat "../../.." victim) (concat "/sudo::" victim)
+                              (concat "/ssh:other:" victim) "~/x" ""))
+            (let ((mapped (forj-project-file path root)))
+              (should (or (null mapped) (string-prefix-p "/ssh:forj-no-such-host.invalid:/src/app/" mapped)))))
+          (should (equal (forj-project-file "a/b.txt" root)
+                         "/ssh:forj-no-such-host.invalid:/src/app/a/b.txt"))
+          ;; Reverting after an edit, a move, a delete, a patch: the local
+          ;; buffer of that name keeps its text and its file name.
+          (forj-files-revert root (list victim))
+          (forj-moves--note root (list :src victim :dst other :is_dir :false) "fs_move")
+          (forj-moves--note root (list :path victim :deleted t) "fs_delete")
+          (forj-moves--note root (list :path victim) "file_patch")
+          (forj-moves--note root (list :applied t :files (vector (list :path other :from victim
+                                                                     :action "moved")))
+                            "apply_patch")
+          (with-current-buffer buffer
+            (should (equal buffer-file-name victim))
+            (should (equal (buffer-string) "root:x:0:0\n"))
+            (should-not forj-moves-deleted)
+            (should-not header-line-format))
+          ;; A path in a tool's output is no link to the local file.
+          (should-not (forj-tools--existing-file victim root (make-hash-table :test #'equal)))
+          (should-not (forj-render--file victim root)))
+      (when (buffer-live-p buffer)
+        (with-current-buffer buffer (set-buffer-modified-p nil))
+        (kill-buffer buffer))
+      (delete-directory dir t))))
+
 (provide 'forj-remote-test)
 ;;; forj-remote-test.el ends here
