@@ -467,5 +467,40 @@ would be asked."
         (kill-buffer buffer))
       (delete-directory dir t))))
 
+(ert-deftest forj-test-remote-login-shell-chatter-before-the-worker-is-no-frame ()
+  "A remote ~/.bashrc that prints (even a frame-shaped line) before the worker starts breaks nothing."
+  (let* ((dir (make-temp-file "forj-chatter-" t))
+         (state (make-temp-file "forj-chatter-state-" t))
+         (token "0123456789abcdef0123456789abcdef")
+         (process (make-process
+                   :name "forj-chatter"
+                   :command (list "sh" "-c"
+                                  "echo 'Welcome to the host'; printf '000010(return 1 nil)'; exec \"$@\""
+                                  "login-shell"
+                                  (or (getenv "FORJ_PYTHON") "python3") "-m" "forj_py" "--stdio"
+                                  "--root" dir "--state-dir" state)
+                   :connection-type 'pipe :coding 'binary :noquery t
+                   :stderr (get-buffer-create " *forj-chatter-stderr*")))
+         (hello nil) (failure nil))
+    (unwind-protect
+        (let ((conn (forj-epc-attach process :name "chatter"
+                                     :preamble forj-epc-stdio-preamble)))
+          (process-send-string process (concat token "\n"))
+          (forj-epc-call conn "hello" (list :token token)
+                         :success (lambda (reply) (setq hello reply))
+                         :error (lambda (e) (setq failure e)))
+          (with-timeout (60 (ert-fail "no hello in 60 s"))
+            (while (not (or hello failure))
+              (accept-process-output process 0.1)))
+          (should-not failure)
+          (should (equal (plist-get hello :root) (directory-file-name (file-truename dir))))
+          (should (equal (forj-epc-connection-noise conn) "Welcome to the host\n000010(return 1 nil)")))
+      (when (process-live-p process)
+        (process-send-eof process)
+        (with-timeout (10 (delete-process process))
+          (while (process-live-p process) (accept-process-output process 0.1))))
+      (delete-directory dir t)
+      (delete-directory state t))))
+
 (provide 'forj-remote-test)
 ;;; forj-remote-test.el ends here

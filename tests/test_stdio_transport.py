@@ -224,3 +224,16 @@ def test_attack_another_process_of_the_user_cannot_open_the_stdio_workers_pipes(
         )
         assert attacker.stdout.decode().split() == ["denied"]
         assert c.call("ping", {}, HANG) == {}
+
+
+def test_stdio_login_shell_chatter_before_the_worker_never_reaches_the_frames(
+    project: Path,
+) -> None:
+    """A ~/.bashrc that prints (even something shaped like a frame) is dropped, not parsed."""
+    chatter = 'echo "Welcome to the host"; printf "000010(return 1 nil)"'
+    noisy = ["sh", "-c", f'{chatter}; eval "exec $1"', "login-shell"]
+    with StdioWorkerProcess(project, launcher=noisy) as proc, proc.client() as c:
+        hello = c.call("hello", {"token": proc.token}, HANG)
+        assert hello["root"] == str(project.resolve())
+        assert c.noise == b"Welcome to the host\n000010(return 1 nil)"
+        assert c.call("ping", {}, HANG) == {}
