@@ -502,5 +502,19 @@ would be asked."
       (delete-directory dir t)
       (delete-directory state t))))
 
+(ert-deftest forj-test-remote-endless-login-shell-chatter-ends-the-connection-saying-why ()
+  "A remote shell that prints without end, and starts no worker, is no wait without end."
+  (let* ((process (make-process :name "forj-chatter" :command (list "sh" "-c" "yes Welcome")
+                                :connection-type 'pipe :coding 'binary :noquery t))
+         (reason nil))
+    (unwind-protect
+        (progn
+          (forj-epc-attach process :name "chatter" :preamble forj-epc-stdio-preamble
+                           :on-close (lambda (_conn why) (setq reason why)))
+          (with-timeout (30 (ert-fail "the connection did not give up"))
+            (while (not reason) (accept-process-output process 0.1)))
+          (should (string-match-p "~/\\.bashrc" reason)))
+      (delete-process process))))
+
 (provide 'forj-remote-test)
 ;;; forj-remote-test.el ends here
