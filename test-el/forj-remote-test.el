@@ -516,5 +516,34 @@ would be asked."
           (should (string-match-p "~/\\.bashrc" reason)))
       (delete-process process))))
 
+(ert-deftest forj-test-remote-attack-chat-file-naming-a-host-connects-to-nothing ()
+  "Opening a chat file whose first line names /ssh:host: or /sudo:: makes TRAMP connect nowhere."
+  (let* ((dir (make-temp-file "forj-chat-file-" t))
+         (connections 0)
+         (count (lambda (&rest _) (cl-incf connections))))
+    (advice-add 'tramp-maybe-open-connection :before count)
+    (unwind-protect
+        (dolist (case '(("/ssh:forj-no-such-host.invalid:/src/app/" . t)
+                        ("/ssh:forj-no-such-host.invalid:~/app/" . nil)
+                        ("/sudo::/root/" . t)))
+          (let* ((file (expand-file-name "chat.md" dir))
+                 (buffer (progn (with-temp-file file
+                                  (insert (format "<!-- forj-chat root: %s -->\n\n## User\n\nhi\n"
+                                                  (car case))))
+                                (find-file-noselect file))))
+            (unwind-protect
+                (with-current-buffer buffer
+                  (should (eq major-mode 'forj-chat-mode))
+                  (if (cdr case)
+                      (should (equal (forj-session-root forj-session) (car case)))
+                    (should-not (forj-session-root forj-session)))
+                  ;; Named, not chosen: the user confirms it before any worker starts.
+                  (should-not (forj-session-root-confirmed forj-session))
+                  (should (= connections 0)))
+              (with-current-buffer buffer (set-buffer-modified-p nil))
+              (kill-buffer buffer))))
+      (advice-remove 'tramp-maybe-open-connection count)
+      (delete-directory dir t))))
+
 (provide 'forj-remote-test)
 ;;; forj-remote-test.el ends here
