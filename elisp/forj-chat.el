@@ -284,8 +284,15 @@ The text is as shown: `header-line-format' escapes its `%'."
   (save-excursion
     (goto-char (point-min))
     (when (looking-at "<!-- forj-chat root: \\(.*?\\) -->")
-      (let ((root (expand-file-name (match-string-no-properties 1))))
-        (when (file-directory-p root)
+      (let* ((named (match-string-no-properties 1))
+             ;; A remote root is taken as written, never looked at now:
+             ;; opening a chat file (one downloaded, one in a repository)
+             ;; must not make TRAMP connect to the host or sudo it names.
+             ;; Its worker starts only after the user confirms the root.
+             (root (if (file-remote-p named)
+                       (and (string-prefix-p "/" (file-remote-p named 'localname)) named)
+                     (expand-file-name named))))
+        (when (and root (or (file-remote-p root) (file-directory-p root)))
           (setf (forj-session-root forj-session) (file-name-as-directory root)
                 forj-tools-root (forj-session-root forj-session)
                 ;; A chat file from elsewhere (a download, a repository) only

@@ -164,8 +164,9 @@
 (defun forj-render--file (path root)
   "PATH under ROOT as an absolute file name if it names a regular file there."
   (when (and (stringp path) root (not (string-empty-p path)))
-    (let ((file (expand-file-name path root)))
-      (and (not (file-remote-p file))
+    (let ((file (forj-project-file path root)))
+      (and file
+           (not (file-remote-p file))
            (file-in-directory-p file root)
            (file-regular-p file)
            file))))

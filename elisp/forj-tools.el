@@ -1169,8 +1169,10 @@ CACHE, a hash table, remembers answers for one rendering."
     (if (not (eq known 'unknown))
         known
       (puthash path
-               (let ((file (expand-file-name path root)))
-                 (and (not (file-remote-p file)) (file-regular-p file) file))
+               ;; A path the worker printed names a file on its host:
+               ;; under a remote root never a local file of that name.
+               (let ((file (forj-project-file path root)))
+                 (and file (not (file-remote-p file)) (file-regular-p file) file))
                cache))))
 
 (defun forj-tools--buttonize (from to root cache)

@@ -441,6 +441,8 @@ spoken to over the connection's pipe: see forj-remote.el."
    worker
    (forj-epc-attach (forj-worker-process worker)
                     :name (abbreviate-file-name (forj-worker-root worker))
+                    ;; The remote login shell may print first: not a frame.
+                    :preamble forj-epc-stdio-preamble
                     :on-request (lambda (method body answer)
                                   (forj-worker--request worker method body answer))
                     :on-close (lambda (_conn reason)

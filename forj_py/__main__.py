@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if args.stdio:
+        _keep_others_out()
     # Read once: a restart hands it over with the rest (stdin has moved on).
     if (args.token_stdin or args.stdio) and not secretenv.has_token():
         secretenv.keep_token(_read_token_line())
@@ -242,6 +244,29 @@ def _housekeeping(worker: Worker, server: WorkerServer) -> None:
     worker.commands.start()
     worker.watcher.start()
     worker.backups.prune()
+
+
+def _keep_others_out() -> None:
+    """Let no other process of the user open this one's descriptors through /proc.
+
+    A stdio worker's frames are its pipes, and once ``hello`` has passed
+    whatever is written into them is an authenticated call (or, the other
+    way, a reply Emacs believes).  ``/proc/<pid>/fd/N`` lets any process
+    of the same user open those pipes: another login's shell, or a
+    command the user let run outside the sandbox.  A process that is not
+    dumpable has its ``/proc/<pid>`` entries owned by root, so they
+    cannot (nor read its memory or environment).  Children get the
+    flag back at ``execve``, so the commands it runs are unaffected.  Set
+    again after each restart, which clears it; before the token is read.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+            log.warning("cannot make the worker undumpable: errno %d", ctypes.get_errno())
+    except (OSError, AttributeError):
+        log.warning("cannot make the worker undumpable: no prctl")
 
 
 def _watch_parent(stop: Callable[[], None]) -> None:

@@ -425,5 +425,125 @@ and bound, for the test to prove they stay here."
     (should (file-exists-p (expand-file-name "state/forj/journal.sqlite3"
                                              (plist-get forj-remote-test--sshd :remote-home))))))
 
+(ert-deftest forj-test-remote-attack-worker-paths-never-name-a-local-file ()
+  "A remote worker's reply naming a local file (absolute, .., ~, a TRAMP name) touches nothing here.
+The host in ROOT is never reached: every path is refused before TRAMP
+would be asked."
+  (let* ((root "/ssh:forj-no-such-host.invalid:/src/app/")
+         (dir (make-temp-file "forj-local-" t))
+         (victim (expand-file-name "passwd" dir))
+         (other (expand-file-name "shadow" dir))
+         (buffer nil))
+    (unwind-protect
+        (progn
+          (with-temp-file victim (insert "root:x:0:0\n"))
+          (setq buffer (find-file-noselect victim))
+          (with-temp-file victim (insert "changed on disk\n"))
+          (dolist (path (list victim (concat "../../.." victim) (concat "/sudo::" victim)
+                              (concat "/ssh:other:" victim) "~/x" ""))
+            (let ((mapped (forj-project-file path root)))
+              (should (or (null mapped) (string-prefix-p "/ssh:forj-no-such-host.invalid:/src/app/" mapped)))))
+          (should (equal (forj-project-file "a/b.txt" root)
+                         "/ssh:forj-no-such-host.invalid:/src/app/a/b.txt"))
+          ;; Reverting after an edit, a move, a delete, a patch: the local
+          ;; buffer of that name keeps its text and its file name.
+          (forj-files-revert root (list victim))
+          (forj-moves--note root (list :src victim :dst other :is_dir :false) "fs_move")
+          (forj-moves--note root (list :path victim :deleted t) "fs_delete")
+          (forj-moves--note root (list :path victim) "file_patch")
+          (forj-moves--note root (list :applied t :files (vector (list :path other :from victim
+                                                                     :action "moved")))
+                            "apply_patch")
+          (with-current-buffer buffer
+            (should (equal buffer-file-name victim))
+            (should (equal (buffer-string) "root:x:0:0\n"))
+            (should-not forj-moves-deleted)
+            (should-not header-line-format))
+          ;; A path in a tool's output is no link to the local file.
+          (should-not (forj-tools--existing-file victim root (make-hash-table :test #'equal)))
+          (should-not (forj-render--file victim root)))
+      (when (buffer-live-p buffer)
+        (with-current-buffer buffer (set-buffer-modified-p nil))
+        (kill-buffer buffer))
+      (delete-directory dir t))))
+
+(ert-deftest forj-test-remote-login-shell-chatter-before-the-worker-is-no-frame ()
+  "A remote ~/.bashrc that prints (even a frame-shaped line) before the worker starts breaks nothing."
+  (let* ((dir (make-temp-file "forj-chatter-" t))
+         (state (make-temp-file "forj-chatter-state-" t))
+         (token "0123456789abcdef0123456789abcdef")
+         (process (make-process
+                   :name "forj-chatter"
+                   :command (list "sh" "-c"
+                                  "echo 'Welcome to the host'; printf '000010(return 1 nil)'; exec \"$@\""
+                                  "login-shell"
+                                  (or (getenv "FORJ_PYTHON") "python3") "-m" "forj_py" "--stdio"
+                                  "--root" dir "--state-dir" state)
+                   :connection-type 'pipe :coding 'binary :noquery t
+                   :stderr (get-buffer-create " *forj-chatter-stderr*")))
+         (hello nil) (failure nil))
+    (unwind-protect
+        (let ((conn (forj-epc-attach process :name "chatter"
+                                     :preamble forj-epc-stdio-preamble)))
+          (process-send-string process (concat token "\n"))
+          (forj-epc-call conn "hello" (list :token token)
+                         :success (lambda (reply) (setq hello reply))
+                         :error (lambda (e) (setq failure e)))
+          (with-timeout (60 (ert-fail "no hello in 60 s"))
+            (while (not (or hello failure))
+              (accept-process-output process 0.1)))
+          (should-not failure)
+          (should (equal (plist-get hello :root) (directory-file-name (file-truename dir))))
+          (should (equal (forj-epc-connection-noise conn) "Welcome to the host\n000010(return 1 nil)")))
+      (when (process-live-p process)
+        (process-send-eof process)
+        (with-timeout (10 (delete-process process))
+          (while (process-live-p process) (accept-process-output process 0.1))))
+      (delete-directory dir t)
+      (delete-directory state t))))
+
+(ert-deftest forj-test-remote-endless-login-shell-chatter-ends-the-connection-saying-why ()
+  "A remote shell that prints without end, and starts no worker, is no wait without end."
+  (let* ((process (make-process :name "forj-chatter" :command (list "sh" "-c" "yes Welcome")
+                                :connection-type 'pipe :coding 'binary :noquery t))
+         (reason nil))
+    (unwind-protect
+        (progn
+          (forj-epc-attach process :name "chatter" :preamble forj-epc-stdio-preamble
+                           :on-close (lambda (_conn why) (setq reason why)))
+          (with-timeout (30 (ert-fail "the connection did not give up"))
+            (while (not reason) (accept-process-output process 0.1)))
+          (should (string-match-p "~/\\.bashrc" reason)))
+      (delete-process process))))
+
+(ert-deftest forj-test-remote-attack-chat-file-naming-a-host-connects-to-nothing ()
+  "Opening a chat file whose first line names /ssh:host: or /sudo:: makes TRAMP connect nowhere."
+  (let* ((dir (make-temp-file "forj-chat-file-" t))
+         (connections 0)
+         (count (lambda (&rest _) (cl-incf connections))))
+    (advice-add 'tramp-maybe-open-connection :before count)
+    (unwind-protect
+        (dolist (case '(("/ssh:forj-no-such-host.invalid:/src/app/" . t)
+                        ("/ssh:forj-no-such-host.invalid:~/app/" . nil)
+                        ("/sudo::/root/" . t)))
+          (let* ((file (expand-file-name "chat.md" dir))
+                 (buffer (progn (with-temp-file file
+                                  (insert (format "<!-- forj-chat root: %s -->\n\n## User\n\nhi\n"
+                                                  (car case))))
+                                (find-file-noselect file))))
+            (unwind-protect
+                (with-current-buffer buffer
+                  (should (eq major-mode 'forj-chat-mode))
+                  (if (cdr case)
+                      (should (equal (forj-session-root forj-session) (car case)))
+                    (should-not (forj-session-root forj-session)))
+                  ;; Named, not chosen: the user confirms it before any worker starts.
+                  (should-not (forj-session-root-confirmed forj-session))
+                  (should (= connections 0)))
+              (with-current-buffer buffer (set-buffer-modified-p nil))
+              (kill-buffer buffer))))
+      (advice-remove 'tramp-maybe-open-connection count)
+      (delete-directory dir t))))
+
 (provide 'forj-remote-test)
 ;;; forj-remote-test.el ends here

@@ -176,3 +176,64 @@ def test_stdio_worker_that_cannot_start_says_why_on_stderr(tmp_path: Path) -> No
         assert proc.proc.wait(HANG) == 2
         assert proc.proc.stderr is not None
         assert b"not a directory" in proc.proc.stderr.read()
+
+
+_OPEN_THE_PIPES = """
+import os, sys
+pid = sys.argv[1]
+opened = []
+try:
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            with open(f"/proc/{pid}/fd/{fd}", "wb"):
+                opened.append(fd)
+        except OSError:  # refused, or not a file to write (a socket, a directory)
+            pass
+except PermissionError:
+    pass
+print("opened", *opened) if opened else print("denied")
+"""
+
+
+def test_attack_another_process_of_the_user_cannot_open_the_stdio_workers_pipes(
+    project: Path,
+) -> None:
+    """/proc/<worker>/fd/N would let any process of the user write frames into an open session."""
+    import shutil
+
+    drop: list[str] = []
+    if os.geteuid() == 0:
+        # Root's capabilities open anything; the attack is another process
+        # of the worker's own user, so both run as root without them.
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv to drop capabilities")
+        drop = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+    with (
+        StdioWorkerProcess(project, launcher=[*drop, "sh", "-c"]) as proc,
+        proc.client() as c,
+    ):
+        c.call("hello", {"token": proc.token}, HANG)
+        pid = proc.proc.pid
+        while b"-m\0forj_py\0" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            (pid,) = _children(pid)  # the shell, unless it became the worker
+        attacker = subprocess.run(
+            [*drop, sys.executable, "-c", _OPEN_THE_PIPES, str(pid)],
+            capture_output=True,
+            timeout=HANG,
+            check=True,
+        )
+        assert attacker.stdout.decode().split() == ["denied"]
+        assert c.call("ping", {}, HANG) == {}
+
+
+def test_stdio_login_shell_chatter_before_the_worker_never_reaches_the_frames(
+    project: Path,
+) -> None:
+    """A ~/.bashrc that prints (even something shaped like a frame) is dropped, not parsed."""
+    chatter = 'echo "Welcome to the host"; printf "000010(return 1 nil)"'
+    noisy = ["sh", "-c", f'{chatter}; eval "exec $1"', "login-shell"]
+    with StdioWorkerProcess(project, launcher=noisy) as proc, proc.client() as c:
+        hello = c.call("hello", {"token": proc.token}, HANG)
+        assert hello["root"] == str(project.resolve())
+        assert c.noise == b"Welcome to the host\n000010(return 1 nil)"
+        assert c.call("ping", {}, HANG) == {}

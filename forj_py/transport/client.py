@@ -68,12 +68,16 @@ class Client:
         json_frames: bool = True,
         on_request: Callable[[str, Any], Any] | None = None,
         pipes: tuple[IO[bytes], IO[bytes]] | None = None,
+        preamble: bytes | None = None,
     ) -> None:
         """Connect to a worker on ``host``:``port``, or over ``pipes``.
 
         ``pipes`` is (what the worker writes, what it reads): the stdout
         and stdin of a worker started with ``--stdio`` (``port`` is then
         ignored); closing the client closes the worker's stdin.
+        ``preamble``, if given, is the line that precedes the frames: what
+        comes before it (a login shell's chatter) is dropped, kept in
+        :attr:`noise`.
 
         With ``json_frames`` (the default) the ``hello`` call asks for JSON
         frames (replies and events as raw JSON, see :mod:`.sexp`); without
@@ -101,6 +105,8 @@ class Client:
         self.on_request = on_request
         self.json_frames = json_frames
         self.closed = threading.Event()
+        self.preamble = preamble
+        self.noise = b""
         self._reader = threading.Thread(target=self._read_loop, name="forj-client", daemon=True)
         self._reader.start()
 
@@ -165,8 +171,22 @@ class Client:
             # The same JSON text a standard frame carries, so callers see no difference.
             fut.set_result(body.decode("utf-8"))
 
+    def _skip_preamble(self) -> bool:
+        """Read up to the end of :attr:`preamble`; False if the pipe ended first."""
+        assert self.preamble is not None
+        seen = b""
+        while not seen.endswith(self.preamble):
+            byte = self._rfile.read(1)
+            if not byte or len(seen) > 1 << 20:
+                return False
+            seen += byte
+        self.noise = seen[: -len(self.preamble)]
+        return True
+
     def _read_loop(self) -> None:
         try:
+            if self.preamble is not None and not self._skip_preamble():
+                return
             while True:
                 head = self._rfile.read(6)
                 if len(head) < 6:
@@ -371,7 +391,11 @@ class StdioWorkerProcess:
     def client(self, **kwargs: Any) -> Client:
         """A client on the worker's pipes (one only: the pipes are its)."""
         assert self.proc.stdout is not None and self.proc.stdin is not None
-        return Client(0, pipes=(self.proc.stdout, self.proc.stdin), **kwargs)
+        from .stdio import FRAMES_FOLLOW
+
+        return Client(
+            0, pipes=(self.proc.stdout, self.proc.stdin), preamble=FRAMES_FOLLOW, **kwargs
+        )
 
     def __enter__(self) -> StdioWorkerProcess:
         return self

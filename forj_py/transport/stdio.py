@@ -22,6 +22,12 @@ stray ``print`` or a child process that writes to its inherited stdout
 lands in the log instead of in the middle of a frame, and no child can
 read the frames meant for the worker.  End of file on stdin (the
 connection dropped, Emacs went away) stops the worker like ``shutdown``.
+
+What the remote login printed before the worker started (a ``~/.bashrc``
+that echoes, a ``motd`` script run for every shell) arrives on the same
+pipe ahead of the frames.  The worker's first bytes are therefore
+:data:`FRAMES_FOLLOW`, a line no frame header can look like, and the
+other end drops everything up to and including it.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ if TYPE_CHECKING:
     from ..service import Worker
 
 log = logging.getLogger(__name__)
+
+# The first line a stdio worker writes; whatever came before it on the pipe
+# was the login shell's, not the worker's.  Emacs (forj-epc.el) knows it too.
+FRAMES_FOLLOW = b"\nforj: frames follow\n"
 
 
 class StdioConnection(ForjHandler):
@@ -83,6 +93,7 @@ class StdioServer(WorkerServer):
         super().__init__(worker, token)
         rfile, wfile = take_stdio(stdin_fd, stdout_fd)
         self.connection = StdioConnection(self, rfile, wfile)
+        self.connection._write(FRAMES_FOLLOW)
         self._ended = threading.Event()
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
