@@ -188,8 +188,8 @@ batch, for each such file open in a buffer with a checker on."
     (let (snapshot)
       (dolist (entry entries)
         (dolist (path (forj-tools-call-paths (plist-get entry :call)))
-          (let* ((file (expand-file-name path root))
-                 (buffer (and (stringp path) (find-buffer-visiting file))))
+          (let* ((file (forj-project-file path root))
+                 (buffer (and file (find-buffer-visiting file))))
             (when (and buffer (not (assoc file snapshot)) (forj-diagnostics-checker buffer))
               (with-current-buffer buffer
                 (push (list file buffer
@@ -247,8 +247,8 @@ check, THEN is called at once."
                       (cl-loop for result in results
                                for index from 0
                                do (dolist (path (forj-files-changed-by-result result))
-                                    (let ((file (expand-file-name path root)))
-                                      (when (and (assoc file snapshot)
+                                    (let ((file (forj-project-file path root)))
+                                      (when (and file (assoc file snapshot)
                                                  (buffer-live-p (nth 1 (assoc file snapshot))))
                                         (setq found (cons (list index path file)
                                                           (cl-remove file found :key #'cl-third
