@@ -251,12 +251,18 @@ def find(
     first: Found | None = Found("exact", exact) if exact else None
     taken = {(s.first_line, s.last_line) for s in exact}
     others: list[Span] = []
+    marked = diff_marked(old_lines)
     for way in passes:
         if way == "exact" and not whole_lines:
             continue
         starts = _find_lines(lines, old_lines, way, ends_nl)
         if not starts:
             continue
+        if marked and way in ("indent", "unicode"):
+            for i in starts:
+                _refuse_markers_as_indent(
+                    old_lines, lines.content[i : i + len(old_lines)], i, tab_width
+                )
         if first is None:
             if not _may_find_more(text, old_lines, len(starts)):
                 return Found(
@@ -530,15 +536,26 @@ class _Reindent:
         self.old_base, self.file_base = self._cols(old_base), self._cols(file_base)
         self.tabs = "\t" in file_base or any("\t" in f for _, f in pairs)
         ratios = set()
+        deltas = set()
         for o, f in pairs:
             oc, fc = self._cols(o) - self.old_base, self._cols(f) - self.file_base
             if oc and fc and fc / oc > 0:
                 ratios.add(round(fc / oc, 6))
+                deltas.add(oc)
         self.unclear = len(ratios) > 1
+        model_tabs = "\t" in old_base or any("\t" in o for o, _ in pairs)
+        if len(ratios) == 1 and len(deltas) == 1 and (self.tabs or model_tabs):
+            # One pair of depths shows the ratio.  Where tabs stand on either
+            # side, a copy whose tabs were expanded at another width than the
+            # file's maps tabs and alignment spaces differently, so that ratio
+            # is trusted only where it is a reading a copy has: the same
+            # columns, two or four spaces a level, or a tab a level.
+            w = float(self.width)
+            readings = {1.0, 2.0, 0.5, w / 4, 4 / w, w / 2, 2 / w}
+            self.unclear = not any(abs(next(iter(ratios)) - r) < 1e-6 for r in readings)
         if len(ratios) == 1:
             self.ratio = ratios.pop()
         else:
-            model_tabs = "\t" in old_base or any("\t" in o for o, _ in pairs)
             # One tab per four spaces, the common width, when nothing shows otherwise.
             self.ratio = (
                 self.width / 4
@@ -547,6 +564,19 @@ class _Reindent:
                 if model_tabs and not self.tabs
                 else 1.0
             )
+            if self.tabs and not model_tabs and not ratios and self.width != 4:
+                # Spaces for a file's tabs, all at one depth: the copy either
+                # expanded the tabs at the file's width or wrote four spaces a
+                # tab.  Only a copy at the file's own depth under one reading
+                # tells which; otherwise a new depth is not guessed.
+                tabs = len(file_base) - len(file_base.lstrip("\t"))
+                rest = len(file_base) - tabs
+                if self.old_base == tabs * self.width + rest:
+                    self.ratio = 1.0
+                elif self.old_base == tabs * 4 + rest:
+                    self.ratio = self.width / 4
+                else:
+                    self.unclear = True
 
     def _cols(self, indent: str) -> int:
         return columns(indent, self.width)
@@ -569,12 +599,55 @@ class _Reindent:
         return " " * target + body
 
 
+def diff_marked(old_lines: list[str]) -> bool:
+    """Whether every line carries a unified diff's marker: ' ', '+' or '-' first.
+
+    Both kinds: context lines (' ') and changed ones ('+' or '-').  Lines
+    all starting with a space are indentation; all with '-', a list.
+    """
+    body = [line for line in old_lines if line.strip()]
+    return (
+        bool(body)
+        and all(line[:1] in " +-" for line in body)
+        and any(line[:1] == " " for line in body)
+        and any(line[:1] in "+-" for line in body)
+    )
+
+
+def _refuse_markers_as_indent(
+    old_lines: list[str], file_lines: list[str], first: int, tab_width: int
+) -> None:
+    """Refuse a match that reads a diff's ' ' marker as one column of indentation.
+
+    Lines that drift alike are the copy at another depth (a YAML list a
+    level out); where the ' ' lines stand exactly one column deeper than
+    the '+' and '-' lines do, against the file, the column is the marker.
+    """
+    context: set[int] = set()
+    changed: set[int] = set()
+    for o, f in zip(old_lines, file_lines, strict=True):
+        if not o.strip():
+            continue
+        drift = columns(_indent(o), tab_width) - columns(_indent(f), tab_width)
+        (context if o[:1] == " " else changed).add(drift)
+    if len(context) == 1 and len(changed) == 1 and context.pop() - changed.pop() == 1:
+        raise MarkersAsIndent(old_lines[0], first + 1, first + len(old_lines))
+
+
 class IndentUnclear(ValueError):
     """A new line's depth cannot be told from the old text's (see :class:`_Reindent`)."""
 
     def __init__(self, line: str) -> None:
         super().__init__(line)
         self.line = line
+
+
+class MarkersAsIndent(IndentUnclear):
+    """An old text in diff form that only reading its ' ' markers as indentation places."""
+
+    def __init__(self, line: str, first_line: int, last_line: int) -> None:
+        super().__init__(line)
+        self.first_line, self.last_line = first_line, last_line
 
 
 MAX_ALIGNED = 2000  # longer lines take the edit's one mapping, not a per-position one
