@@ -44,6 +44,8 @@
 (require 'forj-context)
 (require 'forj-compact)
 (require 'forj-window)
+(require 'forj-instructions)
+(require 'forj-commands)
 
 ;;; Options
 
@@ -333,6 +335,8 @@ told what it holds and what to drop."
 
 (defun forj-loop--send-request ()
   "Send the request for the model's next reply."
+  (forj-instructions-note (forj-session-root forj-session) (forj-session-record forj-session)
+                          #'forj-session-notice)
   (let ((buffer (current-buffer))
         (messages (forj-loop-messages)))
     (setf (forj-session-stop-info forj-session) nil)
@@ -711,6 +715,7 @@ again).  A turn that reached the iteration limit offers to go on."
   "Send the user's message TEXT to the model: a new turn.
 A chat with no provider picks one first; a `user-error' says what to
 do when it cannot ask a model."
+  (setq text (forj-commands-expand text (forj-session-root forj-session)))
   (unless (forj-session-provider forj-session)
     (setf (forj-session-provider forj-session) (forj-session-choose-provider)))
   (forj-loop-check-provider)
