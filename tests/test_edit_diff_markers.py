@@ -59,7 +59,8 @@ def _block(lines: list[str], rng: random.Random) -> tuple[int, int] | None:
         if not all(x.strip() for x in block) or not any(not _signed(x) for x in block):
             continue
         keys = [x.strip() for x in block]
-        hits = sum([x.strip() for x in lines[n : n + len(block)]] == keys for n in range(len(lines)))
+        stripped = [x.strip() for x in lines]
+        hits = sum(stripped[n : n + len(block)] == keys for n in range(len(lines)))
         if hits == 1:
             return i, j
     return None

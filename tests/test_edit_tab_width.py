@@ -1,4 +1,6 @@
-"""Tab width from the file, the project, the editor or the indentation: edits written as the file would.
+"""Tab width from the file, the project, the editor or the indentation.
+
+Edits come out written as the file would write them, or are refused.
 
 Generated over real files: Emacs's own Lisp (tabs of 8 then alignment
 spaces), C sources that indent with tabs and align with spaces after them
@@ -43,7 +45,8 @@ def _tab_filled(text: str, width: int) -> bool:
     """Every indentation is tabs then fewer spaces than a tab spans."""
     for line in text.splitlines():
         indent = _indent(line)
-        if "\t" in indent.lstrip("\t") or len(indent.lstrip("\t")) >= width and "\t" in indent:
+        spaces = indent.lstrip("\t")
+        if "\t" in spaces or (len(spaces) >= width and "\t" in indent):
             return False
     return True
 
@@ -62,7 +65,11 @@ def _lisp_sources(limit: int = 24) -> list[tuple[str, str]]:
 def _c_sources(limit: int = 24) -> list[tuple[str, str]]:
     """C files that indent with tabs and align with spaces after them."""
     out = []
-    roots = [Path("/usr/include"), Path("/usr/share/doc/git/contrib"), Path(sysconfig.get_paths()["include"])]
+    roots = [
+        Path("/usr/include"),
+        Path("/usr/share/doc/git/contrib"),
+        Path(sysconfig.get_paths()["include"]),
+    ]
     for root in roots:
         for path in sorted(root.rglob("*.[ch]"))[:3000]:
             try:
@@ -104,9 +111,10 @@ def make_tab_case(
         if not all(line.strip() for line in block) or not block[0].startswith("\t"):
             continue
         keys = [line.strip() for line in block]
-        if sum(
-            [x.strip() for x in lines[k : k + len(block)]] == keys for k in range(len(lines))
-        ) != 1:
+        if (
+            sum([x.strip() for x in lines[k : k + len(block)]] == keys for k in range(len(lines)))
+            != 1
+        ):
             continue
         k = rng.randrange(len(block))
         indent = _indent(block[k])
