@@ -258,7 +258,8 @@ class PlanRequest(_Strict):
     check: bool = False
     # The editor's tab width for files it visits: a hint the writing tools
     # weigh after the file's and the project's own declarations.
-    tab_widths: list[EditorTabWidth] = Field(default_factory=list, max_length=1024)
+    # Absent: the chat keeps what its last request with them sent.
+    tab_widths: list[EditorTabWidth] | None = Field(default=None, max_length=1024)
 
 
 class JournalCallsRequest(_Strict):

@@ -457,7 +457,8 @@ class Worker:
         # the same chat id gets its own.
         conversation = _conversation(caller.connection, session)
         reads = self.reads.of(caller.connection, session)
-        self._note_tab_widths(reads, req.tab_widths)
+        if req.tab_widths is not None:
+            self._note_tab_widths(reads, req.tab_widths)
         if req.batch_id is not None:
             if not caller.user:
                 # journal_calls is Emacs's: another client planning a batch it
