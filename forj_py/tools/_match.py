@@ -213,7 +213,7 @@ def find(
     lines: Lines | None = None,
     passes: tuple[str, ...] = PASSES,
     whole_lines: bool = False,
-    tab_width: int = 8,
+    tab_width: TabWidth = 8,
 ) -> Found | None:
     """The places ``old`` matches in ``text``: the first pass that finds any,
     and the places every looser pass finds besides.
@@ -251,6 +251,7 @@ def find(
     first: Found | None = Found("exact", exact) if exact else None
     taken = {(s.first_line, s.last_line) for s in exact}
     others: list[Span] = []
+    tab_width = once(tab_width)
     marked = diff_marked(old_lines)
     for way in passes:
         if way == "exact" and not whole_lines:
@@ -425,7 +426,7 @@ def _line_span(
     newline: str,
     ends_nl: bool,
     way: str,
-    tab_width: int = 8,
+    tab_width: TabWidth = 8,
 ) -> Span:
     n = len(old_lines)
     end = lines.end_of(first + n - 1, ends_nl)
@@ -455,7 +456,7 @@ def _line_span(
                 counterpart[j1 + k] = i1 + k
     shift = None
     if way in ("indent", "unicode") and _drifted(old_lines, file_lines, new_lines):
-        shift = _Reindent(old_lines, file_lines, tab_width)
+        shift = _Reindent(old_lines, file_lines, resolve(tab_width))
     punct = _punct_map(old_lines, file_lines, lines.text) if way == "unicode" else {}
     out = []
     for j, line in enumerate(new_lines):
@@ -497,6 +498,29 @@ def _drifted(old_lines: list[str], file_lines: list[str], new_lines: list[str]) 
     if new_first.strip() != old_first.strip():
         return True
     return not (_indent(new_first) == _indent(file_first) != _indent(old_first))
+
+
+# A tab width, or how to find it: looking costs a pass over the file's head,
+# paid only by an edit whose tolerant pass needs columns.
+TabWidth = int | Callable[[], int]
+
+
+def once(tab_width: TabWidth) -> TabWidth:
+    """``tab_width``, a callable asked at most once."""
+    if isinstance(tab_width, int):
+        return tab_width
+    box: list[int] = []
+
+    def get() -> int:
+        if not box:
+            box.append(tab_width())
+        return box[0]
+
+    return get
+
+
+def resolve(tab_width: TabWidth) -> int:
+    return tab_width if isinstance(tab_width, int) else tab_width()
 
 
 def columns(indent: str, tab_width: int) -> int:
@@ -615,7 +639,7 @@ def diff_marked(old_lines: list[str]) -> bool:
 
 
 def _refuse_markers_as_indent(
-    old_lines: list[str], file_lines: list[str], first: int, tab_width: int
+    old_lines: list[str], file_lines: list[str], first: int, tab_width: TabWidth
 ) -> None:
     """Refuse a match that reads a diff's ' ' marker as one column of indentation.
 
@@ -628,7 +652,8 @@ def _refuse_markers_as_indent(
     for o, f in zip(old_lines, file_lines, strict=True):
         if not o.strip():
             continue
-        drift = columns(_indent(o), tab_width) - columns(_indent(f), tab_width)
+        width = resolve(tab_width)
+        drift = columns(_indent(o), width) - columns(_indent(f), width)
         (context if o[:1] == " " else changed).add(drift)
     if len(context) == 1 and len(changed) == 1 and context.pop() - changed.pop() == 1:
         raise MarkersAsIndent(old_lines[0], first + 1, first + len(old_lines))

@@ -37,7 +37,7 @@ LOCAL_VARIABLES_TAIL = 3000
 MODELINE_LINES = 5
 # Indentation evidence is taken from the head of a large file: a bounded
 # cost per edit, and the head shows the file's habit as well as the whole.
-INFER_BYTES = 256 << 10
+INFER_BYTES = 64 << 10
 
 
 def tab_width(root: Path, path: Path, text: str, editor: int | None = None) -> int:
@@ -261,7 +261,10 @@ def inferred(text: str) -> int | None:
     steps (where it is not, the moves were alignment, as in Lisp, not
     depth); otherwise None: nothing is guessed.
     """
-    indents = _INDENT.findall(text[:INFER_BYTES])
+    head = text[:INFER_BYTES]
+    if "\t" not in head or "\n " not in head:
+        return None  # not both tabs and spaces: nothing to decide, and no pass over lines
+    indents = _INDENT.findall(head)
     shapes: list[tuple[int, int]] = []  # (tabs, spaces after them)
     for indent in indents:
         tabs = len(indent) - len(indent.lstrip("\t"))
