@@ -553,6 +553,7 @@ class _Reindent:
         ]
         self.known: dict[str, str] = {}
         self.known_cols: dict[int, str] = {}
+        self.readings: tuple[float, ...] = ()
         for o, f in pairs:
             self.known.setdefault(o, f)
             self.known_cols.setdefault(self._cols(o), f)
@@ -589,18 +590,11 @@ class _Reindent:
                 else 1.0
             )
             if self.tabs and not model_tabs and not ratios and self.width != 4:
-                # Spaces for a file's tabs, all at one depth: the copy either
-                # expanded the tabs at the file's width or wrote four spaces a
-                # tab.  Only a copy at the file's own depth under one reading
-                # tells which; otherwise a new depth is not guessed.
-                tabs = len(file_base) - len(file_base.lstrip("\t"))
-                rest = len(file_base) - tabs
-                if self.old_base == tabs * self.width + rest:
-                    self.ratio = 1.0
-                elif self.old_base == tabs * 4 + rest:
-                    self.ratio = self.width / 4
-                else:
-                    self.unclear = True
+                # Spaces for a file's tabs, all at one depth: the copy may have
+                # expanded the tabs at the file's width or written four spaces
+                # a tab, each with some drift, and one depth cannot tell which.
+                # A new depth is written only where both readings agree.
+                self.readings = (1.0, self.width / 4)
 
     def _cols(self, indent: str) -> int:
         return columns(indent, self.width)
@@ -617,10 +611,17 @@ class _Reindent:
             return known + body
         if self.unclear:
             raise IndentUnclear(line)
-        target = max(self.file_base + round((col - self.old_base) * self.ratio), 0)
+        written = {self._write(col, ratio) for ratio in self.readings or (self.ratio,)}
+        if len(written) > 1:
+            raise IndentUnclear(line)
+        return written.pop() + body
+
+    def _write(self, col: int, ratio: float) -> str:
+        """The indentation of a line at model column ``col``, moved by ``ratio``."""
+        target = max(self.file_base + round((col - self.old_base) * ratio), 0)
         if self.tabs:
-            return "\t" * (target // self.width) + " " * (target % self.width) + body
-        return " " * target + body
+            return "\t" * (target // self.width) + " " * (target % self.width)
+        return " " * target
 
 
 def diff_marked(old_lines: list[str]) -> bool:
