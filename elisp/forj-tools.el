@@ -346,13 +346,17 @@ are as for `forj-tools-run-region'.  Return the batch."
   "The `tab-width' of each buffer visiting a file under ROOT, for the worker.
 What the user sees is how the edit tools count a tab's columns where
 neither the file nor `.editorconfig' says (see docs/tools.md)."
-  (let (widths)
+  (let ((prefix (and root (file-name-as-directory (expand-file-name root))))
+        (widths nil))
     (dolist (buffer (buffer-list))
       (let ((file (buffer-file-name buffer))
             (width (buffer-local-value 'tab-width buffer)))
-        (when (and root file (natnump width) (<= 1 width 32) (< (length widths) 1024)
-                   (file-in-directory-p file root))
-          (push (list :path (file-relative-name file root) :width width) widths))))
+        ;; Names compared as text: no file system call per buffer (a
+        ;; remote project would pay a round trip for each).
+        (when (and prefix file (natnump width) (<= 1 width 32) (< (length widths) 1024)
+                   (string-prefix-p prefix (expand-file-name file)))
+          (push (list :path (substring (expand-file-name file) (length prefix)) :width width)
+                widths))))
     (vconcat widths)))
 
 (defun forj-tools--with-turn (batch body)
