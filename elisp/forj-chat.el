@@ -181,6 +181,7 @@ Type below the last \"## User\" heading and send with \\[forj-chat-send].
               ;; A `%' in an :eval's text would start a mode-line construct.
               '(:eval (string-replace "%" "%%" (forj-chat--header-line))))
   (add-hook 'completion-at-point-functions #'forj-context-complete-at-point nil t)
+  (add-hook 'completion-at-point-functions #'forj-commands-complete-at-point nil t)
   (forj-chat--setup-view)
   (forj-chat--read-metadata))
 

@@ -47,6 +47,8 @@
 (require 'forj-hooks)
 (require 'forj-diagnostics)
 (require 'forj-notify)
+(require 'forj-instructions)
+(require 'forj-commands)
 
 ;;; Options
 
@@ -336,6 +338,8 @@ told what it holds and what to drop."
 
 (defun forj-loop--send-request ()
   "Send the request for the model's next reply."
+  (forj-instructions-note (forj-session-root forj-session) (forj-session-record forj-session)
+                          #'forj-session-notice)
   (let ((buffer (current-buffer))
         (messages (forj-loop-messages)))
     (setf (forj-session-stop-info forj-session) nil)
@@ -738,6 +742,7 @@ again).  A turn that reached the iteration limit offers to go on."
   "Send the user's message TEXT to the model: a new turn.
 A chat with no provider picks one first; a `user-error' says what to
 do when it cannot ask a model."
+  (setq text (forj-commands-expand text (forj-session-root forj-session)))
   (unless (forj-session-provider forj-session)
     (setf (forj-session-provider forj-session) (forj-session-choose-provider)))
   (forj-loop-check-provider)

@@ -342,11 +342,30 @@ are as for `forj-tools-run-region'.  Return the batch."
                        (forj-epc-call conn "plan"
                                       (forj-tools--with-turn
                                        batch (append (list :batch_id (plist-get reply :batch_id)
-                                                           :mode (forj-tools-batch-mode batch))
+                                                           :mode (forj-tools-batch-mode batch)
+                                                           :tab_widths (forj-tools--tab-widths
+                                                                        (plist-get (forj-worker-hello worker) :root)))
                                                      (forj-tools-batch-context batch)))
                                       :success (lambda (plan) (forj-tools--review batch plan))
                                       :error (lambda (err) (forj-tools-fail-all batch err))))
                      :error (lambda (err) (forj-tools-fail-all batch err))))))
+
+(defun forj-tools--tab-widths (root)
+  "The `tab-width' of each buffer visiting a file under ROOT, for the worker.
+What the user sees is how the edit tools count a tab's columns where
+neither the file nor `.editorconfig' says (see docs/tools.md)."
+  (let ((prefix (and root (file-name-as-directory (expand-file-name root))))
+        (widths nil))
+    (dolist (buffer (buffer-list))
+      (let ((file (buffer-file-name buffer))
+            (width (buffer-local-value 'tab-width buffer)))
+        ;; Names compared as text: no file system call per buffer (a
+        ;; remote project would pay a round trip for each).
+        (when (and prefix file (natnump width) (<= 1 width 32) (< (length widths) 1024)
+                   (string-prefix-p prefix (expand-file-name file)))
+          (push (list :path (substring (expand-file-name file) (length prefix)) :width width)
+                widths))))
+    (vconcat widths)))
 
 (defun forj-tools--with-turn (batch body)
   "BODY (a plist) with BATCH's turn added when it has one."

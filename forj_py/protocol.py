@@ -231,6 +231,14 @@ PermissionMode = Literal["read-only", "ask", "accept-edits", "auto"]
 SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
 
 
+class EditorTabWidth(_Strict):
+    """The ``tab-width`` of an editor buffer visiting a file: how the user sees its tabs."""
+
+    # Relative to the project root, as the editor names the file.
+    path: str = Field(min_length=1, max_length=4096, strict=True)
+    width: int = Field(ge=1, le=32, strict=True)
+
+
 class PlanRequest(_Strict):
     mode: ToolsMode = ToolsMode.ENABLED
     # Raw objects: each is parsed on its own so one bad call cannot sink the batch.
@@ -249,6 +257,10 @@ class PlanRequest(_Strict):
     # Only check the calls (path rules, policy) and run none: the batch is
     # journaled as checked, never left looking unfinished, and cannot be executed.
     check: bool = False
+    # The editor's tab width for files it visits: a hint the writing tools
+    # weigh after the file's and the project's own declarations.
+    # Absent: the chat keeps what its last request with them sent.
+    tab_widths: list[EditorTabWidth] | None = Field(default=None, max_length=1024)
 
 
 class JournalCallsRequest(_Strict):

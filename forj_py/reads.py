@@ -32,6 +32,9 @@ class Session:
     line_changes: dict[tuple[str, str], list[list[tuple[int, int, int]]]] = field(
         default_factory=dict
     )
+    # Canonical path -> the tab width of the editor's buffer visiting it, as
+    # the last plan request of this conversation sent (a hint; see _tabs).
+    editor_tab_widths: dict[str, int] = field(default_factory=dict)
 
     def record_read(self, canonical: str, sha256: str) -> None:
         with self.lock:

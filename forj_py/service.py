@@ -40,6 +40,7 @@ from .protocol import (
     CancelRequest,
     CheckpointsRequest,
     Disposition,
+    EditorTabWidth,
     ErrorKind,
     ErrorType,
     Event,
@@ -485,6 +486,13 @@ class Worker:
             self._unredacted.pop(batch_id, None)
         return journaled
 
+    def _note_tab_widths(self, reads: Session, hints: list[EditorTabWidth]) -> None:
+        """Keep the editor's tab widths for this chat, by canonical path."""
+        root = self.sandbox.project_root
+        widths = {os.path.realpath(os.path.join(root, h.path)): h.width for h in hints}
+        with reads.lock:
+            reads.editor_tab_widths = widths
+
     def plan(self, body: Any, caller: Caller = IN_PROCESS) -> dict[str, Any]:
         req = parse_request(PlanRequest, body)
         self.outside_tools()
@@ -496,6 +504,8 @@ class Worker:
         # the same chat id gets its own.
         conversation = _conversation(caller.connection, session)
         reads = self.reads.of(caller.connection, session)
+        if req.tab_widths is not None:
+            self._note_tab_widths(reads, req.tab_widths)
         if req.batch_id is not None:
             if not caller.user:
                 # journal_calls is Emacs's: another client planning a batch it
