@@ -384,6 +384,7 @@ def run(
             kill_grace,
             drain_seconds,
             spare,
+            contained=bwrap,
         )
         if bwrap and 128 < outcome.returncode <= 128 + 64:
             # bubblewrap reports a command killed by signal N as exit 128+N,
@@ -419,7 +420,10 @@ def _supervise(
     kill_grace: float,
     drain_seconds: float,
     spare: frozenset[int] = frozenset(),
+    *,
+    contained: bool = False,
 ) -> Outcome:
+    """``contained``: ``proc`` is bubblewrap with its own PID namespace."""
     assert proc.stdout is not None and proc.stderr is not None
     pid = proc.pid
     sel = selectors.DefaultSelector()
@@ -533,7 +537,11 @@ def _supervise(
     _wait(proc)
     # Whatever its group or session still holds (background jobs that closed
     # their pipes) is stopped too, SIGTERM first; the worker waits until it is gone.
-    if _group_alive(pid):
+    # bubblewrap that exited by itself waited for its PID namespace's init,
+    # and the kernel ends a namespace with its init: nothing of the command
+    # is left, and the scan of every process (milliseconds) is spared.
+    whole = contained and term_at is None and proc.returncode is not None and proc.returncode >= 0
+    if not whole and _group_alive(pid):
         if not (outcome.timed_out or outcome.cancelled):
             outcome.leftovers_stopped = True
         _signal_tree(pid, signal.SIGTERM, spare=spare)
