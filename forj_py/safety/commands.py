@@ -37,6 +37,11 @@ confined by the kernel instead.  Each one runs under ``bwrap`` with:
 
 Which denied files exist is kept by :class:`MaskIndex` (one walk at start,
 then the file watcher's events), so starting a command costs no walk.
+Where there are many, a helper inside the sandbox makes the masks in one
+pass (:mod:`forj_py.safety.maskmount`): bubblewrap's own cost grows with
+the square of their number.  bubblewrap itself starts without the
+variables the dynamic loader obeys (:meth:`CommandSandbox.launch_env`): it
+runs unconfined, in the project.
 
 Where bubblewrap is missing or cannot create namespaces, :func:`probe` says
 why; commands then run unsandboxed and always go to review (see
@@ -59,7 +64,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..output import redact, redact_url_credentials
-from . import bwrap_probe
+from . import bwrap_probe, maskmount
 from .paths import Sandbox
 
 log = logging.getLogger(__name__)
@@ -484,6 +489,7 @@ class CommandSandbox:
         if request.network:
             args.append("--share-net")
         args += ["--die-with-parent", "--cap-drop", "ALL"]
+        caps_at = len(args)
         bound: list[str] = []
 
         def ro(path: str) -> None:
@@ -527,6 +533,9 @@ class CommandSandbox:
             ro(path)
         for path in self.read_paths:
             ro(path)
+        # What a sandbox needs to run the worker's Python: the mask helper's
+        # probe runs in it.
+        base = args[1:]
         for path in (*self.write_paths, *request.scratch):
             if os.path.isdir(path):
                 args += ["--bind", path, path]
@@ -541,18 +550,62 @@ class CommandSandbox:
             # create it either.  bwrap makes the mount point, so an empty
             # .forj directory stays behind (git shows no empty directory).
             args += ["--tmpfs", forj, "--remount-ro", forj]
-        for rel in masks.files:
-            full = os.path.join(root, rel)
-            args += ["--ro-bind", "/dev/null", full]
-        for rel in masks.dirs:
-            full = os.path.join(root, rel)
-            args += ["--tmpfs", full, "--remount-ro", full]
+        if self._helper_masks(request, masks, bound, base):
+            # Many masks: made by the helper inside (see maskmount), in one
+            # pass, instead of one bubblewrap mount (and mount-table read) each.
+            paths = [os.path.join(root, rel) for rel in (*masks.files, *masks.dirs)]
+            options, command = maskmount.command(
+                maskmount.interpreter(), request.env, paths, command
+            )
+            args[caps_at:caps_at] = options
+        else:
+            # bubblewrap runs without them (launch_env): given to the command.
+            for name in maskmount.loader_names(request.env):
+                args[caps_at:caps_at] = ["--setenv", name, request.env[name]]
+            for rel in masks.files:
+                full = os.path.join(root, rel)
+                args += ["--ro-bind", "/dev/null", full]
+            for rel in masks.dirs:
+                full = os.path.join(root, rel)
+                args += ["--tmpfs", full, "--remount-ro", full]
         # Last, once every mount point exists: the root (bwrap's own tmpfs,
         # which holds the mount points) and /dev read-only, so that nothing
         # but the capped mounts and the bound paths can be written.
         args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", request.cwd, "--"]
         return args + command
+
+    @staticmethod
+    def launch_env(env: Mapping[str, str]) -> dict[str, str]:
+        """The environment to start bubblewrap with: ``env`` without the variables
+        the dynamic loader acts on.
+
+        bubblewrap runs outside the sandbox, in the project: an ``LD_PRELOAD``
+        naming a library a command wrote there would run it unconfined.
+        :meth:`argv` gives those variables to the command inside instead.
+        """
+        drop = set(maskmount.loader_names(env))
+        return {name: value for name, value in env.items() if name not in drop}
+
+    def _helper_masks(
+        self, request: Request, masks: Masks, bound: list[str], base: list[str]
+    ) -> bool:
+        """Whether the mask helper makes this command's masks.
+
+        Only for many masks, and only with an interpreter no command can
+        have changed: inside a path bound read-only, outside the project
+        and every writable path.
+        """
+        if len(masks.files) + len(masks.dirs) < maskmount.HELPER_FROM:
+            return False
+        python = maskmount.interpreter()
+        prefix = os.path.realpath(sys.base_prefix)
+        writable = [self.root, *self.write_paths, *request.scratch]
+        for path in (python, prefix):
+            if not _covered(path, bound) or _covered(path, writable):
+                return False
+        assert self.availability.bwrap is not None
+        return maskmount.works(self.availability.bwrap, base)
 
     def _git_binds(self, args: list[str], request: Request, masks: Masks) -> None:
         """Bind the project's ``.git`` and ``.forj`` entries, and what each ``.git`` names.

@@ -193,6 +193,7 @@ def run(
         run_argv = jail.argv(
             Request(cwd, run_env, writable=writable, network=network, scratch=scratch), argv
         )
+        run_env = jail.launch_env(run_env)
         cap = ProcessCap(jail.max_processes)
     tag = uuid.uuid4().hex[:12]
     try:

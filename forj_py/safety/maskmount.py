@@ -1,0 +1,211 @@
+"""Masking many denied files at once, inside the sandbox, without bubblewrap's per-mount cost.
+
+bubblewrap reads the whole mount table again after each mount it makes,
+so masking N files one ``--ro-bind`` at a time costs the square of N: a
+thousand secrets scattered among other files took seconds per command.
+From :data:`HELPER_FROM` masks on, the masks are made instead by a small
+program run as the sandbox's first process: the worker's own Python
+interpreter, isolated (``-I -S``: no environment variable, no ``site``, no
+current directory on its path), with ``CAP_SYS_ADMIN`` and ``CAP_SETPCAP``
+kept in the sandbox's user namespace for the purpose.  It makes each mask
+with direct ``mount`` calls (a bind of ``/dev/null`` made read-only, or a
+read-only empty tmpfs for a directory), then drops every capability
+(bounding set, ambient set, then its own), sets ``no_new_privs``, checks in
+``/proc/self/status`` that nothing is left, and only then executes the
+command in its place.  Any failure before that ends the run with a
+``bwrap:`` message, as bubblewrap's own setup failures do: the command
+never runs with a mask missing.
+
+The interpreter is used only where a command cannot have changed it (read-
+only in the sandbox, outside every writable path), and the variables the
+dynamic loader obeys (``LD_PRELOAD``, ...) are taken out of the helper's
+environment and given back to the command, so no code of the command's
+choosing runs while the capabilities are held.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+
+log = logging.getLogger(__name__)
+
+# From this many mask mounts on, the helper makes them (its start, ~10 ms,
+# is less than what bubblewrap spends on this many mounts).
+HELPER_FROM = 40
+
+# Variables the dynamic loader and C library act on at a program's start:
+# taken out of the helper's environment (and restored for the command).
+LOADER_NAMES = frozenset(
+    {
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_ARENA_MAX",
+        "MALLOC_ARENA_TEST",
+        "MALLOC_PERTURB_",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TZDIR",
+    }
+)
+
+# Run as ``python -I -S -c HELPER [NAME=VALUE ...] -- MASK ... -- COMMAND ...``.
+HELPER = r"""
+import ctypes, errno, os, stat, sys
+libc = ctypes.CDLL(None, use_errno=True)
+text = ctypes.c_char_p
+libc.mount.argtypes = (text, text, text, ctypes.c_ulong, text)
+RDONLY, NOSUID, NODEV, REMOUNT, BIND = 1, 2, 4, 32, 4096
+KEEP = 1 | 2 | 4 | 8 | 1024 | 2048 | 4096
+
+def die(text):
+    os.write(2, b"bwrap: " + text.encode("utf-8", "surrogateescape") + b"\n")
+    os._exit(1)
+
+def mount(src, where, kind, flags, data, path):
+    if libc.mount(src, where.encode(), kind, flags, data) != 0:
+        die("cannot mask %s: %s" % (path, os.strerror(ctypes.get_errno())))
+
+args = sys.argv[1:]
+first = args.index("--")
+second = args.index("--", first + 1)
+restore, masks, command = args[:first], args[first + 1:second], args[second + 1:]
+null = os.stat("/dev/null")
+# The first file's mask, read-only: each later one is a bind of it, which
+# keeps its flags (one mount call each).
+template = None
+for path in masks:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        continue
+    except OSError as exc:
+        die("cannot mask %s: %s" % (path, exc.strerror))
+    mode = os.fstat(fd).st_mode
+    where = "/proc/self/fd/%d" % fd
+    if stat.S_ISLNK(mode):
+        pass
+    elif stat.S_ISDIR(mode):
+        mount(b"tmpfs", where, b"tmpfs", RDONLY | NOSUID | NODEV, b"mode=0755,size=4k", path)
+    elif template is not None:
+        mount(template, where, None, BIND, None, path)
+    else:
+        mount(b"/dev/null", where, None, BIND, None, path)
+        top = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        st = os.fstat(top)
+        if (st.st_dev, st.st_ino) != (null.st_dev, null.st_ino):
+            die("cannot mask %s: it moved while being masked" % path)
+        where = "/proc/self/fd/%d" % top
+        flags = os.statvfs(where).f_flag & KEEP
+        mount(None, where, None, BIND | REMOUNT | flags | RDONLY | NOSUID | NODEV, None, path)
+        template = where.encode()
+    os.close(fd)
+for cap in range(64):
+    if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+        die("cannot drop capability %d: %s" % (cap, os.strerror(ctypes.get_errno())))
+if libc.prctl(47, 4, 0, 0, 0) != 0:
+    die("cannot clear the ambient capabilities")
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class Data(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
+if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:
+    die("cannot drop capabilities: %s" % os.strerror(ctypes.get_errno()))
+if libc.prctl(38, 1, 0, 0, 0) != 0:
+    die("cannot set no_new_privs")
+with open("/proc/self/status") as fh:
+    for line in fh:
+        kind = line.split(":")[0]
+        if kind in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb") and int(line.split()[1], 16):
+            die("capabilities left after dropping them: " + line.strip())
+for item in restore:
+    name, _, value = item.partition("=")
+    os.environ[name] = value
+try:
+    os.execvp(command[0], command)
+except OSError as exc:
+    die("execvp %s: %s" % (command[0], exc.strerror))
+"""
+
+
+def interpreter() -> str:
+    """The Python the helper runs on: the worker's own, links resolved."""
+    return os.path.realpath(sys.executable)
+
+
+def loader_names(env: Mapping[str, str]) -> list[str]:
+    """Names in ``env`` the dynamic loader or the C library act on at start."""
+    return sorted(n for n in env if n.startswith("LD_") or n in LOADER_NAMES)
+
+
+def command(
+    python: str, env: Mapping[str, str], masks: list[str], argv: list[str]
+) -> tuple[list[str], list[str]]:
+    """(bubblewrap options, the command line) that run ``argv`` after the helper masked ``masks``.
+
+    The options keep the two capabilities the helper needs.  bubblewrap
+    itself is started without the loader's variables (see
+    :meth:`~forj_py.safety.commands.CommandSandbox.launch_env`); the
+    command line gives those of ``env`` to the command alone.
+    """
+    options = ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+    restore = [f"{name}={env[name]}" for name in loader_names(env)]
+    return options, [python, "-I", "-S", "-c", HELPER, *restore, "--", *masks, "--", *argv]
+
+
+_works: dict[str, bool] = {}
+_works_lock = threading.Lock()
+
+
+def works(bwrap: str, base: list[str]) -> bool:
+    """Whether this bubblewrap lets the helper mask a file (asked once per process).
+
+    ``base``: bubblewrap options that give a working sandbox (system
+    directories, ``/proc``, ``/dev``).  A bubblewrap that refuses
+    ``--cap-add`` (installed setuid, no user namespaces) leaves the masks to
+    bubblewrap itself.
+    """
+    python = interpreter()
+    with _works_lock:
+        known = _works.get(python)
+        if known is not None:
+            return known
+        with tempfile.TemporaryDirectory(prefix="forj-maskprobe-") as tmp:
+            secret = os.path.join(tmp, "secret")
+            with open(secret, "w") as fh:
+                fh.write("probe-secret\n")
+            # The masked file reads as nothing (a device node on a nodev
+            # mount cannot be opened, as with bubblewrap's own masks); "ran"
+            # says the command started after the helper.
+            probe = ["sh", "-c", 'cat "$1" 2>/dev/null; echo ran', "sh", secret]
+            options, cmd = command(python, {}, [secret], probe)
+            try:
+                done = subprocess.run(
+                    [bwrap, *base, *options, "--bind", tmp, tmp, "--", *cmd],
+                    capture_output=True,
+                    timeout=10,
+                    check=False,
+                )
+                ok = done.returncode == 0 and done.stdout == b"ran\n"
+                if not ok:
+                    log.info(
+                        "masks are made by bubblewrap itself: the helper failed (%s)",
+                        done.stderr.decode("utf-8", "replace").strip()[:300],
+                    )
+            except (OSError, subprocess.SubprocessError) as exc:
+                log.info("masks are made by bubblewrap itself: %s", exc)
+                ok = False
+        _works[python] = ok
+        return ok

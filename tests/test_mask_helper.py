@@ -1,0 +1,191 @@
+"""Many denied files in one project: the masks made inside the sandbox by one helper
+(``forj_py.safety.maskmount``) instead of one bubblewrap mount each.  Real worker, real
+bubblewrap."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import MakeWorker, call
+
+from forj_py.safety import maskmount
+from forj_py.safety.commands import MaskIndex, Masks, Request
+from forj_py.service import Worker
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+SECRETS = maskmount.HELPER_FROM + 20
+
+
+def run(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
+    plan = worker.plan({"calls": list(calls)})
+    result = worker.execute(
+        {"batch_id": plan["batch_id"], "approved": [c["id"] for c in calls]}, lambda e: None
+    )
+    return list(result["results"])
+
+
+def sh(id_: str, cmd: str, **args: Any) -> dict[str, Any]:
+    return call(id_, "run_shell", cmd=cmd, **args)
+
+
+def out(result: dict[str, Any]) -> str:
+    body = result["result"] if result["ok"] else result["error"]["details"]
+    return str(body.get("stdout", "")) + str(body.get("stderr", ""))
+
+
+@pytest.fixture
+def scattered(project: Path) -> Path:
+    """Secrets each beside an ordinary file (one mask each), and a secret directory."""
+    for i in range(SECRETS):
+        where = project / f"d{i}"
+        where.mkdir()
+        (where / f"secret{i}.key").write_text(f"leak-me-{i}\n")
+        (where / "README").write_text(f"readme-ok-{i}\n")
+    (project / ".ssh").mkdir()
+    (project / ".ssh" / "id_ed25519").write_text("leak-me-ssh\n")
+    return project
+
+
+def _uses_helper(worker: Worker) -> bool:
+    argv = worker.commands.argv(Request(worker.root, {"PATH": "/usr/bin:/bin"}), ["true"])
+    return maskmount.HELPER in argv
+
+
+def test_attack_many_secrets_among_other_files_are_all_masked(
+    make_worker: MakeWorker, scattered: Path
+) -> None:
+    worker = make_worker()
+    assert _uses_helper(worker)
+    (r,) = run(
+        worker,
+        sh("1", "cat d*/secret*.key .ssh/id_ed25519; ls -a .ssh; grep -r leak-me .; cat d*/README"),
+    )
+    text = out(r)
+    assert "leak-me" not in text
+    assert all(f"readme-ok-{i}" in text for i in range(SECRETS))
+    assert (scattered / "d0" / "secret0.key").read_text() == "leak-me-0\n"  # intact
+
+
+def test_attack_the_command_after_the_mask_helper_holds_no_capability(
+    make_worker: MakeWorker, scattered: Path
+) -> None:
+    """The helper held CAP_SYS_ADMIN to mount; the command gets none, so it cannot
+    unmount or remount a mask."""
+    worker = make_worker()
+    assert _uses_helper(worker)
+    (r,) = run(
+        worker,
+        sh(
+            "1",
+            "grep ^Cap /proc/self/status; umount d0/secret0.key; echo umount=$?; "
+            "mount -o remount,bind,rw d1/secret1.key; echo remount=$?; "
+            "cat d0/secret0.key d1/secret1.key",
+        ),
+    )
+    text = out(r)
+    caps = [line.split() for line in text.splitlines() if line.startswith("Cap")]
+    assert len(caps) == 5 and all(int(value, 16) == 0 for _, value in caps), text
+    assert "umount=0" not in text and "remount=0" not in text
+    assert "leak-me" not in text
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+@pytest.mark.parametrize("helper", [True, False], ids=["many-masks", "few-masks"])
+def test_attack_loader_variables_of_the_command_reach_neither_bwrap_nor_the_mask_helper(
+    make_worker: MakeWorker, scattered: Path, helper: bool
+) -> None:
+    """LD_PRELOAD given to the command would run its library in bubblewrap (outside the
+    sandbox, in the project) or in the helper (before the masks, with capabilities):
+    both start without it, and the command gets it."""
+    if not helper:
+        for i in range(1, SECRETS):
+            shutil.rmtree(scattered / f"d{i}")
+    source = scattered / "steal.c"
+    source.write_text(
+        "#include <fcntl.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void steal(void) {\n"
+        '  char b[64]; int fd = open("d0/secret0.key", O_RDONLY);\n'
+        "  if (fd >= 0) { ssize_t n = read(fd, b, sizeof b); if (n > 0) write(2, b, n); }\n"
+        "}\n"
+    )
+    library = scattered / "steal.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    worker = make_worker()
+    assert _uses_helper(worker) == helper
+    (r,) = run(worker, sh("1", "printenv LD_PRELOAD", env={"LD_PRELOAD": str(library)}))
+    text = out(r)
+    assert "leak-me" not in text
+    assert str(library) in text  # given back to the command
+
+
+def test_the_mask_helper_runs_only_on_an_interpreter_no_command_can_change(
+    make_worker: MakeWorker, scattered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose Python lies in the project (writable by commands) leaves the
+    masks to bubblewrap: the helper would run code a command could have planted."""
+    planted = scattered / "venv" / "bin" / "python3"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("#!/bin/sh\n")
+    monkeypatch.setattr(maskmount, "interpreter", lambda: str(planted))
+    worker = make_worker()
+    assert not _uses_helper(worker)
+    (r,) = run(worker, sh("1", "cat d*/secret*.key; cat d0/README"))
+    assert "leak-me" not in out(r) and "readme-ok-0" in out(r)
+
+
+def test_a_mask_the_helper_cannot_make_stops_the_command(
+    make_worker: MakeWorker, scattered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fail closed: when one mask cannot be made the command does not run."""
+    worker = make_worker()
+    worker.commands.start()
+    worker.commands.masks.wait()
+    real = worker.commands.masks.current()
+
+    def broken() -> Masks:
+        # A path under a regular file: it can be neither opened nor masked.
+        return Masks([*real.files, "d0/README/x"], real.dirs, real.readonly)
+
+    monkeypatch.setattr(worker.commands.masks, "current", broken)
+    (r,) = run(worker, sh("1", "touch ran"))
+    assert not r["ok"]
+    assert r["error"]["type"] == "process-error", r
+    assert "sandbox could not be set up" in r["error"]["message"]
+    assert not (scattered / "ran").exists()
+
+
+def test_a_command_arriving_before_the_mask_index_is_built_waits_for_it(
+    make_worker: MakeWorker, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index of denied files is built in the background after start; a command that
+    comes first waits for it, and never runs unmasked."""
+    (project / ".env").write_text("TOKEN=leak-me-early\n")
+    gate = threading.Event()
+    build = MaskIndex._build
+
+    def slow_build(self: MaskIndex) -> None:
+        gate.wait(30)
+        build(self)
+
+    monkeypatch.setattr(MaskIndex, "_build", slow_build)
+    worker = make_worker()
+    results: list[dict[str, Any]] = []
+    thread = threading.Thread(
+        target=lambda: results.extend(run(worker, sh("1", "cat .env; touch ran"))), daemon=True
+    )
+    thread.start()
+    time.sleep(1.0)
+    assert thread.is_alive() and not (project / "ran").exists()  # waiting, not running
+    gate.set()
+    thread.join(30)
+    (r,) = results
+    assert r["ok"], r
+    assert "leak-me" not in out(r)
+    assert (project / "ran").exists()
