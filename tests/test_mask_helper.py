@@ -189,3 +189,27 @@ def test_a_command_arriving_before_the_mask_index_is_built_waits_for_it(
     assert r["ok"], r
     assert "leak-me" not in out(r)
     assert (project / "ran").exists()
+
+
+@pytest.mark.parametrize("helper", [True, False], ids=["many-masks", "few-masks"])
+def test_attack_a_file_denied_after_the_masks_were_computed_is_still_masked(
+    make_worker: MakeWorker, scattered: Path, helper: bool
+) -> None:
+    """The masks computed for one command are kept for the next; a secret that appears
+    in between (reported by the watcher) is masked all the same, and one deleted in
+    between leaves no empty file behind."""
+    if not helper:
+        for i in range(1, SECRETS):
+            shutil.rmtree(scattered / f"d{i}")
+    worker = make_worker()
+    assert _uses_helper(worker) == helper
+    (first,) = run(worker, sh("1", "true"))
+    assert first["ok"], first
+    fresh = scattered / "d0" / "fresh.pem"
+    fresh.write_text("leak-me-fresh\n")
+    worker.commands.masks.changed(str(fresh))  # as the file watcher reports it
+    gone = scattered / "d0" / "secret0.key"
+    gone.unlink()  # the watcher's event for it not yet in
+    (r,) = run(worker, sh("2", "cat d0/fresh.pem; cat d0/README"))
+    assert "leak-me" not in out(r) and "readme-ok-0" in out(r), r
+    assert not gone.exists()

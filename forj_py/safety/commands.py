@@ -205,6 +205,10 @@ class MaskIndex:
         # Set when the watcher cannot keep the index current: then every
         # command indexes the project again before it starts.
         self._unwatched = False
+        # What current() last computed, and the index's generation then: any
+        # change the watcher reports starts a new generation.
+        self._generation = 0
+        self._cached: tuple[int, Masks] | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._build, name="forj-masks", daemon=True).start()
@@ -232,6 +236,7 @@ class MaskIndex:
                 self._files |= files
                 self._dirs |= dirs
                 self._readonly |= readonly
+                self._generation += 1
         except Exception:  # the index is needed; log, and masks still cover what it found
             log.exception("indexing denied files failed")
         finally:
@@ -317,6 +322,7 @@ class MaskIndex:
         if kind == "descend" and self._too_deep(rel):
             kind = "dir"
         with self._lock:
+            self._generation += 1
             for bucket in (self._files, self._dirs, self._readonly):
                 bucket.discard(rel)
         if kind in ("descend", "readonly"):
@@ -330,11 +336,13 @@ class MaskIndex:
             if kind == "readonly":
                 readonly.add(rel)
             with self._lock:
+                self._generation += 1
                 self._files |= files
                 self._dirs |= dirs
                 self._readonly |= readonly
             return
         with self._lock:
+            self._generation += 1
             if kind == "file":
                 self._files.add(rel)
             elif kind == "dir":
@@ -346,8 +354,22 @@ class MaskIndex:
         """What to mask now; entries that no longer exist as indexed are dropped.
 
         bwrap creates a missing mount point, which on the writable project
-        would leave an empty file behind, so every entry is checked.
+        would leave an empty file behind, so every entry is checked.  The
+        answer is kept until the watcher reports a change (each command
+        would otherwise check every entry again); an entry deleted since
+        is the caller's to skip (:meth:`CommandSandbox.argv`).
         """
+        with self._lock:
+            cached = self._cached
+            generation = self._generation
+        if cached is not None and cached[0] == generation and not self._unwatched:
+            return Masks(list(cached[1].files), list(cached[1].dirs), list(cached[1].readonly))
+        out = self._compute()
+        with self._lock:
+            self._cached = (generation, out)
+        return Masks(list(out.files), list(out.dirs), list(out.readonly))
+
+    def _compute(self) -> Masks:
         if self._unwatched:
             files_now: set[str] = set()
             dirs_now: set[str] = set()
@@ -562,12 +584,16 @@ class CommandSandbox:
             # bubblewrap runs without them (launch_env): given to the command.
             for name in maskmount.loader_names(request.env):
                 args[caps_at:caps_at] = ["--setenv", name, request.env[name]]
+            # bubblewrap would create what is gone since the index looked (an
+            # empty file left in the project); the helper skips it itself.
             for rel in masks.files:
                 full = os.path.join(root, rel)
-                args += ["--ro-bind", "/dev/null", full]
+                if _is(full, stat.S_ISREG):
+                    args += ["--ro-bind", "/dev/null", full]
             for rel in masks.dirs:
                 full = os.path.join(root, rel)
-                args += ["--tmpfs", full, "--remount-ro", full]
+                if _is(full, stat.S_ISDIR):
+                    args += ["--tmpfs", full, "--remount-ro", full]
         # Last, once every mount point exists: the root (bwrap's own tmpfs,
         # which holds the mount points) and /dev read-only, so that nothing
         # but the capped mounts and the bound paths can be written.
@@ -668,7 +694,7 @@ class CommandSandbox:
             args += ["--bind" if path in pinned else "--ro-bind", path, path]
         for rel in masks.readonly:
             full = os.path.join(root, rel)
-            if full not in frozen and not os.path.islink(full):
+            if full not in frozen and not os.path.islink(full) and os.path.lexists(full):
                 args += ["--ro-bind", full, full]
         for git_dir in configs:
             config = os.path.join(git_dir, "config")

@@ -35,9 +35,11 @@ from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
-# From this many mask mounts on, the helper makes them (its start, ~10 ms,
-# is less than what bubblewrap spends on this many mounts).
-HELPER_FROM = 40
+# From this many mask mounts on, the helper makes them: its start (an
+# interpreter's, ~20 ms on a quiet machine) is then less than what
+# bubblewrap spends on this many mounts (~0.3 ms each at this count, more
+# for each one after).
+HELPER_FROM = 64
 
 # Variables the dynamic loader and C library act on at a program's start:
 # taken out of the helper's environment (and restored for the command).
