@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import MakeWorker, call
 
-from forj_py.safety import maskmount
+from forj_py.safety import commands, maskmount
 from forj_py.safety.commands import MaskIndex, Masks, Request
 from forj_py.service import Worker
 
@@ -53,16 +53,34 @@ def scattered(project: Path) -> Path:
     return project
 
 
+@pytest.fixture(params=["outside", "helper"])
+def how(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each many-mask test runs both ways: masks made from outside while bubblewrap
+    waits, and (where that cannot be done) by the helper inside."""
+    if request.param == "helper":
+        monkeypatch.setattr(commands, "_outside_works", lambda bwrap, base: False)
+    return str(request.param)
+
+
+def _made(worker: Worker, how: str) -> None:
+    """Assert the masks of a command are made the way ``how`` says."""
+    late: list[str] = []
+    request = Request(worker.root, {"PATH": "/usr/bin:/bin"})
+    argv = worker.commands.argv(request, ["true"], late=late)
+    assert (maskmount.HELPER in argv) == (how == "helper")
+    assert bool(late) == (how == "outside")
+
+
 def _uses_helper(worker: Worker) -> bool:
     argv = worker.commands.argv(Request(worker.root, {"PATH": "/usr/bin:/bin"}), ["true"])
     return maskmount.HELPER in argv
 
 
 def test_attack_many_secrets_among_other_files_are_all_masked(
-    make_worker: MakeWorker, scattered: Path
+    make_worker: MakeWorker, scattered: Path, how: str
 ) -> None:
     worker = make_worker()
-    assert _uses_helper(worker)
+    _made(worker, how)
     (r,) = run(
         worker,
         sh("1", "cat d*/secret*.key .ssh/id_ed25519; ls -a .ssh; grep -r leak-me .; cat d*/README"),
@@ -74,12 +92,12 @@ def test_attack_many_secrets_among_other_files_are_all_masked(
 
 
 def test_attack_the_command_after_the_mask_helper_holds_no_capability(
-    make_worker: MakeWorker, scattered: Path
+    make_worker: MakeWorker, scattered: Path, how: str
 ) -> None:
     """The helper held CAP_SYS_ADMIN to mount; the command gets none, so it cannot
-    unmount or remount a mask."""
+    unmount or remount a mask (nor one made from outside)."""
     worker = make_worker()
-    assert _uses_helper(worker)
+    _made(worker, how)
     (r,) = run(
         worker,
         sh(
@@ -141,7 +159,7 @@ def test_the_mask_helper_runs_only_on_an_interpreter_no_command_can_change(
 
 
 def test_a_mask_the_helper_cannot_make_stops_the_command(
-    make_worker: MakeWorker, scattered: Path, monkeypatch: pytest.MonkeyPatch
+    make_worker: MakeWorker, scattered: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     """Fail closed: when one mask cannot be made the command does not run."""
     worker = make_worker()

@@ -37,9 +37,10 @@ confined by the kernel instead.  Each one runs under ``bwrap`` with:
 
 Which denied files exist is kept by :class:`MaskIndex` (one walk at start,
 then the file watcher's events), so starting a command costs no walk.
-Where there are many, a helper inside the sandbox makes the masks in one
-pass (:mod:`forj_py.safety.maskmount`): bubblewrap's own cost grows with
-the square of their number.  bubblewrap itself starts without the
+Where there are many, they are made in one pass, from outside while
+bubblewrap holds the sandbox, or by a helper inside it
+(:mod:`forj_py.safety.maskmount`): bubblewrap's own cost grows with the
+square of their number.  bubblewrap itself starts without the
 variables the dynamic loader obeys (:meth:`CommandSandbox.launch_env`): it
 runs unconfined, in the project.
 
@@ -411,6 +412,61 @@ class MaskIndex:
             return False
 
 
+_outside: dict[str, bool] = {}
+_outside_lock = threading.Lock()
+
+
+def _outside_works(bwrap: str, base: list[str]) -> bool:
+    """Whether masks can be made from outside a sandbox here (asked once per process)."""
+    with _outside_lock:
+        known = _outside.get(bwrap)
+        if known is not None:
+            return known
+        from ..system import process
+
+        ok = False
+        with tempfile.TemporaryDirectory(prefix="forj-maskprobe-") as tmp:
+            secret = os.path.join(tmp, "secret")
+            with open(secret, "w") as fh:
+                fh.write("probe-secret\n")
+            errs: list[str] = []
+
+            def ready(init: int) -> None:
+                why = maskmount.mask_from_outside(init, [secret])
+                if why:
+                    errs.append(why)
+                    raise OSError(why)
+
+            try:
+                done = process.run(
+                    [
+                        bwrap,
+                        *base,
+                        "--bind",
+                        tmp,
+                        tmp,
+                        "--",
+                        "sh",
+                        "-c",
+                        'cat "$1" 2>/dev/null; echo ran',
+                        "sh",
+                        secret,
+                    ],
+                    cwd="/",
+                    env={"PATH": "/usr/bin:/bin"},
+                    timeout=10,
+                    bwrap=True,
+                    on_sandbox_ready=ready,
+                )
+                ok = done.returncode == 0 and bytes(done.stdout.head) == b"ran\n"
+            except OSError as exc:
+                log.info("masks are not made from outside the sandbox: %s", exc)
+            if not ok and not errs:
+                log.info("masks are not made from outside the sandbox: the probe failed")
+        _outside[bwrap] = ok
+        return ok
+
+
 # The longest path the system calls take, and the longest name (Linux).
 _PATH_MAX = 4096
 _NAME_MAX = 255
@@ -502,8 +558,16 @@ class CommandSandbox:
     def close(self) -> None:
         shutil.rmtree(self._private, ignore_errors=True)
 
-    def argv(self, request: Request, command: list[str]) -> list[str]:
-        """The bwrap command line running ``command`` confined; ``--`` ends the options."""
+    def argv(
+        self, request: Request, command: list[str], late: list[str] | None = None
+    ) -> list[str]:
+        """The bwrap command line running ``command`` confined; ``--`` ends the options.
+
+        ``late``: given by a caller that runs the command line through
+        :func:`forj_py.system.process.run` and can make masks once the
+        sandbox is set up (:meth:`mask_late`); many masks are then left out
+        of the command line and added to it.
+        """
         assert self.availability.bwrap is not None
         self.start()
         self.masks.wait()
@@ -572,7 +636,13 @@ class CommandSandbox:
             # create it either.  bwrap makes the mount point, so an empty
             # .forj directory stays behind (git shows no empty directory).
             args += ["--tmpfs", forj, "--remount-ro", forj]
-        if self._helper_masks(request, masks, bound, base):
+        many = len(masks.files) + len(masks.dirs) >= maskmount.HELPER_FROM
+        if late is not None and many and _outside_works(self.availability.bwrap, base):
+            # Made from outside while bubblewrap waits (mask_late).
+            late.extend(os.path.join(root, rel) for rel in (*masks.files, *masks.dirs))
+            for name in maskmount.loader_names(request.env):
+                args[caps_at:caps_at] = ["--setenv", name, request.env[name]]
+        elif self._helper_masks(request, masks, bound, base):
             # Many masks: made by the helper inside (see maskmount), in one
             # pass, instead of one bubblewrap mount (and mount-table read) each.
             paths = [os.path.join(root, rel) for rel in (*masks.files, *masks.dirs)]
@@ -600,6 +670,12 @@ class CommandSandbox:
         args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", request.cwd, "--"]
         return args + command
+
+    @staticmethod
+    def mask_late(init: int, paths: list[str]) -> str | None:
+        """Make the masks :meth:`argv` left out, in the sandbox whose first process is
+        ``init`` (set up, its command not started); None, or why they could not be."""
+        return maskmount.mask_from_outside(init, paths)
 
     @staticmethod
     def launch_env(env: Mapping[str, str]) -> dict[str, str]:

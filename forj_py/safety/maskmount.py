@@ -1,4 +1,10 @@
-"""Masking many denied files at once, inside the sandbox, without bubblewrap's per-mount cost.
+"""Masking many denied files at once, without bubblewrap's per-mount cost.
+
+Two ways, the first where it works (probed once): from outside
+(:func:`mask_from_outside`: a fork of the worker joins the sandbox's
+namespaces while bubblewrap, its own mounts made, waits on its block
+descriptor; nothing of the command has started), else by a helper run as
+the sandbox's first process (below).
 
 bubblewrap reads the whole mount table again after each mount it makes,
 so masking N files one ``--ro-bind`` at a time costs the square of N: a
@@ -25,8 +31,10 @@ choosing runs while the capabilities are held.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -211,3 +219,116 @@ def works(bwrap: str, base: list[str]) -> bool:
                 ok = False
         _works[python] = ok
         return ok
+
+
+# --- masks made from outside, through the sandbox's namespaces -------------------------
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 32, 4096
+_KEEP = 1 | 2 | 4 | 8 | 1024 | 2048 | 4096
+
+
+def mask_from_outside(init: int, paths: list[str]) -> str | None:
+    """Make the masks for ``paths`` in the sandbox whose first process is ``init``,
+    while bubblewrap waits on its block descriptor (its own mounts made, the command
+    not started); None, or why it failed.
+
+    A fork of the worker joins the sandbox's user and mount namespaces
+    (``setns``: its owner's processes have every capability in the user
+    namespace bubblewrap made), takes the sandbox's root as its own and
+    makes each mask as the in-sandbox helper does, without an
+    interpreter's start.  Nothing of the command runs before it is done.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    mount = libc.mount
+    mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
+    targets = [os.fsencode(p) for p in paths]
+    try:
+        own_user = os.stat("/proc/self/ns/user").st_ino
+        user_fd = os.open(f"/proc/{init}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        mnt_fd = os.open(f"/proc/{init}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        root_fd = os.open(f"/proc/{init}/root", os.O_PATH | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"cannot reach the sandbox's namespaces: {exc.strerror}"
+    join_user = os.fstat(user_fd).st_ino != own_user
+    read_r, read_w = os.pipe()
+    from ..system import process
+
+    try:
+        with process._active_lock:  # not an orphan for reap_orphans to take
+            pid = os.fork()
+            if pid != 0:
+                process._active.add(pid)
+        if pid == 0:  # the child: system calls only, then _exit
+            code = 1
+            try:
+                os.close(read_r)
+                fds = os.open(b"/proc/self/fd", os.O_PATH | os.O_DIRECTORY)
+                if join_user and libc.setns(user_fd, _CLONE_NEWUSER) != 0:
+                    raise OSError(ctypes.get_errno(), "setns user")
+                if libc.setns(mnt_fd, _CLONE_NEWNS) != 0:
+                    raise OSError(ctypes.get_errno(), "setns mount")
+                os.fchdir(root_fd)
+                os.chroot(".")
+                template: bytes | None = None
+                null = os.stat(b"/dev/null")
+                for target in targets:
+                    try:
+                        fd = os.open(target, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+                    except FileNotFoundError:
+                        continue
+                    mode = os.fstat(fd).st_mode
+                    # Mount through the descriptor, named in this process's
+                    # own /proc (the sandbox's /proc does not show it).
+                    os.fchdir(fds)
+                    where = b"%d" % fd
+                    if stat.S_ISLNK(mode):
+                        pass
+                    elif stat.S_ISDIR(mode):
+                        flags = _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+                        if mount(b"tmpfs", where, b"tmpfs", flags, b"mode=0755,size=4k") != 0:
+                            raise OSError(ctypes.get_errno(), target.decode(errors="replace"))
+                    elif template is not None:
+                        if mount(template, where, None, _MS_BIND, None) != 0:
+                            raise OSError(ctypes.get_errno(), target.decode(errors="replace"))
+                    else:
+                        if mount(b"/dev/null", where, None, _MS_BIND, None) != 0:
+                            raise OSError(ctypes.get_errno(), target.decode(errors="replace"))
+                        os.chdir(b"/")
+                        top = os.open(target, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+                        st = os.fstat(top)
+                        if (st.st_dev, st.st_ino) != (null.st_dev, null.st_ino):
+                            raise OSError(0, "moved while being masked")
+                        os.fchdir(fds)
+                        flags = os.statvfs(b"%d" % top).f_flag & _KEEP
+                        flags |= _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+                        if mount(None, b"%d" % top, None, flags, None) != 0:
+                            raise OSError(ctypes.get_errno(), target.decode(errors="replace"))
+                        # Later masks bind this one (named, like them, from
+                        # this process's descriptor directory).
+                        template = b"%d" % top
+                    os.chdir(b"/")
+                    os.close(fd)
+                code = 0
+            except BaseException as exc:
+                with contextlib.suppress(BaseException):
+                    os.write(read_w, f"{exc}".encode("utf-8", "replace")[:500])
+            finally:
+                os._exit(code)
+        os.close(read_w)
+        read_w = -1
+        _, status = os.waitpid(pid, 0)
+        with process._active_lock:
+            process._active.discard(pid)
+        why = os.read(read_r, 4096).decode("utf-8", "replace")
+        if os.waitstatus_to_exitcode(status) != 0:
+            return f"cannot make the masks: {why or 'the helper failed'}"
+        return None
+    finally:
+        for fd in (read_r, read_w, user_fd, mnt_fd, root_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)

@@ -34,7 +34,7 @@ from typing import Any
 from .. import errors
 from ..output import sanitize
 from ..safety import secretenv
-from ..safety.commands import ProcessCap, Request
+from ..safety.commands import CommandSandbox, ProcessCap, Request
 from ..safety.paths import SafePath
 from ..safety.programs import program_path
 from ..system import process
@@ -183,6 +183,7 @@ def run(
         )
     channel = Channel(ctx.emit, env.secrets)
     cap: ProcessCap | None = None
+    late: list[str] = []  # masks made once the sandbox is set up
     run_argv, run_env = argv, env.env
     if sandboxed:
         assert jail is not None
@@ -191,7 +192,9 @@ def run(
         for name, value in git_identity(ctx.sandbox.project_root).items():
             run_env.setdefault(name, value)
         run_argv = jail.argv(
-            Request(cwd, run_env, writable=writable, network=network, scratch=scratch), argv
+            Request(cwd, run_env, writable=writable, network=network, scratch=scratch),
+            argv,
+            late=late,
         )
         run_env = jail.launch_env(run_env)
         cap = ProcessCap(jail.max_processes)
@@ -210,10 +213,14 @@ def run(
             drain_seconds=lim.drain,
             bwrap=sandboxed,
             on_sandbox_start=(lambda pid: cap.apply(pid, tag)) if cap is not None else None,
+            on_sandbox_ready=(lambda pid: _mask_late(jail, pid, late)) if late else None,
         )
     except OSError as exc:
         channel.abandon()
         raise start_failure(tool, argv, exc, env) from None
+    except errors.ToolFailure:
+        channel.abandon()
+        raise
     finally:
         if cap is not None:
             cap.release()
@@ -224,6 +231,17 @@ def run(
     if sandboxed:
         _sandbox_start_failure(tool, argv, outcome, env)
     return outcome
+
+
+def _mask_late(jail: CommandSandbox | None, init: int, paths: list[str]) -> None:
+    """Make the masks left to after the sandbox's setup; the command never starts without them."""
+    assert jail is not None
+    why = jail.mask_late(init, paths)
+    if why is not None:
+        raise errors.process_error(
+            f"the command sandbox could not be set up: {why}; nothing was run",
+            recovery=["Tell the user; the sandbox's setup failed, not the command"],
+        )
 
 
 def confinement(ctx: ToolContext, writable: bool = True) -> str:
