@@ -30,6 +30,7 @@ from common import ROOT  # noqa: F401 - sets the import path for forj_py
 from forj_py.safety.commands import CommandSandbox, ProcessCap, Request, probe
 from forj_py.safety.paths import Sandbox
 from forj_py.system import process
+from forj_py.tools._shell import outside_works
 from forj_py.transport.client import Client, WorkerProcess
 
 RUNS = 40
@@ -88,7 +89,11 @@ def _once(
         cancel=threading.Event(),
         bwrap=bwrap,
         on_sandbox_start=(lambda pid: cap.apply(pid, uuid.uuid4().hex[:8])) if cap else None,
-        on_sandbox_ready=(lambda pid: CommandSandbox.mask_late(pid, late)) if late else None,
+        on_sandbox_ready=(
+            (lambda pid: CommandSandbox.mask_late(pid, late, process.fork_tracked, process.forget))
+            if late
+            else None
+        ),
     )
     if cap is not None:
         cap.release()
@@ -110,6 +115,8 @@ def _measure(denied: int, mixed: bool) -> tuple[float, float, float]:
         jail.start()
         jail.masks.wait()
         request = Request(str(root), {"PATH": "/usr/bin:/bin"})
+        if jail.many_masks():
+            outside_works(jail, request)  # as run_shell probes it
         build = []
         plain, boxed = [], []
         for i in range(RUNS + 5):

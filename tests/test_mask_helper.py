@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from conftest import MakeWorker, call
 
-from forj_py.safety import commands, maskmount
+from forj_py.safety import maskmount
 from forj_py.safety.commands import MaskIndex, Masks, Request
 from forj_py.service import Worker
+from forj_py.tools import _shell
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -58,12 +59,15 @@ def how(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each many-mask test runs both ways: masks made from outside while bubblewrap
     waits, and (where that cannot be done) by the helper inside."""
     if request.param == "helper":
-        monkeypatch.setattr(commands, "_outside_works", lambda bwrap, base: False)
+        monkeypatch.setattr(_shell, "outside_works", lambda jail, request: False)
     return str(request.param)
 
 
 def _made(worker: Worker, how: str) -> None:
-    """Assert the masks of a command are made the way ``how`` says."""
+    """Assert the masks of a command are made the way ``how`` says (after a first
+    command, which probes the way)."""
+    (first,) = run(worker, sh("0", "true"))
+    assert first["ok"], first
     late: list[str] = []
     request = Request(worker.root, {"PATH": "/usr/bin:/bin"})
     argv = worker.commands.argv(request, ["true"], late=late)

@@ -60,7 +60,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -412,61 +412,6 @@ class MaskIndex:
             return False
 
 
-_outside: dict[str, bool] = {}
-_outside_lock = threading.Lock()
-
-
-def _outside_works(bwrap: str, base: list[str]) -> bool:
-    """Whether masks can be made from outside a sandbox here (asked once per process)."""
-    with _outside_lock:
-        known = _outside.get(bwrap)
-        if known is not None:
-            return known
-        from ..system import process
-
-        ok = False
-        with tempfile.TemporaryDirectory(prefix="forj-maskprobe-") as tmp:
-            secret = os.path.join(tmp, "secret")
-            with open(secret, "w") as fh:
-                fh.write("probe-secret\n")
-            errs: list[str] = []
-
-            def ready(init: int) -> None:
-                why = maskmount.mask_from_outside(init, [secret])
-                if why:
-                    errs.append(why)
-                    raise OSError(why)
-
-            try:
-                done = process.run(
-                    [
-                        bwrap,
-                        *base,
-                        "--bind",
-                        tmp,
-                        tmp,
-                        "--",
-                        "sh",
-                        "-c",
-                        'cat "$1" 2>/dev/null; echo ran',
-                        "sh",
-                        secret,
-                    ],
-                    cwd="/",
-                    env={"PATH": "/usr/bin:/bin"},
-                    timeout=10,
-                    bwrap=True,
-                    on_sandbox_ready=ready,
-                )
-                ok = done.returncode == 0 and bytes(done.stdout.head) == b"ran\n"
-            except OSError as exc:
-                log.info("masks are not made from outside the sandbox: %s", exc)
-            if not ok and not errs:
-                log.info("masks are not made from outside the sandbox: the probe failed")
-        _outside[bwrap] = ok
-        return ok
-
-
 # The longest path the system calls take, and the longest name (Linux).
 _PATH_MAX = 4096
 _NAME_MAX = 255
@@ -539,6 +484,10 @@ class CommandSandbox:
         self._configs: dict[str, str] = {}
         self._start_lock = threading.Lock()
         self._started = False
+        # Whether many masks are made from outside while bubblewrap waits
+        # (mask_late): None until probed, by the layer that runs commands.
+        self.outside_masks: bool | None = None
+        self.last_base: list[str] = []
 
     @property
     def sandboxed(self) -> bool:
@@ -620,8 +569,9 @@ class CommandSandbox:
         for path in self.read_paths:
             ro(path)
         # What a sandbox needs to run the worker's Python: the mask helper's
-        # probe runs in it.
+        # probe runs in it, and the probe of masks made from outside.
         base = args[1:]
+        self.last_base = base
         for path in (*self.write_paths, *request.scratch):
             if os.path.isdir(path):
                 args += ["--bind", path, path]
@@ -637,7 +587,7 @@ class CommandSandbox:
             # .forj directory stays behind (git shows no empty directory).
             args += ["--tmpfs", forj, "--remount-ro", forj]
         many = len(masks.files) + len(masks.dirs) >= maskmount.HELPER_FROM
-        if late is not None and many and _outside_works(self.availability.bwrap, base):
+        if late is not None and many and self.outside_masks:
             # Made from outside while bubblewrap waits (mask_late).
             late.extend(os.path.join(root, rel) for rel in (*masks.files, *masks.dirs))
             for name in maskmount.loader_names(request.env):
@@ -672,10 +622,22 @@ class CommandSandbox:
         return args + command
 
     @staticmethod
-    def mask_late(init: int, paths: list[str]) -> str | None:
+    def mask_late(
+        init: int,
+        paths: list[str],
+        fork: Callable[[], int] = os.fork,
+        forget: Callable[[int], None] = lambda pid: None,
+    ) -> str | None:
         """Make the masks :meth:`argv` left out, in the sandbox whose first process is
         ``init`` (set up, its command not started); None, or why they could not be."""
-        return maskmount.mask_from_outside(init, paths)
+        return maskmount.mask_from_outside(init, paths, fork, forget)
+
+    def many_masks(self) -> bool:
+        """Whether a command now has enough masks to have them made in one pass."""
+        self.start()
+        self.masks.wait()
+        masks = self.masks.current()
+        return len(masks.files) + len(masks.dirs) >= maskmount.HELPER_FROM
 
     @staticmethod
     def launch_env(env: Mapping[str, str]) -> dict[str, str]:

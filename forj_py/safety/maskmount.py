@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,12 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 32, 4096
 _KEEP = 1 | 2 | 4 | 8 | 1024 | 2048 | 4096
 
 
-def mask_from_outside(init: int, paths: list[str]) -> str | None:
+def mask_from_outside(
+    init: int,
+    paths: list[str],
+    fork: Callable[[], int] = os.fork,
+    forget: Callable[[int], None] = lambda pid: None,
+) -> str | None:
     """Make the masks for ``paths`` in the sandbox whose first process is ``init``,
     while bubblewrap waits on its block descriptor (its own mounts made, the command
     not started); None, or why it failed.
@@ -255,13 +260,9 @@ def mask_from_outside(init: int, paths: list[str]) -> str | None:
         return f"cannot reach the sandbox's namespaces: {exc.strerror}"
     join_user = os.fstat(user_fd).st_ino != own_user
     read_r, read_w = os.pipe()
-    from ..system import process
-
     try:
-        with process._active_lock:  # not an orphan for reap_orphans to take
-            pid = os.fork()
-            if pid != 0:
-                process._active.add(pid)
+        # ``fork``: one that keeps the child from a reaper of orphans.
+        pid = fork()
         if pid == 0:  # the child: system calls only, then _exit
             code = 1
             try:
@@ -321,8 +322,7 @@ def mask_from_outside(init: int, paths: list[str]) -> str | None:
         os.close(read_w)
         read_w = -1
         _, status = os.waitpid(pid, 0)
-        with process._active_lock:
-            process._active.discard(pid)
+        forget(pid)
         why = os.read(read_r, 4096).decode("utf-8", "replace")
         if os.waitstatus_to_exitcode(status) != 0:
             return f"cannot make the masks: {why or 'the helper failed'}"

@@ -791,6 +791,21 @@ def become_subreaper() -> bool:
     return True
 
 
+def fork_tracked() -> int:
+    """``os.fork``, the child kept from :func:`reap_orphans` until :func:`forget`."""
+    with _active_lock:
+        pid = os.fork()
+        if pid != 0:
+            _active.add(pid)
+        return pid
+
+
+def forget(pid: int) -> None:
+    """The end of :func:`fork_tracked`'s hold on ``pid`` (reaped by its caller)."""
+    with _active_lock:
+        _active.discard(pid)
+
+
 def reap_orphans() -> int:
     """Collect the exit status of orphans re-parented to this process; how many were reaped."""
     if not _subreaper or _main_tid is None:
