@@ -235,3 +235,27 @@ def test_attack_a_file_denied_after_the_masks_were_computed_is_still_masked(
     (r,) = run(worker, sh("2", "cat d0/fresh.pem; cat d0/README"))
     assert "leak-me" not in out(r) and "readme-ok-0" in out(r), r
     assert not gone.exists()
+
+
+@pytest.mark.parametrize("count", [0, SECRETS], ids=["few-masks", "many-masks"])
+def test_attack_a_directory_renamed_aside_by_one_command_is_masked_for_the_next(
+    make_worker: MakeWorker, project: Path, count: int
+) -> None:
+    """A command renames the directory holding a secret (its mask does not move the
+    file: the file is the project's); the next command, started at once, must find it
+    masked under the new name, however far the file watcher lags behind."""
+    for i in range(count):
+        (project / f"k{i}.key").write_text(f"leak-me-{i}\n")
+    (project / "config").mkdir()
+    (project / "config" / ".env").write_text("leak-me-env\n")
+    worker = make_worker()
+    (first,) = run(worker, sh("0", "cat config/.env; echo first"))
+    assert "leak-me" not in out(first) and "first" in out(first)
+    for round_ in range(5):
+        old, new = ("config", "cfg") if round_ % 2 == 0 else ("cfg", "config")
+        moved, read = run(
+            worker, sh("1", f"mv {old} {new} && echo moved"), sh("2", f"cat {new}/.env; echo read")
+        )
+        assert "moved" in out(moved), moved
+        assert "read" in out(read), read
+        assert "leak-me" not in out(read), (round_, out(read))

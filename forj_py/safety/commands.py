@@ -210,6 +210,13 @@ class MaskIndex:
         # change the watcher reports starts a new generation.
         self._generation = 0
         self._cached: tuple[int, Masks] | None = None
+        # Waits until the watcher has told every change made before the call
+        # (False: it could not say so in time).  A command must not start
+        # with masks from before what the last one did (a directory holding
+        # a secret renamed aside): where this cannot be known, the project
+        # is indexed again for the command.  None: no watcher keeps this
+        # index (its owner calls changed() itself).
+        self.settle: Callable[[float], bool] | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._build, name="forj-masks", daemon=True).start()
@@ -360,18 +367,22 @@ class MaskIndex:
         would otherwise check every entry again); an entry deleted since
         is the caller's to skip (:meth:`CommandSandbox.argv`).
         """
+        full = self._unwatched
+        if not full and self.settle is not None and not self.settle(SETTLE_SECONDS):
+            log.info("the file watcher is behind; the project is indexed again for this command")
+            full = True
         with self._lock:
             cached = self._cached
             generation = self._generation
-        if cached is not None and cached[0] == generation and not self._unwatched:
+        if cached is not None and cached[0] == generation and not full:
             return Masks(list(cached[1].files), list(cached[1].dirs), list(cached[1].readonly))
-        out = self._compute()
+        out = self._compute(full)
         with self._lock:
             self._cached = (generation, out)
         return Masks(list(out.files), list(out.dirs), list(out.readonly))
 
-    def _compute(self) -> Masks:
-        if self._unwatched:
+    def _compute(self, full: bool) -> Masks:
+        if full:
             files_now: set[str] = set()
             dirs_now: set[str] = set()
             readonly_now: set[str] = set()
@@ -411,6 +422,10 @@ class MaskIndex:
         except OSError:
             return False
 
+
+# How long a command waits for the file watcher to tell what changed before it
+# (a burst of thousands of files); past it the project is indexed again.
+SETTLE_SECONDS = 2.0
 
 # The longest path the system calls take, and the longest name (Linux).
 _PATH_MAX = 4096
