@@ -90,7 +90,11 @@ def _once(
         bwrap=bwrap,
         on_sandbox_start=(lambda pid: cap.apply(pid, uuid.uuid4().hex[:8])) if cap else None,
         on_sandbox_ready=(
-            (lambda pid: CommandSandbox.mask_late(pid, late, process.fork_tracked, process.forget))
+            (
+                lambda pid, parent: CommandSandbox.mask_late(
+                    pid, late, process.fork_tracked, process.forget, parent
+                )
+            )
             if late
             else None
         ),

@@ -4,6 +4,7 @@ bubblewrap."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import threading
@@ -259,3 +260,38 @@ def test_attack_a_directory_renamed_aside_by_one_command_is_masked_for_the_next(
         assert "moved" in out(moved), moved
         assert "read" in out(read), read
         assert "leak-me" not in out(read), (round_, out(read))
+
+
+def test_attack_masks_from_outside_never_join_a_process_that_is_not_a_held_sandbox(
+    tmp_path: Path,
+) -> None:
+    """The sandbox's first process gone and its pid taken by another process (or a
+    wrong pid): the fork must not join that process's namespaces and mount there,
+    nor mount in the worker's own."""
+    target = tmp_path / "file"
+    target.write_text("visible\n")
+    stranger = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sleep", "30"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{stranger.pid}/ns/mnt").resolve() == Path("/proc/self/ns/mnt").resolve():
+            assert time.monotonic() < deadline, "unshare did not start"
+            time.sleep(0.01)
+        for pid in (stranger.pid, os.getpid()):
+            why = maskmount.mask_from_outside(pid, [str(target)])
+            assert why is not None and "not a sandbox" in why, (pid, why)
+        # Nothing was mounted over the file, in either namespace.
+        seen = subprocess.run(
+            ["nsenter", "-t", str(stranger.pid), "-m", "cat", str(target)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert seen.stdout == "visible\n", seen
+        assert target.read_text() == "visible\n"
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -642,10 +642,12 @@ class CommandSandbox:
         paths: list[str],
         fork: Callable[[], int] = os.fork,
         forget: Callable[[int], None] = lambda pid: None,
+        parent: int | None = None,
     ) -> str | None:
         """Make the masks :meth:`argv` left out, in the sandbox whose first process is
-        ``init`` (set up, its command not started); None, or why they could not be."""
-        return maskmount.mask_from_outside(init, paths, fork, forget)
+        ``init`` (set up, its command not started; ``parent``: its bubblewrap);
+        None, or why they could not be."""
+        return maskmount.mask_from_outside(init, paths, fork, forget, parent)
 
     def many_masks(self) -> bool:
         """Whether a command now has enough masks to have them made in one pass."""

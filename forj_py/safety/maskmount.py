@@ -223,6 +223,21 @@ def works(bwrap: str, base: list[str]) -> bool:
 
 # --- masks made from outside, through the sandbox's namespaces -------------------------
 
+
+def _ppid(proc_fd: int | None, pid: int | None) -> int:
+    """The parent pid in a ``/proc/<pid>/status`` (by descriptor, or by pid)."""
+    where = (
+        os.open("status", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+        if pid is None
+        else (os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC))
+    )
+    with os.fdopen(where, "rb") as fh:
+        for line in fh:
+            if line.startswith(b"PPid:"):
+                return int(line.split()[1])
+    raise OSError(0, "no parent")
+
+
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 32, 4096
@@ -234,6 +249,7 @@ def mask_from_outside(
     paths: list[str],
     fork: Callable[[], int] = os.fork,
     forget: Callable[[int], None] = lambda pid: None,
+    parent: int | None = None,
 ) -> str | None:
     """Make the masks for ``paths`` in the sandbox whose first process is ``init``,
     while bubblewrap waits on its block descriptor (its own mounts made, the command
@@ -244,6 +260,13 @@ def mask_from_outside(
     namespace bubblewrap made), takes the sandbox's root as its own and
     makes each mask as the in-sandbox helper does, without an
     interpreter's start.  Nothing of the command runs before it is done.
+
+    ``init`` is trusted only while it is what it should be: a child of
+    ``parent`` (the bubblewrap that reported it; without ``parent``, a
+    grandchild of this process), in a mount namespace other than this
+    process's.  Its namespaces are opened through one descriptor of its
+    ``/proc`` directory, which fails once that process is gone: a pid
+    reused meanwhile is never joined.
     """
     import ctypes
 
@@ -251,13 +274,31 @@ def mask_from_outside(
     mount = libc.mount
     mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
     targets = [os.fsencode(p) for p in paths]
+    user_fd = mnt_fd = root_fd = -1
     try:
         own_user = os.stat("/proc/self/ns/user").st_ino
-        user_fd = os.open(f"/proc/{init}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-        mnt_fd = os.open(f"/proc/{init}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        root_fd = os.open(f"/proc/{init}/root", os.O_PATH | os.O_CLOEXEC)
+        own_mnt = os.stat("/proc/self/ns/mnt").st_ino
+        proc_fd = os.open(f"/proc/{init}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            user_fd = os.open("ns/user", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+            mnt_fd = os.open("ns/mnt", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+            root_fd = os.open("root", os.O_PATH | os.O_CLOEXEC, dir_fd=proc_fd)
+            # Read after the opens, through the same descriptor: the same process.
+            ppid = _ppid(proc_fd, None)
+        finally:
+            os.close(proc_fd)
+        expected = parent
+        if expected is None:
+            expected = ppid if _ppid(None, ppid) == os.getpid() else -1
     except OSError as exc:
+        for fd in (user_fd, mnt_fd, root_fd):
+            if fd >= 0:
+                os.close(fd)
         return f"cannot reach the sandbox's namespaces: {exc.strerror}"
+    if ppid != expected or os.fstat(mnt_fd).st_ino == own_mnt:
+        for fd in (user_fd, mnt_fd, root_fd):
+            os.close(fd)
+        return f"process {init} is not a sandbox waiting to start (it ended, or its pid is reused)"
     join_user = os.fstat(user_fd).st_ino != own_user
     read_r, read_w = os.pipe()
     try:

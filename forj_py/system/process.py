@@ -315,7 +315,7 @@ def run(
     drain_seconds: float = 1.0,
     bwrap: bool = False,
     on_sandbox_start: Callable[[int], object] | None = None,
-    on_sandbox_ready: Callable[[int], object] | None = None,
+    on_sandbox_ready: Callable[[int, int], object] | None = None,
 ) -> Outcome:
     """Run ``argv`` to the end, the time limit or ``cancel``; never leave its group behind.
 
@@ -373,7 +373,7 @@ def run(
                     # bubblewrap reads the block descriptor once its own
                     # mounts are made: only then is its namespace complete.
                     if _blocked_reading(init, block_r, SANDBOX_START_SECONDS):
-                        on_sandbox_ready(init)
+                        on_sandbox_ready(init, proc.pid)
                     elif proc.poll() is None:
                         raise OSError(errno.EIO, "the sandbox did not finish setting up")
             elif on_sandbox_ready is not None and proc.poll() is None:

@@ -217,7 +217,9 @@ def run(
             drain_seconds=lim.drain,
             bwrap=sandboxed,
             on_sandbox_start=(lambda pid: cap.apply(pid, tag)) if cap is not None else None,
-            on_sandbox_ready=(lambda pid: _mask_late(jail, pid, late)) if late else None,
+            on_sandbox_ready=(
+                (lambda pid, parent: _mask_late(jail, pid, parent, late)) if late else None
+            ),
         )
     except OSError as exc:
         channel.abandon()
@@ -263,7 +265,7 @@ def outside_works(jail: CommandSandbox, request: Request) -> bool:
                     env={"PATH": "/usr/bin:/bin"},
                     timeout=10,
                     bwrap=True,
-                    on_sandbox_ready=lambda pid: _mask_late(jail, pid, [secret]),
+                    on_sandbox_ready=lambda pid, parent: _mask_late(jail, pid, parent, [secret]),
                 )
                 ok = done.returncode == 0 and bytes(done.stdout.head) == b"ran\n"
             except (OSError, errors.ToolFailure) as exc:
@@ -272,10 +274,10 @@ def outside_works(jail: CommandSandbox, request: Request) -> bool:
         return ok
 
 
-def _mask_late(jail: CommandSandbox | None, init: int, paths: list[str]) -> None:
+def _mask_late(jail: CommandSandbox | None, init: int, parent: int, paths: list[str]) -> None:
     """Make the masks left to after the sandbox's setup; the command never starts without them."""
     assert jail is not None
-    why = jail.mask_late(init, paths, process.fork_tracked, process.forget)
+    why = jail.mask_late(init, paths, process.fork_tracked, process.forget, parent)
     if why is not None:
         raise errors.process_error(
             f"the command sandbox could not be set up: {why}; nothing was run",
