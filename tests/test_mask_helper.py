@@ -295,3 +295,42 @@ def test_attack_masks_from_outside_never_join_a_process_that_is_not_a_held_sandb
     finally:
         stranger.kill()
         stranger.wait()
+
+
+@pytest.mark.parametrize("count", [0, SECRETS], ids=["few-masks", "many-masks"])
+def test_a_secret_written_in_a_new_directory_just_before_a_command_is_masked(
+    make_worker: MakeWorker, project: Path, count: int
+) -> None:
+    """The user (or a build) writes a secret in directories made that instant, and a
+    command starts at once: the watcher has not yet told of them, and the command
+    waits until it has."""
+    for i in range(count):
+        (project / f"k{i}.key").write_text(f"leak-me-{i}\n")
+    worker = make_worker()
+    (first,) = run(worker, sh("0", "true"))
+    assert first["ok"], first
+    for round_ in range(5):
+        deep = project / f"new{round_}" / "deeper"
+        deep.mkdir(parents=True)
+        (deep / ".env").write_text("leak-me-env\n")
+        (read,) = run(worker, sh("1", f"cat new{round_}/deeper/.env; echo read"))
+        assert "read" in out(read), read
+        assert "leak-me" not in out(read), (round_, out(read))
+
+
+@pytest.mark.parametrize("count", [0, SECRETS], ids=["few-masks", "many-masks"])
+def test_attack_a_hard_link_to_a_masked_file_reads_nothing(
+    make_worker: MakeWorker, project: Path, count: int
+) -> None:
+    """A link made inside the sandbox to a masked file links the mask (or is refused
+    across mounts), never the secret; the next command sees no secret under it."""
+    for i in range(count):
+        (project / f"k{i}.key").write_text(f"leak-me-{i}\n")
+    (project / ".env").write_text("leak-me-env\n")
+    worker = make_worker()
+    linked, read = run(
+        worker, sh("1", "ln .env linked; ln k0.key linked2; echo done"), sh("2", "cat linked*")
+    )
+    assert "done" in out(linked), linked
+    assert "leak-me" not in out(linked) + out(read)
+    assert (project / ".env").read_text() == "leak-me-env\n"
