@@ -381,8 +381,8 @@ class MaskIndex:
             self._cached = (generation, out)
         return Masks(list(out.files), list(out.dirs), list(out.readonly))
 
-    def _compute(self, full: bool) -> Masks:
-        if full:
+    def _compute(self, rescan: bool) -> Masks:
+        if rescan:
             files_now: set[str] = set()
             dirs_now: set[str] = set()
             readonly_now: set[str] = set()
