@@ -89,9 +89,10 @@ def in_process(root: Path) -> tuple[Callable[[], int], Callable[[], int]]:
     """
     from forj_py.config import Config
     from forj_py.output import dumps
+    from forj_py.reads import Session
     from forj_py.safety.paths import Sandbox
     from forj_py.tools.listing import Glob, GlobArgs, ListFiles, ListFilesArgs
-    from forj_py.tools.registry import Session, ToolContext
+    from forj_py.tools.registry import ToolContext
 
     config = Config.model_validate(
         {"tools": {"output": {"max_bytes": 8 << 20}, "listing": {"max_entries": 1_000_000}}}

@@ -150,6 +150,9 @@ A plist (:at TIME :attempt N :message M :overlay O :timer T).")
     (define-key map (kbd "C-c C-m") #'forj-menu)
     (define-key map (kbd "C-c ?") #'forj-menu)
     (define-key map (kbd "C-c C-v") #'forj-tasks)
+    ;; `text-mode' gives M-TAB to `ispell-complete-word': here it
+    ;; completes an @file (C-M-i is the same key in a terminal).
+    (define-key map (kbd "C-M-i") #'completion-at-point)
     map)
   "Keymap of `forj-chat-mode'.")
 
@@ -178,6 +181,7 @@ Type below the last \"## User\" heading and send with \\[forj-chat-send].
               ;; A `%' in an :eval's text would start a mode-line construct.
               '(:eval (string-replace "%" "%%" (forj-chat--header-line))))
   (add-hook 'completion-at-point-functions #'forj-context-complete-at-point nil t)
+  (add-hook 'completion-at-point-functions #'forj-commands-complete-at-point nil t)
   (forj-chat--setup-view)
   (forj-chat--read-metadata))
 
@@ -281,8 +285,15 @@ The text is as shown: `header-line-format' escapes its `%'."
   (save-excursion
     (goto-char (point-min))
     (when (looking-at "<!-- forj-chat root: \\(.*?\\) -->")
-      (let ((root (expand-file-name (match-string-no-properties 1))))
-        (when (file-directory-p root)
+      (let* ((named (match-string-no-properties 1))
+             ;; A remote root is taken as written, never looked at now:
+             ;; opening a chat file (one downloaded, one in a repository)
+             ;; must not make TRAMP connect to the host or sudo it names.
+             ;; Its worker starts only after the user confirms the root.
+             (root (if (file-remote-p named)
+                       (and (string-prefix-p "/" (file-remote-p named 'localname)) named)
+                     (expand-file-name named))))
+        (when (and root (or (file-remote-p root) (file-directory-p root)))
           (setf (forj-session-root forj-session) (file-name-as-directory root)
                 forj-tools-root (forj-session-root forj-session)
                 ;; A chat file from elsewhere (a download, a repository) only
@@ -311,6 +322,8 @@ An existing chat of the project is shown again."
            (with-current-buffer buffer
              (insert (forj-chat--metadata-line root))
              (forj-chat-mode)
+             ;; C-x C-f and friends start in the project.
+             (setq default-directory root)
              (setf (forj-session-root forj-session) root
                    (forj-session-root-confirmed forj-session) t
                    forj-tools-root root)
@@ -318,7 +331,7 @@ An existing chat of the project is shown again."
              (setf (forj-session-provider forj-session) (forj-session-choose-provider)))
            buffer)))
     (goto-char (point-max))
-    (forj-loop-start-worker)
+    (forj-worker-offer-install root #'forj-loop-start-worker)
     (current-buffer)))
 
 (defconst forj-chat--demo-directory
@@ -335,7 +348,13 @@ its diff) and answers; no key and no network are needed."
   (interactive)
   (let ((dir (file-name-as-directory (make-temp-file "forj-demo-" t))))
     (copy-directory (expand-file-name "project" forj-chat--demo-directory) dir nil nil t)
-    (unless (eq 0 (ignore-errors (call-process "git" nil nil nil "-C" dir "init" "-q")))
+    (if (eq 0 (ignore-errors (call-process "git" nil nil nil "-C" dir "init" "-q")))
+        ;; Committed, so the review sees tracked files (no "untracked" warning).
+        (ignore-errors
+          (call-process "git" nil nil nil "-C" dir "add" "-A")
+          (call-process "git" nil nil nil "-C" dir "-c" "user.name=forj demo"
+                        "-c" "user.email=demo@forj.invalid" "-c" "commit.gpgsign=false"
+                        "commit" "-q" "-m" "The sample project"))
       ;; project.el finds a root by its .git; an empty one is enough.
       (make-directory (expand-file-name ".git" dir) t))
     (let ((forj-provider "scripted"))
@@ -367,7 +386,8 @@ picks."
       (setf (forj-session-provider session) nil
             (forj-session-view-function session) #'forj-chat--view)
       (setq forj-session session
-            forj-tools-root root)
+            forj-tools-root root
+            default-directory root)
       (when setup (funcall setup))
       (forj-tools-keep-worker t)
       (forj-chat--redraw "")
@@ -793,6 +813,19 @@ only the end), and point in the input stays in the input."
                              (list 'forj-raw raw 'forj-raw-kind "call"
                                    'forj-render-fold-overlay fold 'forj-rendered t))))))
 
+(defun forj-chat--result-blocks ()
+  "The tool-result blocks of this buffer, each as (TEXT . MS).
+MS is how long the call took, as the block's header line says, or nil."
+  (let ((blocks (forj-session-blocks (point-min) (point-max) "tool-result"))
+        (times nil))
+    (goto-char (point-min))
+    (while (re-search-forward "^```tool-result[ \t]*$" nil t)
+      (push (forj-tools-header-took
+             (save-excursion (forward-line -1)
+                             (buffer-substring-no-properties (point) (line-end-position))))
+            times))
+    (cl-mapcar #'cons blocks (nreverse times))))
+
 (defun forj-chat--draw-results (entry)
   "Draw the tool results ENTRY: each result's header and body, for reading."
   (pcase-let ((`(,heading . ,rest) (forj-session-split-heading (plist-get entry :text))))
@@ -802,13 +835,14 @@ only the end), and point in the input stays in the input."
           (root (forj-session-root forj-session)))
       (with-temp-buffer
         (insert rest)
-        (setq rest (forj-session-blocks (point-min) (point-max) "tool-result")))
-      (dolist (block rest)
+        ;; Each block with the time its header line records.
+        (setq rest (forj-chat--result-blocks)))
+      (pcase-dolist (`(,block . ,took) rest)
         (let* ((result (ignore-errors (forj-tools-json-decode block)))
                (result (and (listp result) (keywordp (car-safe result)) result)))
           (if result
               (forj-tools-insert-result (cdr (assoc (plist-get result :id) calls)) result
-                                        'done nil nil root)
+                                        'done took nil root)
             (insert (string-trim block) "\n"))))
       (insert "\n"))))
 

@@ -113,14 +113,15 @@ and :truncated.")
                                            2))))))
       (cons (substring text 0 end) t))))
 
-(defun forj-context-add-text (chat title text)
-  "Add TEXT as context called TITLE to the CHAT buffer; return the item."
+(defun forj-context-add-text (chat title text &optional cut-before)
+  "Add TEXT as context called TITLE to the CHAT buffer; return the item.
+CUT-BEFORE non-nil says TEXT is already only part of its source."
   (with-current-buffer chat
     (pcase-let* ((`(,text . ,cut) (forj-context--cut text))
                  (item (list :title title
                              :text (if cut (concat text "\n[… cut by forj: the rest is not attached]") text)
                              :bytes (string-bytes text)
-                             :truncated cut)))
+                             :truncated (or cut (and cut-before t)))))
       (setq forj-context-items
             (append (cl-remove title forj-context-items
                                :key (lambda (i) (plist-get i :title)) :test #'equal)
@@ -132,7 +133,9 @@ and :truncated.")
       (message "forj: added %s to the context (%s bytes, ≈%s tokens)%s"
                title (plist-get item :bytes)
                (forj-usage-format-tokens (forj-usage-tokens-of-bytes (plist-get item :bytes)))
-               (if cut "; cut to `forj-context-max-bytes'" ""))
+               (cond (cut "; cut to `forj-context-max-bytes'")
+                     ((plist-get item :truncated) "; cut: only its start is attached")
+                     (t "")))
       item)))
 
 (defun forj-context-remove (title)
@@ -168,7 +171,7 @@ and :truncated.")
          (not (equal (directory-file-name true) (directory-file-name true-root)))
          (file-relative-name true true-root))))
 
-(defun forj-context--worker-read (root path check-only then &optional chat)
+(defun forj-context--worker-read (root path check-only then &optional chat lines)
   "Have ROOT's worker read PATH (relative) with `read_file'; call THEN.
 With CHECK-ONLY, the call is only planned: planning applies the
 worker's path rules (inside the project, denied patterns) without
@@ -176,7 +179,8 @@ reading.  THEN gets (:ok t :content TEXT :truncated BOOL) or
 \(:error MESSAGE).  The read is made in the session of the CHAT
 buffer, if given: the worker keeps a record of what was read per
 chat, and the file is read for that chat's model (it sees the text),
-not for any other chat."
+not for any other chat.  LINES, if given, reads only the first LINES
+lines (a file too large to read whole)."
   (let ((fail (lambda (err)
                 (funcall then (list :error (or (plist-get err :message) (format "%s" err)))))))
     (forj-worker-ensure
@@ -188,7 +192,9 @@ not for any other chat."
           conn "plan"
           (append
            (list :calls (vector (list :id id :name "read_file"
-                                      :args (list :path path :max_bytes (max 1 forj-context-max-bytes))))
+                                      :args (append
+                                             (list :path path :max_bytes (max 1 forj-context-max-bytes))
+                                             (and lines (list :start_line 1 :end_line lines)))))
                  :mode "enabled")
            (and chat (list :session (with-current-buffer chat (forj-tools-session-id))))
            ;; A check runs nothing: the journal keeps it as checked,
@@ -221,7 +227,12 @@ not for any other chat."
   (let ((error (plist-get result :error))
         (value (plist-get result :result)))
     (cond
-     (error (funcall then (list :error (plist-get error :message))))
+     (error (funcall then (list :error (plist-get error :message)
+                                ;; Too large to read whole, or to scan that far.
+                                :too-large (let ((details (plist-get error :details)))
+                                             (and (or (plist-get details :limit)
+                                                      (plist-get details :scan_limit))
+                                                  t)))))
      ((not (eq (plist-get result :ok) t)) (funcall then (list :error "the worker did not read it")))
      ((equal (plist-get value :encoding) "base64")
       (funcall then (list :error "it is a binary file; only text can be attached")))
@@ -240,20 +251,40 @@ with the new item, or nil if the file was refused."
     (unless path
       (user-error "%s is outside the project %s; forj attaches project files only, which its worker checks against its denied patterns.  To send it anyway, open it and add its buffer or a region"
                   (abbreviate-file-name file) (abbreviate-file-name root)))
-    (forj-context--worker-read
-     root path nil
-     (lambda (answer)
-       (let ((item (if (plist-get answer :error)
-                       (progn (message "forj: %s was not added: %s" path (plist-get answer :error))
-                              nil)
-                     (forj-context-add-text
-                      chat path
-                      (concat (plist-get answer :content)
-                              (if (plist-get answer :truncated)
-                                  "\n[… cut by the worker's read limit]"
-                                ""))))))
-         (when then (funcall then item))))
-     chat)))
+    (forj-context--read-file root path chat forj-context--first-lines
+                             (lambda (item) (when then (funcall then item))))))
+
+(defconst forj-context--first-lines '(nil 10000 500 20)
+  "How much of a file to read: whole, then only its first lines.
+A file too large to read whole is read from its start, as many lines
+as the worker will scan; the context keeps what fits and says it is cut.")
+
+(defun forj-context--read-file (root path chat tries then)
+  "Read PATH of ROOT for CHAT, whole or only its first lines.
+Each of TRIES (nil: whole; N: the first N lines) is tried in turn, the
+next one when the file is too large; THEN gets the item."
+  (forj-context--worker-read
+   root path nil
+   (lambda (answer)
+     (cond
+      ((and (plist-get answer :too-large) (cdr tries))
+       (forj-context--read-file root path chat (cdr tries) then))
+      ((plist-get answer :error)
+       (message "forj: %s was not added: %s" path (plist-get answer :error))
+       (funcall then nil))
+      (t
+       (let ((cut (or (plist-get answer :truncated) (car tries))))
+         (funcall then
+                  (forj-context-add-text
+                   chat path
+                   (concat (plist-get answer :content)
+                           (cond ((car tries)
+                                  (format "\n[… cut by forj: the file is too large to attach whole; this is its start, at most %d lines]"
+                                          (car tries)))
+                                 (cut "\n[… cut by the worker's read limit]")
+                                 (t "")))
+                   cut))))))
+   chat (car tries)))
 
 (defun forj-context--check-buffer (buffer root then)
   "Check that the text of BUFFER may go to the model of ROOT's chat; then THEN.
@@ -377,9 +408,14 @@ message."
   (if (and forj-context--files (< (- (float-time) (car forj-context--files)) 30))
       (cdr forj-context--files)
     (let* ((project (project-current nil root))
-           (files (and project
-                       (mapcar (lambda (f) (file-relative-name f root))
-                               (project-files project)))))
+           (files (mapcar (lambda (f) (file-relative-name f root))
+                          ;; git cannot list a repository that is only an
+                          ;; empty .git (project.el's root marker): walk it.
+                          (or (and project (ignore-errors (project-files project)))
+                              (directory-files-recursively
+                               root "" nil (lambda (dir)
+                                             (not (member (file-name-nondirectory dir)
+                                                          '(".git" ".hg" ".svn" "node_modules")))))))))
       (setq forj-context--files (cons (float-time) files))
       files)))
 

@@ -80,7 +80,17 @@ every string inside the JSON."
   (on-close nil :documentation "Function of the connection and a reason string.")
   (dead nil :documentation "Why the connection ended, once it has.")
   (staging nil :documentation "Buffer holding output events' data while they are handled.")
-  (depth 0 :documentation "How many runs of the filter are under way (it can nest)."))
+  (depth 0 :documentation "How many runs of the filter are under way (it can nest).")
+  (preamble nil :documentation "The line before the first frame, while it is awaited.")
+  (noise nil :documentation "What arrived before the preamble (a login shell's output)."))
+
+(defconst forj-epc-stdio-preamble "\nforj: frames follow\n"
+  "The first line a --stdio worker writes, before any frame.
+What arrives before it on the pipe is the remote login shell's (a
+~/.bashrc that prints), never a frame.")
+
+(defconst forj-epc--noise-limit 65536
+  "How much may arrive before the preamble before the connection gives up.")
 
 (cl-defstruct (forj-epc-output (:constructor forj-epc--make-output)
                                (:copier nil))
@@ -120,19 +130,31 @@ ON-REQUEST is called with the name of any other method the worker
 calls, its argument as a plist, and a function of one plist that sends
 the answer (once, whenever it is ready); it returns nil for a method
 it does not know, which the worker is told."
-  (let* ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
-         (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close
-                                          :on-request on-request))
-         (process (make-network-process
-                   :name (format "forj-epc %s" name)
-                   :host host
-                   :service port
-                   :buffer buffer
-                   :coding 'binary
-                   :noquery t
-                   :filter #'forj-epc--filter
-                   :sentinel #'forj-epc--sentinel)))
+  (forj-epc-attach (make-network-process
+                    :name (format "forj-epc %s" name)
+                    :host host
+                    :service port
+                    :coding 'binary
+                    :noquery t)
+                   :name name :on-event on-event :on-close on-close :on-request on-request))
+
+(cl-defun forj-epc-attach (process &key (name "forj") on-event on-close on-request preamble)
+  "Speak EPC on PROCESS, a connection or the pipe of a worker's stdin and stdout.
+Return the connection; NAME, ON-EVENT, ON-CLOSE and ON-REQUEST are as
+for `forj-epc-connect'.  PROCESS gets a buffer, filter and sentinel of
+the connection's own, and binary coding: nothing else may read its
+output.  A worker started with --stdio (on another host, through TRAMP)
+is spoken to this way; when its process ends, the connection does.
+PREAMBLE, if non-nil, is the line the peer writes before its first
+frame (`forj-epc-stdio-preamble'): everything before it is dropped."
+  (let ((buffer (generate-new-buffer (format " *forj-epc %s*" name)))
+        (conn (forj-epc--make-connection :name name :on-event on-event :on-close on-close
+                                         :on-request on-request :preamble preamble)))
     (with-current-buffer buffer (set-buffer-multibyte nil))
+    (set-process-buffer process buffer)
+    (set-process-coding-system process 'binary 'binary)
+    (set-process-filter process #'forj-epc--filter)
+    (set-process-sentinel process #'forj-epc--sentinel)
     (process-put process 'forj-epc-connection conn)
     (setf (forj-epc-connection-process conn) process)
     conn))
@@ -144,10 +166,14 @@ it does not know, which the worker is told."
        (process-live-p (forj-epc-connection-process conn))))
 
 (defun forj-epc-close (conn &optional reason)
-  "Close CONN, failing every pending call with REASON (a string)."
+  "Close CONN, failing every pending call with REASON (a string).
+A socket is closed at once.  The process of a worker spoken to over its
+own pipe (`forj-epc-attach') is left to its owner, who stops it as it
+stops any worker: the end of its stdin first, so that it closes its
+journal before it goes."
   (let ((process (forj-epc-connection-process conn)))
     (forj-epc--shutdown conn (or reason "connection closed"))
-    (when (process-live-p process)
+    (when (and (process-live-p process) (eq (process-type process) 'network))
       (delete-process process))))
 
 ;;; Calling the worker
@@ -241,13 +267,15 @@ chunks waits in the process buffer until its last byte arrives."
       (with-current-buffer buffer
         (goto-char (point-max))
         (insert output)
+        (when (forj-epc-connection-preamble conn)
+          (forj-epc--skip-preamble conn))
         (let ((messages nil)
               (staging (forj-epc--staging conn)))
           (cl-incf (forj-epc-connection-depth conn))
           (unwind-protect
               (progn
                 (catch 'incomplete
-            (while t
+            (while (not (forj-epc-connection-preamble conn))
               (when (< (buffer-size) 6) (throw 'incomplete nil))
               (let* ((head (buffer-substring-no-properties 1 7))
                      (length (and (string-match-p "\\`[0-9a-fA-F]\\{6\\}\\'" head)
@@ -267,6 +295,21 @@ chunks waits in the process buffer until its last byte arrives."
               (if (forj-epc-connection-dead conn)
                   (kill-buffer staging)
                 (with-current-buffer staging (erase-buffer))))))))))
+
+(defun forj-epc--skip-preamble (conn)
+  "Drop what precedes CONN's preamble in the current buffer, once it has come.
+A remote login shell may print before it starts the worker; those bytes
+are no frame, whatever they look like.  Too many, and the connection
+ends, saying where they likely come from."
+  (goto-char (point-min))
+  (if (search-forward (forj-epc-connection-preamble conn) nil t)
+      (progn
+        (setf (forj-epc-connection-noise conn) (buffer-substring-no-properties 1 (match-beginning 0)))
+        (delete-region 1 (point))
+        (setf (forj-epc-connection-preamble conn) nil))
+    (when (> (buffer-size) forj-epc--noise-limit)
+      (forj-epc-close conn (format "%d bytes came before the worker started, and no worker: does the remote shell's startup (~/.bashrc) print, or read stdin?"
+                                   (buffer-size))))))
 
 (defun forj-epc--staging (conn)
   "CONN's buffer for output events' data, made on first use."
@@ -521,7 +564,12 @@ function, which answers later; without one it gets an EPC error."
                        :message (format "the worker died (%s)" reason)
                        :recovery '("The next call starts a new worker"
                                    "M-x forj-worker-log shows what it printed")))))
-    (let ((buffer (process-buffer (forj-epc-connection-process conn))))
+    (let* ((process (forj-epc-connection-process conn))
+           (buffer (process-buffer process)))
+      ;; Killing a buffer hangs up its process: a worker on its own pipe is
+      ;; its owner's to stop (`forj-epc-close'), so it lets go of it first.
+      (unless (eq (process-type process) 'network)
+        (set-process-buffer process nil))
       (when (buffer-live-p buffer) (kill-buffer buffer)))
     (let ((staging (forj-epc-connection-staging conn)))
       (when (and (buffer-live-p staging) (= 0 (forj-epc-connection-depth conn)))

@@ -78,8 +78,8 @@ A buffer with unsaved changes is left alone and named in the echo area:
 its text is the user's, and the file on disk is forj's now."
   (let ((kept nil))
     (dolist (path paths)
-      (let* ((file (expand-file-name path root))
-             (buffer (find-buffer-visiting file)))
+      (let* ((file (forj-project-file path root))
+             (buffer (and file (find-buffer-visiting file))))
         (when buffer
           (with-current-buffer buffer
             (cond

@@ -59,7 +59,7 @@ directory of its own below it."
 
 (defun forj-history--state-directory ()
   "Return the worker's state directory, found as the worker does."
-  (let ((given (cadr (member "--state-dir" forj-worker-arguments))))
+  (let ((given (cadr (member "--state-dir" (default-value 'forj-worker-arguments)))))
     (file-name-as-directory
      (expand-file-name
       (cond (given given)
@@ -163,12 +163,17 @@ A failure to save is said once in the echo area; the chat goes on."
     (json-parse-buffer :object-type 'plist :array-type 'list :null-object nil :false-object nil)))
 
 (defun forj-history-chats (root)
-  "The saved chats of project ROOT, newest first: a list of plists with :file."
+  "The saved chats of project ROOT, newest first: a list of plists with :file.
+A chat without a message of the user's is not listed: there is nothing
+in it to go on with."
   (let ((dir (forj-history-project-directory root)))
     (when (file-directory-p dir)
       (sort (delq nil (mapcar (lambda (file)
                                 (let ((chat (ignore-errors (forj-history-read file))))
-                                  (and chat (plist-put chat :file file))))
+                                  (and chat
+                                       (cl-find "user" (plist-get chat :record)
+                                                :key (lambda (e) (plist-get e :role)) :test #'equal)
+                                       (plist-put chat :file file))))
                               (directory-files dir t "\\.json\\'")))
             (lambda (a b) (> (or (plist-get a :updated) 0) (or (plist-get b :updated) 0)))))))
 

@@ -44,6 +44,11 @@
 (require 'forj-context)
 (require 'forj-compact)
 (require 'forj-window)
+(require 'forj-hooks)
+(require 'forj-diagnostics)
+(require 'forj-notify)
+(require 'forj-instructions)
+(require 'forj-commands)
 
 ;;; Options
 
@@ -333,6 +338,8 @@ told what it holds and what to drop."
 
 (defun forj-loop--send-request ()
   "Send the request for the model's next reply."
+  (forj-instructions-note (forj-session-root forj-session) (forj-session-record forj-session)
+                          #'forj-session-notice)
   (let ((buffer (current-buffer))
         (messages (forj-loop-messages)))
     (setf (forj-session-stop-info forj-session) nil)
@@ -560,7 +567,8 @@ section is whole."
     (setf (forj-session-state forj-session) 'tools)
     (force-mode-line-update)
     (setq-local forj-tools-capacity-bytes (forj-loop-result-budget))
-    (let ((forj-tools-turn (forj-session-turn-id forj-session))
+    (let ((snapshot (forj-diagnostics-snapshot entries (forj-session-root forj-session)))
+          (forj-tools-turn (forj-session-turn-id forj-session))
           (forj-tools-plan-mode (pcase forj-chat-tools-mode
                                   ('parse-only "parse_only")
                                   ('disabled "disabled")
@@ -570,11 +578,13 @@ section is whole."
              entries (forj-session-view 'output)
              (lambda (results)
                (when (buffer-live-p buffer)
-                 (with-current-buffer buffer (forj-loop--batch-done turn entries results))))
+                 (with-current-buffer buffer (forj-loop--batch-done turn entries results snapshot))))
              (forj-session-root forj-session))))))
 
-(defun forj-loop--batch-done (turn entries results)
-  "The batch of TURN has RESULTS for ENTRIES: resume the model unless stopped."
+(defun forj-loop--batch-done (turn entries results &optional snapshot)
+  "The batch of TURN has RESULTS for ENTRIES: resume the model unless stopped.
+SNAPSHOT is what the checkers said before the batch
+\=(`forj-diagnostics-snapshot')."
   (let ((batch (forj-session-batch forj-session)))
     (when batch
       (forj-session-view 'output-to (forj-tools-batch-end batch))
@@ -588,7 +598,19 @@ section is whole."
         (progn
           (forj-session-view 'results-discard)
           (funcall forj-chat-batch-interrupted-function entries results batch))
-      (forj-loop--batch-recorded batch turn entries results))))
+      ;; What the checkers say of the edits, and the user's notes, go
+      ;; with the results the model reads.
+      (let ((buffer (current-buffer))
+            (root (forj-session-root forj-session)))
+        (forj-diagnostics-after-batch
+         snapshot results root
+         (lambda (results)
+           (when (buffer-live-p buffer)
+             (with-current-buffer buffer
+               (let ((said (forj-diagnostics-summary results)))
+                 (when said (forj-session-notice said)))
+               (forj-loop--batch-recorded batch turn entries
+                                          (forj-hooks-after-results entries results root))))))))))
 
 (defun forj-loop--batch-recorded (batch turn entries results)
   "Record RESULTS of ENTRIES (of BATCH, of TURN); resume the model unless stopped."
@@ -701,9 +723,18 @@ again).  A turn that reached the iteration limit offers to go on."
                (substitute-command-keys
                 (format "  \\<forj-chat-mode-map>\\[forj-continue] (M-x forj-continue) lets the model go on for %d more; C-u \\[forj-continue] (M-x forj-continue-to-end) to the end of this turn; M-x forj-set-iteration-limit sets this chat's limit"
                         limit))))))
+  (forj-notify-turn-ended (forj-loop--last-reply-text) (forj-session-cancelled forj-session))
+  (forj-hooks-turn-ended (forj-session-root forj-session)
+                         (plist-get (forj-session-continuation forj-session) :kind))
   (force-mode-line-update)
   (when (and (get-buffer-window (current-buffer)) (not noninteractive))
     (message "forj: your turn")))
+
+(defun forj-loop--last-reply-text ()
+  "The text of the model's last reply in the record, or nil."
+  (let ((entry (cl-find "assistant" (forj-session-record forj-session)
+                        :key (lambda (e) (plist-get e :role)) :test #'equal :from-end t)))
+    (and entry (plist-get entry :text))))
 
 ;;; What the user asks for
 
@@ -711,6 +742,7 @@ again).  A turn that reached the iteration limit offers to go on."
   "Send the user's message TEXT to the model: a new turn.
 A chat with no provider picks one first; a `user-error' says what to
 do when it cannot ask a model."
+  (setq text (forj-commands-expand text (forj-session-root forj-session)))
   (unless (forj-session-provider forj-session)
     (setf (forj-session-provider forj-session) (forj-session-choose-provider)))
   (forj-loop-check-provider)

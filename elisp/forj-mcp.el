@@ -39,6 +39,7 @@
 (require 'forj-epc)
 (require 'forj-review)
 (require 'forj-worker)
+(require 'forj-notify)
 
 (defvar-local forj-mcp--client nil
   "The MCP client a review buffer reviews a call of, for the header line.")
@@ -85,11 +86,17 @@ taken."
       (run-at-time timeout nil #'forj-mcp--time-out buffer answer))
     (message "forj: %s asks to run %s; review it in %s" client
              (or (plist-get item :name) "a tool") (buffer-name buffer))
+    (forj-notify 'review buffer (format "forj: %s asks to run %s" client
+                                        (or (plist-get item :name) "a tool")))
     t))
 
 (defun forj-mcp--item (item client)
   "Return ITEM as the review is to show it, its summary naming CLIENT."
   (let ((item (copy-sequence item)))
+    ;; The answer to an MCP client approves a call whole (or as edited):
+    ;; no hunk keys here.
+    (setq item (cl-loop for (key value) on item by #'cddr
+                        unless (eq key :hunk_files) append (list key value)))
     (plist-put item :summary
                (format "[MCP client %s] %s" client
                        (or (plist-get item :summary) (plist-get item :name) "")))))

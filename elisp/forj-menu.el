@@ -119,13 +119,13 @@
   (format "Tools mode (now %s)" forj-chat-tools-mode))
 
 (autoload 'forj-audit "forj-audit" "List the tool calls journaled for a project." t)
+(autoload 'forj-mcp-servers "forj-mcp-servers" "Show the outside MCP servers of a project." t)
 
 ;;;###autoload (autoload 'forj-menu "forj-menu" nil t)
 (transient-define-prefix forj-menu ()
   "Open the menu of everything forj can do from here.
 Entries show when they can act: the chat's own entries in a chat,
-stop while something runs, and entries of commands forj does not
-define yet once they exist."
+stop while something runs."
   [["Conversation"
     ("s" "Send" forj-chat-send :if forj-menu--chat-idle-p)
     ("k" "Stop" forj-menu-stop :if forj-menu--busy-p)
@@ -140,7 +140,6 @@ define yet once they exist."
     ("!" "Resume or discard an unfinished batch" forj-recover :if forj-menu--recovery-waits-p)]
    ["Model and tools"
     ("m" "Model" forj-set-model :if (lambda () (commandp 'forj-set-model)))
-    ("P" "Provider" forj-set-provider :if (lambda () (commandp 'forj-set-provider)))
     ("M" "Mode" forj-set-mode :if (lambda () (commandp 'forj-set-mode)))
     ("a" "Permissions" forj-permissions :if (lambda () (commandp 'forj-permissions)))
     ("T" forj-chat-set-tools-mode :description forj-menu--tools-mode-description
@@ -167,6 +166,7 @@ define yet once they exist."
    ["Worker and settings"
     ("i" "Status" forj-menu-status)
     ("A" "Audit: every tool call" forj-audit)
+    ("p" "MCP servers and their tools" forj-mcp-servers)
     ("R" "Restart the worker" forj-menu-restart-worker)
     ("l" "Worker log" forj-menu-worker-log)
     ("," "Settings" forj-menu-settings)]])

@@ -113,6 +113,10 @@ is none.  A local server is asked URL/models, then Ollama's
 /api/tags; a cloud provider its models endpoint, with its key."
   (let* ((name (plist-get provider :name))
          (done (lambda (models why)
+                 ;; One line: curl's message ends in a newline, and a
+                 ;; completion annotation must not break the list.
+                 (when why
+                   (setq why (string-trim (replace-regexp-in-string "[ \t\n\r]+" " " why))))
                  (if models
                      (progn (puthash name models forj-models--listed)
                             (remhash name forj-models--failed))

@@ -36,6 +36,7 @@
 (require 'cl-lib)
 (require 'seq)
 (require 'subr-x)
+(require 'forj)
 
 ;; forj-tools.el loads this file, so it is not required here; the hook
 ;; below is that file's.
@@ -73,9 +74,9 @@
   "Make buffers visiting SRC (relative to ROOT) visit DST instead.
 With DIRECTORY-P, SRC and DST are directories and every buffer
 visiting a file under SRC follows to the same place under DST."
-  (let ((from (expand-file-name src root))
-        (to (expand-file-name dst root)))
-    (dolist (buffer (forj-moves--buffers-at from directory-p))
+  (let ((from (forj-project-file src root))
+        (to (forj-project-file dst root)))
+    (dolist (buffer (and from to (forj-moves--buffers-at from directory-p)))
       (with-current-buffer buffer
         (let ((new (if directory-p
                        (expand-file-name (file-relative-name buffer-file-name from) to)
@@ -87,9 +88,9 @@ visiting a file under SRC follows to the same place under DST."
 (defun forj-moves-tell-deleted (root path directory-p)
   "Tell each buffer visiting PATH (relative to ROOT) that forj deleted it.
 With DIRECTORY-P, PATH is a directory and every buffer under it is told."
-  (let ((file (expand-file-name path root))
+  (let ((file (forj-project-file path root))
         (told nil))
-    (dolist (buffer (forj-moves--buffers-at file directory-p))
+    (dolist (buffer (and file (forj-moves--buffers-at file directory-p)))
       (with-current-buffer buffer
         (setq forj-moves-deleted buffer-file-name)
         (setq header-line-format
@@ -103,9 +104,10 @@ With DIRECTORY-P, PATH is a directory and every buffer under it is told."
 
 (defun forj-moves-revert (root path)
   "Revert an unmodified buffer visiting PATH (relative to ROOT), keeping point."
-  (let ((buffer (find-buffer-visiting (expand-file-name path root))))
+  (let* ((file (forj-project-file path root))
+         (buffer (and file (find-buffer-visiting file))))
     (when (and buffer (not (buffer-modified-p buffer))
-               (file-exists-p (expand-file-name path root)))
+               (file-exists-p file))
       (with-current-buffer buffer
         (revert-buffer t t t)))))
 

@@ -115,6 +115,10 @@
   (cond ((vectorp value) (append value nil))
         ((and (listp value) (not (keywordp (car-safe value)))) value)))
 
+(defun forj-render--count (n word &optional plural)
+  "N WORD, or N PLURAL (default WORD with an s) when N is not 1."
+  (format "%d %s" n (if (= n 1) word (or plural (concat word "s")))))
+
 (defun forj-render--size (bytes)
   "BYTES as a short human size."
   (if (< bytes 1024)
@@ -160,8 +164,9 @@
 (defun forj-render--file (path root)
   "PATH under ROOT as an absolute file name if it names a regular file there."
   (when (and (stringp path) root (not (string-empty-p path)))
-    (let ((file (expand-file-name path root)))
-      (and (not (file-remote-p file))
+    (let ((file (forj-project-file path root)))
+      (and file
+           (not (file-remote-p file))
            (file-in-directory-p file root)
            (file-regular-p file)
            file))))
@@ -223,29 +228,33 @@
 ;;; Call lines
 
 (defun forj-render--excerpt (text width)
-  "TEXT on one line, cut to WIDTH characters."
-  (truncate-string-to-width (forj-render-one-line text) width nil nil "…"))
+  "TEXT on one line, cut to WIDTH characters.
+Its leading and trailing blanks and newlines go: an edit's text reads
+as the code it changes."
+  (truncate-string-to-width (forj-render-one-line (string-trim text)) width nil nil "…"))
 
 (defun forj-render-call-line (call)
   "One readable line for CALL (a plist with :name and :args), no newline.
-An edit shows its old and new text."
+An edit shows its old and new text as they read, never as escaped
+JSON: `edit greet.py: return \"Hello,\" + name → return f\"Hello, {name}!\"'."
   (let* ((name (or (forj-render--string (plist-get call :name)) "?"))
          (args (plist-get call :args))
          (args (and (listp args) (keywordp (car-safe args)) args))
          (essential (forj-render-essential name args))
          (change (pcase name
-                   ("edit" (format "%S → %S"
+                   ("edit" (format "%s → %s"
                                    (forj-render--excerpt (or (forj-render--string (plist-get args :old_string)) "") 40)
                                    (forj-render--excerpt (or (forj-render--string (plist-get args :new_string)) "") 40)))
-                   ("edit_region" (format "→ %S" (forj-render--excerpt (or (forj-render--string (plist-get args :new_content)) "") 60)))
-                   ("write_file" (let ((n (forj-render--lines (or (forj-render--string (plist-get args :content)) ""))))
-                                   (format "%d line%s" n (if (= n 1) "" "s"))))
-                   ("multi_edit" (format "%d edits" (length (forj-render--list (plist-get args :edits)))))
+                   ("edit_region" (format "→ %s" (forj-render--excerpt (or (forj-render--string (plist-get args :new_content)) "") 60)))
+                   ("write_file" (let ((content (or (forj-render--string (plist-get args :content)) "")))
+                                   (concat (forj-render--count (forj-render--lines content) "line")
+                                           ", " (forj-render--size (string-bytes content)))))
+                   ("multi_edit" (forj-render--count (length (forj-render--list (plist-get args :edits))) "edit"))
                    (_ nil))))
     (concat (forj-render--face "→ " 'forj-render-meta)
             (forj-render--face name 'forj-render-tool)
             (if (string-empty-p essential) "" (concat " " essential))
-            (if change (concat "  " (forj-render--face change 'forj-render-meta)) ""))))
+            (if change (concat (if (string-empty-p essential) " " ": ") change) ""))))
 
 ;;; Headers
 
@@ -259,10 +268,17 @@ An edit shows its old and new text."
   "Return a few words on the content of a NAME result with FIELDS, or nil."
   (pcase name
     ("read_file" (let ((content (forj-render--string (plist-get fields :content))))
-                   (and content (format "%d lines" (forj-render--lines content)))))
-    ("search" (let ((n (length (forj-render--list (plist-get fields :matches)))))
-                (format "%d match%s" n (if (= n 1) "" "es"))))
-    ((or "list_files" "glob") (format "%d entries" (length (forj-render--list (plist-get fields :files)))))
+                   (and content (forj-render--count (forj-render--lines content) "line"))))
+    ("search" (let* ((n (length (forj-render--list (plist-get fields :matches))))
+                     (skipped (plist-get fields :skipped))
+                     (left (and (listp skipped)
+                                (+ (or (plist-get skipped :too_large) 0) (or (plist-get skipped :binary) 0)))))
+                (concat (forj-render--count n "match" "matches")
+                        (if (and left (> left 0))
+                            (concat " · " (forj-render--count left "file") " not searched")
+                          ""))))
+    ((or "list_files" "glob") (forj-render--count (length (forj-render--list (plist-get fields :files)))
+                                                  "entry" "entries"))
     ((or "run_shell" "run_tests") (and (integerp (plist-get fields :exit_code))
                                        (format "exit %d" (plist-get fields :exit_code))))
     ((or "edit" "edit_region" "multi_edit" "write_file")
@@ -420,7 +436,30 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
                   (forj-render-one-line (or (forj-render--string (plist-get match :after)) ""))
                   "\n"))))
     (when (eq (plist-get fields :truncated) t)
-      (insert (forj-render--face "(more matches were left out)" 'forj-render-meta) "\n"))))
+      (insert (forj-render--face "(more matches were left out)" 'forj-render-meta) "\n"))
+    (forj-render--skipped (plist-get fields :skipped))))
+
+(defun forj-render--skipped (skipped)
+  "Say which files a search did not look into, from its SKIPPED field."
+  (when (and (listp skipped) (keywordp (car-safe skipped)))
+    (let ((examples (plist-get skipped :examples))
+          (cap (if (integerp (plist-get skipped :max_bytes))
+                   (forj-render--size (plist-get skipped :max_bytes))
+                 "search")))
+      (pcase-dolist (`(,n ,what ,names)
+                     `((,(plist-get skipped :too_large)
+                        ,(lambda (n) (format "%s over the %s size cap" (forj-render--count n "file") cap))
+                        ,(plist-get examples :too_large))
+                       (,(plist-get skipped :binary)
+                        ,(lambda (n) (forj-render--count n "binary file"))
+                        ,(plist-get examples :binary))))
+        (when (and (integerp n) (> n 0))
+          (let ((names (cl-remove-if-not #'stringp (forj-render--list names))))
+            (insert (forj-render--face
+                     (format "not searched: %s (%s%s)" (funcall what n)
+                             (string-join names ", ") (if (> n (length names)) ", …" ""))
+                     'forj-render-meta)
+                    "\n")))))))
 
 (defun forj-render--body-glob (fields root)
   "Draw glob result FIELDS: one link per matching path; ROOT for links."
@@ -460,17 +499,39 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
                                  'forj-render-meta)
               "\n"))))
 
+(defcustom forj-render-failed-tail-lines 20
+  "How many last lines of a failed command's output the chat shows.
+The earlier lines are folded away; TAB shows them."
+  :type 'natnum
+  :group 'forj)
+
+(defvar forj-render--tail-fold nil
+  "Set by a body that folds its head instead: (FROM TO LINES) to hide.")
+
 (defun forj-render--body-command (fields _root)
-  "Draw a command's result FIELDS: its output, exit code and duration."
+  "Draw a command's result FIELDS: its output, exit code and duration.
+A failed command keeps its last `forj-render-failed-tail-lines' lines
+of output (stdout, then stderr) in view: that is where a failing test
+run says what failed."
   (let ((report (forj-render--string (plist-get fields :report)))
         (stdout (forj-render--string (plist-get fields :stdout)))
         (stderr (forj-render--string (plist-get fields :stderr)))
+        ;; A failed test run's error gives its output's tail as one text.
+        (combined (forj-render--string (plist-get fields :output)))
         (code (plist-get fields :exit_code))
-        (ms (plist-get fields :duration_ms)))
+        (ms (plist-get fields :duration_ms))
+        (output (point)))
     (when (and report (not (string-empty-p report))) (forj-render--insert-lines report))
+    (when (and combined (not (string-empty-p combined))) (forj-render--insert-lines combined))
     (when (and stdout (not (string-empty-p stdout))) (forj-render--insert-lines stdout))
     (when (and stderr (not (string-empty-p stderr)))
       (forj-render--insert-lines stderr nil 'forj-render-stderr))
+    (let ((lines (count-lines output (point))))
+      (when (and (not (eql code 0)) (> lines forj-render-failed-tail-lines))
+        (setq forj-render--tail-fold
+              (list output
+                    (save-excursion (forward-line (- forj-render-failed-tail-lines)) (point))
+                    (- lines forj-render-failed-tail-lines)))))
     (insert (forj-render--face
              (concat "[" (if (integerp code) (format "exit code %d" code) "no exit code")
                      (if (integerp ms) (concat ", " (forj-render--duration ms)) "")
@@ -535,7 +596,14 @@ Text over `forj-render-fontify-max-chars', or a MODE that fails, stays plain."
 Paths under ROOT that name files become links.  ARGS, the call's
 arguments, let a plan change (`todo_write', `task') show as one line."
   (if (not (eq (plist-get result :ok) t))
-      (forj-render--body-error (plist-get result :error))
+      (let ((details (forj-render--fields result)))
+        (forj-render--body-error (plist-get result :error))
+        ;; A command that failed: its output is what says why.
+        (when (and (member name '("run_shell" "run_tests"))
+                   (or (forj-render--string (plist-get details :stdout))
+                       (forj-render--string (plist-get details :stderr))
+                       (forj-render--string (plist-get details :output))))
+          (forj-render--body-command details root)))
     (let ((fields (forj-render--fields result))
           (plan (and (member name '("todo_write" "task"))
                      (require 'forj-tasks nil t)
@@ -569,20 +637,66 @@ arguments, let a plan change (`todo_write', `task') show as one line."
 
 ;;; Folding
 
+(defcustom forj-render-fold-chars 4000
+  "Bodies longer than this many characters are folded, however few their lines.
+A 98 KB single line or a base64 blob would otherwise flood the chat."
+  :type 'natnum
+  :group 'forj)
+
+(defcustom forj-render-folded-chars 800
+  "At most how many characters of a folded body stay visible."
+  :type 'natnum
+  :group 'forj)
+
+(defun forj-render-body-folded (name result root args)
+  "Insert the body of RESULT (NAME's, with ARGS, under ROOT) and fold it if long.
+Return the fold overlay, or nil."
+  (let ((from (point))
+        (forj-render--tail-fold nil))
+    (forj-render-body name result root args)
+    (if forj-render--tail-fold
+        (pcase-let ((`(,beg ,end ,lines) forj-render--tail-fold))
+          (forj-render--fold-region
+           beg end (format "▸ %d earlier line%s of output (TAB shows them)\n"
+                           lines (if (= lines 1) "" "s"))))
+      (forj-render-fold from (point) (format "this %s result" name)))))
+
+(defun forj-render--fold-region (beg end label)
+  "Hide BEG..END behind LABEL; return the overlay."
+  (let ((fold (make-overlay beg end nil t nil))
+        (label (forj-render--face label 'forj-render-meta)))
+    (overlay-put fold 'forj-render-fold t)
+    (overlay-put fold 'invisible t)
+    (overlay-put fold 'evaporate t)
+    (overlay-put fold 'forj-render-label label)
+    (overlay-put fold 'before-string label)
+    fold))
+
 (defun forj-render-fold (from to summary)
   "Fold the body between FROM and TO if it is long; SUMMARY names what it is.
-Its first `forj-render-folded-lines' lines stay visible, then one line
-says how much is hidden.  The text stays; only the display hides it.
-Return the fold overlay, or nil if the body is short."
+Long is more than `forj-render-fold-lines' lines or more than
+`forj-render-fold-chars' characters.  Its first
+`forj-render-folded-lines' lines, at most `forj-render-folded-chars'
+characters, stay visible, then one line says how much is hidden.  The
+text stays; only the display hides it.  Return the fold overlay, or
+nil if the body is short."
   (let ((lines (count-lines from to)))
-    (when (> lines forj-render-fold-lines)
-      (let* ((hide-from (save-excursion (goto-char from)
-                                        (forward-line forj-render-folded-lines)
-                                        (point)))
+    (when (or (> lines forj-render-fold-lines) (> (- to from) forj-render-fold-chars))
+      (let* ((by-lines (save-excursion (goto-char from)
+                                       (forward-line forj-render-folded-lines)
+                                       (point)))
+             (hide-from (min by-lines (+ from forj-render-folded-chars)))
+             (mid-line (save-excursion (goto-char hide-from) (not (bolp))))
+             (hidden-lines (count-lines hide-from to))
              (fold (make-overlay hide-from to nil t nil))
              (label (forj-render--face
-                     (format "▸ %d more lines of %s (TAB shows them)\n"
-                             (- lines forj-render-folded-lines) summary)
+                     (concat (if mid-line "…\n" "")
+                             (if (and (not mid-line) (> lines forj-render-fold-lines))
+                                 (format "▸ %d more line%s of %s (TAB shows them)\n"
+                                         hidden-lines (if (= hidden-lines 1) "" "s") summary)
+                               (format "▸ %s more of %s (TAB shows it)\n"
+                                       (forj-render--size (string-bytes (buffer-substring-no-properties hide-from to)))
+                                       summary)))
                      'forj-render-meta)))
         (overlay-put fold 'forj-render-fold t)
         (overlay-put fold 'invisible t)

@@ -26,6 +26,9 @@
 ;;   a  approve the call at point      d  deny it
 ;;   r  deny it with a reason (the model reads the reason)
 ;;   e  edit the proposed text in ediff, then approve it as edited
+;;   +  approve the hunk at point      -  drop it
+;;   _  drop the hunk at point with a reason (the model reads it)
+;;   M-n / M-p  next / previous hunk
 ;;   A  approve all                    D  deny all
 ;;   C-c C-c  commit the decisions     q  deny all and commit
 ;;   C-g  cancel the batch: nothing runs, and a chat does not go on
@@ -57,6 +60,16 @@
 ;; its decision keys until its window is selected and
 ;; `forj-review-input-delay' has passed without keys typed elsewhere.
 ;;
+;; Approving in part: on a diff's hunk, `+' approves that hunk and `-'
+;; drops it, as magit stages hunks.  The call is then approved in part:
+;; each hunk shows [+] (approved) or [-] (dropped) on a line of its own,
+;; and only the approved hunks are written.  The first hunk key on a call
+;; not yet decided decides the other hunks the opposite way (`-' on one
+;; hunk: all but this one; `+': only this one); a denied call's other
+;; hunks stay dropped.  Every hunk approved is
+;; the plain approval; every hunk dropped, a denial.  A call that moves or
+;; deletes files, and a file edited in ediff, are decided whole.
+;;
 ;; The batch flow (forj-tools.el) opens this buffer and gets the
 ;; decisions back through a callback.
 
@@ -80,6 +93,11 @@
 (defface forj-review-denied
   '((t :inherit warning :weight bold))
   "Face for a denied call's state."
+  :group 'forj)
+
+(defface forj-review-dropped-hunk
+  '((t :inherit shadow :strike-through t))
+  "Face added to the lines of a hunk the user dropped."
   :group 'forj)
 
 ;; Faces for what the review adds to the text it shows.
@@ -261,8 +279,10 @@ line keeps."
 (defvar-local forj-review-callback nil
   "Function called once with the decisions.
 Its arguments: the approved ids, an alist of denied ids and reasons,
-and an alist of modified ids, each with an alist of paths and the
-text the user wants written there.")
+an alist of modified ids, each with an alist of paths and the text the
+user wants written there, whether the batch was cancelled, an alist of
+grants, and an alist of the ids approved in part, each with its
+`forj-review--hunks-field'.")
 
 (defvar-local forj-review--proposal-function nil
   "Function fetching a call's proposal, or nil when editing is not offered.
@@ -287,6 +307,16 @@ since is left alone.")
   "Hash table: call id -> alist of (PATH . DIFF) of the user's edited text.
 DIFF is the unified diff from the file as it is to the user's text, or
 the symbol `pending' while it is computed.")
+
+(defvar-local forj-review--hunks nil
+  "Hash table: call id -> the user's word on its hunks, if approved in part.
+An alist of ((PATH . INDEX) . STATE), one entry per hunk of each file
+the call lets decide; STATE is `approved' or (dropped . REASON).")
+
+(defvar-local forj-review--whole-only nil
+  "Hash table: call id -> t if the call can only be decided whole.
+Its drawn diff does not show the hunks the worker counts (see
+`forj-review--check-hunks').")
 
 (defvar-local forj-review--grants nil
   "Hash table: call id -> the standing grant given with its approval.
@@ -317,6 +347,11 @@ A plist (:scope SCOPE :minutes N :pattern RULE); SCOPE is \"session\",
     (define-key map "d" #'forj-review-deny)
     (define-key map "r" #'forj-review-deny-with-reason)
     (define-key map "e" #'forj-review-edit)
+    (define-key map "+" #'forj-review-approve-hunk)
+    (define-key map "-" #'forj-review-drop-hunk)
+    (define-key map "_" #'forj-review-drop-hunk-with-reason)
+    (define-key map (kbd "M-n") #'forj-review-next-hunk)
+    (define-key map (kbd "M-p") #'forj-review-previous-hunk)
     (define-key map "A" #'forj-review-approve-all)
     (define-key map "D" #'forj-review-deny-all)
     (define-key map "n" #'forj-review-next)
@@ -354,7 +389,9 @@ CALLBACK is called once, when the decisions are committed, with the
 list of approved ids, an alist of denied ids and reasons, an alist
 of ids the user edited before approving, each with an alist of paths
 and texts, whether the batch was cancelled, and an alist of approved
-ids with the standing grant given (see `forj-review--grants').
+ids with the standing grant given (see `forj-review--grants'), and an
+alist of ids approved in part with their hunks (see
+`forj-review--hunks-field').
 PROPOSAL-FUNCTION, if given, fetches a call's proposal for editing
 \(see `forj-review--proposal-function').  OPTIONS is a plist: :timeout,
 seconds after which an unanswered review closes with every call denied
@@ -372,6 +409,8 @@ was not honoured.  Return the review buffer."
             forj-review--drawn-previews (make-hash-table :test #'equal)
             forj-review--proposal-function proposal-function
             forj-review--grants (make-hash-table :test #'equal)
+            forj-review--hunks (make-hash-table :test #'equal)
+            forj-review--whole-only (make-hash-table :test #'equal)
             forj-review--options options
             forj-review-callback callback)
       (forj-review--start-timer (plist-get options :timeout))
@@ -411,11 +450,13 @@ quit, and the rest of the user's layout is left alone."
   '(forj-review-approve forj-review-deny forj-review-deny-with-reason forj-review-edit
     forj-review-approve-all forj-review-deny-all forj-review-commit forj-review-quit
     forj-review-cancel forj-review-grant-session forj-review-grant-minutes
-    forj-review-grant-project)
+    forj-review-grant-project forj-review-approve-hunk forj-review-drop-hunk
+    forj-review-drop-hunk-with-reason)
   "The commands that decide; they act only when the review is ready for keys.")
 
 (defconst forj-review--navigation-commands
-  '(forj-review-next forj-review-previous forj-review-help next-line previous-line forward-char backward-char
+  '(forj-review-next forj-review-previous forj-review-next-hunk forj-review-previous-hunk
+    forj-review-help next-line previous-line forward-char backward-char
     left-char right-char beginning-of-buffer end-of-buffer move-beginning-of-line
     move-end-of-line beginning-of-visual-line end-of-visual-line scroll-other-window
     scroll-other-window-down recenter-top-bottom mouse-set-point mouse-drag-region mwheel-scroll
@@ -487,7 +528,7 @@ Return nil, the argument list of the commands that call it."
         (line (line-number-at-pos)))
     (erase-buffer)
     (insert (substitute-command-keys
-             "Review these tool calls.  \\<forj-review-mode-map>\\[forj-review-approve] approve, \\[forj-review-deny] deny, \\[forj-review-deny-with-reason] deny with a reason, \\[forj-review-edit] edit then approve, \\[forj-review-approve-all] / \\[forj-review-deny-all] all, \\[forj-review-commit] commit, \\[forj-review-quit] deny all; \\[forj-review-grant-session] / \\[forj-review-grant-minutes] / \\[forj-review-grant-project] approve and grant, \\[forj-review-help] all keys.\n\n"))
+             "Review these tool calls.  \\<forj-review-mode-map>\\[forj-review-approve] approve, \\[forj-review-deny] deny, \\[forj-review-deny-with-reason] deny with a reason, \\[forj-review-edit] edit then approve, \\[forj-review-approve-hunk] / \\[forj-review-drop-hunk] approve / drop the hunk, \\[forj-review-approve-all] / \\[forj-review-deny-all] all, \\[forj-review-commit] commit, \\[forj-review-quit] deny all; \\[forj-review-grant-session] / \\[forj-review-grant-minutes] / \\[forj-review-grant-project] approve and grant, \\[forj-review-help] all keys.\n\n"))
     (forj-review--insert-preamble)
     (dolist (item forj-review--items)
       (let* ((id (plist-get item :id))
@@ -498,7 +539,9 @@ Return nil, the argument list of the commands that call it."
           (insert (forj-review--own-line (concat "⚠ " warning) 'forj-review-warning)))
         (insert (forj-review--wrap
                  (concat
-                  (cond ((and (eq decision t) (gethash id forj-review--modified))
+                  (cond ((and (eq decision t) (gethash id forj-review--hunks))
+                         (propertize "[in part] " 'face 'forj-review-approved))
+                        ((and (eq decision t) (gethash id forj-review--modified))
                          (propertize "[edited]  " 'face 'forj-review-approved))
                         ((and (eq decision t) (gethash id forj-review--grants))
                          (propertize "[granted] " 'face 'forj-review-approved))
@@ -521,16 +564,20 @@ Return nil, the argument list of the commands that call it."
                            (if (rassq 'pending (gethash id forj-review--user-diffs))
                                " (computing the diff of your text; it is what will be written)"
                              " (the diff below is of your text: it is what will be written)")))))
+        (when (and (eq decision t) (gethash id forj-review--hunks))
+          (insert (forj-review--own-line (forj-review--in-part-summary id))))
         (forj-review--insert-consent item decision)
         (when (plist-get item :preview_note)
           (insert (forj-review--own-line (concat "    " (plist-get item :preview_note)))))
         (when (plist-get item :preview)
-          (insert (or (gethash id forj-review--drawn-previews)
-                      (puthash id (forj-review--preview
-                                   (forj-review--with-user-diffs
-                                    (plist-get item :preview)
-                                    (gethash id forj-review--user-diffs)))
-                               forj-review--drawn-previews))))
+          (let ((from (point)))
+            (insert (or (gethash id forj-review--drawn-previews)
+                        (puthash id (forj-review--preview
+                                     (forj-review--with-user-diffs
+                                      (plist-get item :preview)
+                                      (gethash id forj-review--user-diffs)))
+                                 forj-review--drawn-previews)))
+            (forj-review--mark-hunks item decision from (point))))
         (insert "\n")
         (put-text-property start (point) 'forj-review-id id)))
     (forj-review--header-warning)
@@ -607,6 +654,9 @@ DECISION is the user's decision on it so far."
            "  \\[forj-review-deny]  deny the call at point\n"
            "  \\[forj-review-deny-with-reason]  deny it with a reason the model reads\n"
            "  \\[forj-review-edit]  edit the proposed change in ediff, then approve it\n"
+           "  \\[forj-review-approve-hunk] / \\[forj-review-drop-hunk]  approve / drop the hunk at point (the call is approved in part)\n"
+           "  \\[forj-review-drop-hunk-with-reason]  drop the hunk at point with a reason the model reads\n"
+           "  \\[forj-review-next-hunk] / \\[forj-review-previous-hunk]  next / previous hunk\n"
            "  \\[forj-review-approve-all] / \\[forj-review-deny-all]  approve / deny every call\n"
            "  \\[forj-review-next] / \\[forj-review-previous]  next / previous call\n"
            "  \\[forj-review-commit]  commit the decisions (undecided calls are denied)\n"
@@ -659,47 +709,113 @@ a preview cannot pass for forj's own lines.")
 Each line is kept as it is (no indentation added or removed), behind
 the gutter; a unified diff is coloured with `diff-mode' faces.  Runs
 of more than two blank lines show as one counted line, invisible
-characters and wide runs of blanks as markers."
+characters and wide runs of blanks as markers.  Each line of a diff's
+hunk carries the `forj-review-hunk' property, (PATH . INDEX), from
+`forj-review--scan-diff'."
   (let* ((diff (string-match-p "\\`\\(?:--- \\|@@\\)" text))
-         (lines (forj-review--collapse-blank-lines
-                 (forj-review--lines (forj-review-visible-text text))
-                 ;; A diff line's first column, or a quoted block's line mark
-                 ;; (the worker writes an empty line of a quoted text as
-                 ;; "│ ⟨blank⟩", a line of only blanks as "│ ⟨N blanks⟩").
-                 (if diff "\\([-+ ]\\)"
-                   "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\|⟨[0-9]+ blanks⟩\\)?\\)?"))))
-    (with-temp-buffer
-      (dolist (line lines)
-        (let ((start (point)))
-          (insert line "\n")
-          (when diff
-            (if (text-property-not-all 0 (length line) 'face nil line)
-                ;; Behind the markers' own face.
-                (add-face-text-property start (point) (forj-review--diff-face line) t)
-              (put-text-property start (point) 'face (forj-review--diff-face line))))))
-      (put-text-property (point-min) (point-max) 'line-prefix forj-review--gutter)
-      (put-text-property (point-min) (point-max) 'wrap-prefix forj-review--wrap-gutter)
-      (buffer-string))))
+         (raw (forj-review--lines text))
+         (shown (forj-review--lines (forj-review-visible-text text)))
+         (scan (and diff (forj-review--scan-diff raw))))
+    ;; Hunks are found in the text as the worker sent it (markers change
+    ;; no line), and the tag rides on each line's first character through
+    ;; the collapsing of blank runs, which keeps a run's prefix.
+    (when (and scan (not (plist-get scan :malformed)) (= (length raw) (length shown)))
+      (cl-loop for line in shown
+               for (_ . hunk) in (plist-get scan :lines)
+               when (and hunk (> (length line) 0))
+               do (put-text-property 0 (length line) 'forj-review-hunk hunk line)))
+    (let ((lines (forj-review--collapse-blank-lines
+                  shown
+                  ;; A diff line's first column, or a quoted block's line mark
+                  ;; (the worker writes an empty line of a quoted text as
+                  ;; "│ ⟨blank⟩", a line of only blanks as "│ ⟨N blanks⟩").
+                  (if diff "\\([-+ ]\\)"
+                    "[ \t]*\\(?:\\(│\\)[ \t]*\\(?:⟨blank⟩\\|⟨[0-9]+ blanks⟩\\)?\\)?"))))
+      (with-temp-buffer
+        (dolist (line lines)
+          (let ((start (point))
+                (hunk (and (> (length line) 0) (get-text-property 0 'forj-review-hunk line))))
+            (insert line "\n")
+            (when diff
+              (put-text-property start (point) 'forj-review-hunk hunk)
+              (if (text-property-not-all 0 (length line) 'face nil line)
+                  ;; Behind the markers' own face.
+                  (add-face-text-property start (point) (forj-review--diff-face line) t)
+                (put-text-property start (point) 'face (forj-review--diff-face line))))))
+        (put-text-property (point-min) (point-max) 'line-prefix forj-review--gutter)
+        (put-text-property (point-min) (point-max) 'wrap-prefix forj-review--wrap-gutter)
+        (buffer-string)))))
 
-(defconst forj-review--file-header-re "^--- .*\n\\+\\+\\+ \\(?:b/\\)?\\(.*\\)$"
-  "The two header lines of one file's piece of a unified diff; group 1 its path.")
+(defconst forj-review--hunk-header-re
+  "\\`@@ -[0-9]+\\(?:,\\([0-9]+\\)\\)? \\+[0-9]+\\(?:,\\([0-9]+\\)\\)? @@"
+  "A hunk's header line; groups 1 and 2 its old and new line counts.")
+
+(defun forj-review--scan-diff (lines)
+  "Where each of LINES, a unified diff's, belongs: a plist.
+:lines is a list with one (PIECE . HUNK) per line: PIECE is the path
+of the file whose piece of the diff this line starts (its \"--- \"
+line, followed by a \"+++ \" line), else nil; HUNK is the (PATH .
+INDEX) of the hunk the line is in, one object for all its lines, else
+nil.  INDEX counts the \"@@\" hunks of PATH's piece from 0, as the
+worker does.  A hunk ends after as many lines as its header counts,
+so a removed line \"-- x\" above an added \"++ y\" (drawn \"--- x\",
+\"+++ y\") stays in its hunk: only a \"--- \" line outside every hunk
+starts a piece.  :malformed is non-nil if a hunk held a line no diff
+has: then no line can be trusted to be where it seems."
+  (let ((path nil) (index -1) (hunk nil) (old 0) (new 0)
+        (out nil) (malformed nil) (rest lines))
+    (while rest
+      (let ((line (car rest)) (piece nil) (tag nil))
+        (cond
+         ((or (> old 0) (> new 0))
+          (setq tag hunk)
+          (cond ((string-prefix-p "\\" line))
+                ((string-prefix-p " " line) (setq old (1- old) new (1- new)))
+                ((string-prefix-p "-" line) (setq old (1- old)))
+                ((string-prefix-p "+" line) (setq new (1- new)))
+                (t (setq malformed t old 0 new 0 tag nil))))
+         ;; "\ No newline at end of file" after a hunk's last line.
+         ((and (string-prefix-p "\\" line) out (cdar out))
+          (setq tag (cdar out)))
+         ((and (string-prefix-p "--- " line) (cdr rest) (string-prefix-p "+++ " (cadr rest)))
+          (setq piece (string-remove-prefix "b/" (substring-no-properties (cadr rest) 4))
+                path piece index -1 hunk nil)
+          (push (cons piece nil) out)
+          (setq piece nil rest (cdr rest) line (car rest)))
+         ((string-match forj-review--hunk-header-re line)
+          (when path
+            (setq index (1+ index)
+                  hunk (cons path index)
+                  tag hunk
+                  old (if (match-beginning 1) (string-to-number (match-string 1 line)) 1)
+                  new (if (match-beginning 2) (string-to-number (match-string 2 line)) 1)))))
+        (push (cons piece tag) out)
+        (setq rest (cdr rest))))
+    (list :lines (nreverse out) :malformed malformed)))
 
 (defun forj-review--file-diffs (preview)
   "PREVIEW, a unified diff of one or more files, cut into (PATH . TEXT) pieces.
-A piece starts at a \"--- \" line followed by a \"+++ \" line, whose
-path (without its b/) names it; text before the first piece has a nil
+A piece starts at a \"--- \" line outside every hunk followed by a
+\"+++ \" line, whose path (without its b/) names it (see
+`forj-review--scan-diff'); text before the first piece has a nil
 path."
-  (let ((starts nil) (from 0))
-    (while (string-match forj-review--file-header-re preview from)
-      (push (cons (match-beginning 0) (match-string 1 preview)) starts)
-      (setq from (match-end 0)))
-    (setq starts (nreverse starts))
-    (if (null starts)
+  (let* ((lines (forj-review--lines preview))
+         (scan (plist-get (forj-review--scan-diff lines) :lines))
+         (pieces nil)
+         (at 0))
+    (cl-loop for line in lines
+             for (piece . _) in scan
+             do (progn
+                  (when (or piece (null pieces))
+                    (push (list (and piece (substring-no-properties piece)) at) pieces))
+                  (setq at (min (length preview) (+ at (length line) 1)))))
+    (setq pieces (nreverse pieces))
+    (if (null pieces)
         (list (cons nil preview))
-      (append
-       (and (> (caar starts) 0) (list (cons nil (substring preview 0 (caar starts)))))
-       (cl-loop for ((at . path) . rest) on starts
-                collect (cons path (substring preview at (if rest (caar rest) (length preview)))))))))
+      (cl-loop for ((path from) . rest) on pieces
+               for to = (if rest (nth 1 (car rest)) (length preview))
+               unless (and (null path) (= from to))
+               collect (cons path (substring preview from to))))))
 
 (defun forj-review--with-user-diffs (preview user-diffs)
   "PREVIEW with the piece of each file in USER-DIFFS replaced by the user's diff.
@@ -730,7 +846,9 @@ the proposal's piece, and a file the preview does not show is added."
   "Record DECISION (t, or (deny . REASON)) for call ID, and redraw.
 A denial takes back a grant given with an earlier approval."
   (puthash id decision forj-review--decisions)
-  (unless (eq decision t) (remhash id forj-review--grants))
+  (unless (eq decision t)
+    (remhash id forj-review--grants)
+    (remhash id forj-review--hunks))
   (forj-review--render))
 
 (defun forj-review--item (id)
@@ -741,7 +859,12 @@ A denial takes back a grant given with an earlier approval."
   "Approve call ID, granting PATTERN for SCOPE to what it covers.
 SCOPE is \"session\" (this chat, while the worker runs), \"minutes\"
 \(this chat, for MINUTES) or \"project\" (every chat of the project,
-until revoked).  The worker checks that PATTERN covers the call."
+until revoked).  The worker checks that PATTERN covers the call.
+A call approved in part gets no grant: a grant lets later calls like
+it run whole, unreviewed."
+  (when (gethash id forj-review--hunks)
+    (user-error "This call is approved in part; a grant covers whole calls: approve it whole first (%s)"
+                (substitute-command-keys "\\<forj-review-mode-map>\\[forj-review-approve]")))
   (puthash id (append (list :scope scope :pattern pattern)
                       (and minutes (list :minutes minutes)))
            forj-review--grants)
@@ -799,6 +922,12 @@ rule can be edited first."
   "Approve call ID with TEXT written to PATH instead of its proposal."
   (let ((edits (assoc-delete-all path (copy-alist (gethash id forj-review--modified)))))
     (puthash id (append edits (list (cons path text))) forj-review--modified))
+  ;; The edited file is written as edited, whole: its hunk decisions go.
+  (let ((states (cl-remove-if (lambda (entry) (equal (caar entry) path))
+                              (gethash id forj-review--hunks))))
+    (if (cl-some (lambda (entry) (consp (cdr entry))) states)
+        (puthash id states forj-review--hunks)
+      (remhash id forj-review--hunks)))
   (forj-review-decide id t))
 
 (defun forj-review-approve ()
@@ -806,6 +935,7 @@ rule can be edited first."
   (interactive (forj-review--ready))
   (let ((id (forj-review--id-at-point)))
     (remhash id forj-review--grants)
+    (remhash id forj-review--hunks)
     (forj-review-decide id t)))
 
 (defun forj-review-deny ()
@@ -823,6 +953,7 @@ rule can be edited first."
   "Approve every call."
   (interactive (forj-review--ready))
   (dolist (item forj-review--items) (puthash (plist-get item :id) t forj-review--decisions))
+  (clrhash forj-review--hunks)
   (forj-review--render))
 
 (defun forj-review-deny-all ()
@@ -831,6 +962,7 @@ rule can be edited first."
   (dolist (item forj-review--items)
     (puthash (plist-get item :id) (cons 'deny nil) forj-review--decisions))
   (clrhash forj-review--grants)
+  (clrhash forj-review--hunks)
   (forj-review--render))
 
 (defun forj-review-next ()
@@ -871,12 +1003,18 @@ rule can be edited first."
                              collect (cons id (gethash id forj-review--modified))))
           (grants (cl-loop for id in (reverse approved)
                            when (gethash id forj-review--grants)
-                           collect (cons id (gethash id forj-review--grants)))))
+                           collect (cons id (gethash id forj-review--grants))))
+          (hunks (cl-loop for id in (reverse approved)
+                          when (gethash id forj-review--hunks)
+                          collect (cons id (forj-review--hunks-field id)))))
       (setq forj-review-callback nil)
       (let ((buffer (current-buffer)))
         (forj-review--put-windows-back)
         (kill-buffer buffer))
-      (when callback (funcall callback (nreverse approved) (nreverse denied) modified nil grants)))))
+      ;; Only a review that offered hunks passes them: older callbacks take five.
+      (when callback
+        (apply callback (nreverse approved) (nreverse denied) modified nil grants
+               (and hunks (list hunks)))))))
 
 (defun forj-review--start-timer (seconds)
   "Close this review after SECONDS unanswered, every call denied; nil: wait."
@@ -926,6 +1064,242 @@ rule can be edited first."
                                     forj-review--items)
                nil))))
 
+;;; Approving in part, hunk by hunk
+
+(defun forj-review--hunk-files (id)
+  "The files of call ID whose hunks can be decided one by one.
+An alist of (PATH . COUNT), COUNT the number of its hunks.
+The worker lists them in the plan item; a file the user edited in
+ediff is decided whole, as edited."
+  (let ((edited (gethash id forj-review--modified)))
+    (cl-loop for file across (if (gethash id forj-review--whole-only)
+                                 []
+                               (or (plist-get (forj-review--item id) :hunk_files) []))
+             for path = (plist-get file :path)
+             unless (assoc path edited)
+             collect (cons path (plist-get file :hunks)))))
+
+(defun forj-review--hunk-count (id)
+  "The number of hunks of call ID that can be decided, across its files."
+  (apply #'+ (mapcar #'cdr (forj-review--hunk-files id))))
+
+(defun forj-review--hunk-state (id hunk decision)
+  "The state of HUNK, (PATH . INDEX), of call ID decided DECISION.
+`approved', (dropped . REASON), or nil while the call is undecided."
+  (let ((states (gethash id forj-review--hunks)))
+    (cond (states (cdr (assoc hunk states)))
+          ((eq decision t) 'approved)
+          (decision (cons 'dropped nil)))))
+
+(defun forj-review--mark-hunks (item decision from to)
+  "Show the state of each hunk of ITEM's preview between FROM and TO.
+DECISION is the call's.  Each hunk of a file that can be decided hunk
+by hunk gets a line of its own before it: [+] approved, [-] dropped
+\(with the reason) or [ ] undecided, and a dropped hunk's lines the
+face `forj-review-dropped-hunk'.  Nothing is added to a call with a
+single hunk and no hunk decision: there the call keys say it all."
+  (forj-review--check-hunks (plist-get item :id) from to)
+  (let* ((id (plist-get item :id))
+         (files (forj-review--hunk-files id)))
+    (when (and files (or (> (forj-review--hunk-count id) 1) (gethash id forj-review--hunks)))
+      (save-excursion
+        (let ((pos from) (end (copy-marker to)))
+          (while (< pos end)
+            (let* ((hunk (get-text-property pos 'forj-review-hunk))
+                   (next (or (next-single-property-change pos 'forj-review-hunk nil end) end))
+                   (file (and hunk (assoc (car hunk) files))))
+              (when (and file (< (cdr hunk) (cdr file)))
+                (let ((state (forj-review--hunk-state id hunk decision)))
+                  (when (eq (car-safe state) 'dropped)
+                    (add-face-text-property pos next 'forj-review-dropped-hunk t))
+                  (goto-char pos)
+                  (let ((line (forj-review--hunk-line hunk (cdr file) state)))
+                    (insert line)
+                    (put-text-property pos (+ pos (length line)) 'forj-review-hunk hunk)
+                    (setq next (+ next (length line))))))
+              (setq pos next)))
+          (set-marker end nil))))))
+
+(defun forj-review--check-hunks (id from to)
+  "Let call ID be decided only whole if its diff is not as the worker counts.
+The diff, drawn between FROM and TO, must show exactly the hunks of
+the call's `:hunk_files': each file in order, each of its hunks once,
+in order, and no other.  A key
+on a hunk names it by file and index; a drawing that found other
+hunks (a diff this review cannot read, a header imitated by the text)
+would name lines the user did not mean."
+  (let* ((edited (gethash id forj-review--modified))
+         (expected (cl-loop for file across (or (plist-get (forj-review--item id) :hunk_files) [])
+                           for path = (plist-get file :path)
+                           unless (assoc path edited)
+                           append (cl-loop for index below (plist-get file :hunks)
+                                           collect (cons path index))))
+         (seen nil)
+         (pos from))
+    (while (< pos to)
+      (let ((hunk (get-text-property pos 'forj-review-hunk)))
+        (when (and hunk (not (assoc (car hunk) edited)))
+          (push hunk seen))
+        (setq pos (next-single-property-change pos 'forj-review-hunk nil to))))
+    (unless (equal (nreverse seen) expected)
+      (puthash id t forj-review--whole-only))))
+
+(defun forj-review--hunk-line (hunk count state)
+  "The line drawn before HUNK, (PATH . INDEX), in STATE; its file has COUNT hunks."
+  (let ((where (format "hunk %d of %d in %s" (1+ (cdr hunk)) count (car hunk))))
+    (forj-review--own-line
+     (pcase state
+       ('approved (propertize (concat "[+] " where ": approved") 'face 'forj-review-approved))
+       (`(dropped . ,reason)
+        (propertize (concat "[-] " where ": dropped"
+                            (if (and reason (not (string-empty-p reason))) (concat "; reason: " reason) ""))
+                    'face 'forj-review-denied))
+       (_ (concat "[ ] " where))))))
+
+(defun forj-review--in-part-summary (id)
+  "A line saying which hunks of call ID are written and which are not."
+  (let* ((states (gethash id forj-review--hunks))
+         (dropped (cl-loop for (hunk . state) in states
+                           when (consp state)
+                           collect (format "%d of %s" (1+ (cdr hunk)) (car hunk)))))
+    (format "    approved in part: %d of %d hunks written; dropped: hunk %s"
+            (- (length states) (length dropped)) (length states)
+            (string-join dropped ", hunk "))))
+
+(defun forj-review--hunk-at-point ()
+  "The call id and hunk at point, (ID . (PATH . INDEX)), or signal why not."
+  (let ((id (forj-review--id-at-point))
+        (hunk (get-text-property (point) 'forj-review-hunk)))
+    (unless hunk
+      (user-error "No hunk at point: move onto a hunk of a diff (%s)"
+                  (substitute-command-keys "\\<forj-review-mode-map>\\[forj-review-next-hunk]")))
+    (let ((file (assoc (car hunk) (forj-review--hunk-files id))))
+      (unless (and file (< (cdr hunk) (cdr file)))
+        (user-error "%s"
+                    (cond ((assoc (car hunk) (gethash id forj-review--modified))
+                           "You edited this file in ediff: it is written as you edited it, whole")
+                          ((gethash id forj-review--whole-only)
+                           "This call's diff cannot be split into the hunks the worker counts: approve or deny it whole")
+                          (t "This call can only be approved or denied whole (it moves or deletes files)"))))
+      (cons id hunk))))
+
+(defun forj-review-decide-hunk (id hunk state)
+  "Record STATE for HUNK, (PATH . INDEX), of call ID.
+STATE is `approved' or (dropped . REASON).
+The call becomes approved in part.  The first hunk decision of a call
+not yet decided gives its other hunks the opposite state (of a denied
+call, they stay dropped; of an approved one, approved); every hunk
+approved is the plain approval, every hunk dropped a denial (with the
+reasons given)."
+  (let* ((decision (gethash id forj-review--decisions))
+         (states (or (copy-alist (gethash id forj-review--hunks))
+                     (cl-loop for (path . count) in (forj-review--hunk-files id)
+                              append (cl-loop for index below count
+                                              collect (cons (cons path index)
+                                                            (cond ((eq decision t) 'approved)
+                                                                  ;; A denied call stays denied
+                                                                  ;; but for what is approved.
+                                                                  (decision (cons 'dropped nil))
+                                                                  ((eq state 'approved)
+                                                                   (cons 'dropped nil))
+                                                                  (t 'approved))))))))
+    (setf (alist-get hunk states nil nil #'equal) state)
+    (cond
+     ((cl-every (lambda (entry) (eq (cdr entry) 'approved)) states)
+      (remhash id forj-review--hunks)
+      (puthash id t forj-review--decisions))
+     ((cl-notany (lambda (entry) (eq (cdr entry) 'approved)) states)
+      (remhash id forj-review--hunks)
+      (let ((reasons (delete-dups (delq nil (mapcar (lambda (entry)
+                                                      (let ((reason (cdr-safe (cdr entry))))
+                                                        (and reason (not (string-empty-p reason)) reason)))
+                                                    states)))))
+        ;; A reason given with the denial itself is kept.
+        (forj-review-decide id (cons 'deny (if reasons (string-join reasons "; ")
+                                             (cdr-safe decision))))))
+     (t
+      (puthash id states forj-review--hunks)
+      (puthash id t forj-review--decisions)))
+    (forj-review--render)
+    (forj-review--goto-hunk id hunk)))
+
+(defun forj-review--goto-hunk (id hunk)
+  "Move to HUNK, (PATH . INDEX), of call ID, if it is in the review.
+A redraw keeps the line number, but a decision adds or removes lines."
+  (let ((pos (point-min)) (found nil))
+    (while (and pos (not found))
+      (if (and (equal (get-text-property pos 'forj-review-id) id)
+               (equal (get-text-property pos 'forj-review-hunk) hunk))
+          (setq found pos)
+        (setq pos (next-single-property-change pos 'forj-review-hunk))))
+    (when found (goto-char found))))
+
+(defun forj-review-approve-hunk ()
+  "Approve the hunk at point: the call is approved in part."
+  (interactive (forj-review--ready))
+  (pcase-let ((`(,id . ,hunk) (forj-review--hunk-at-point)))
+    (forj-review-decide-hunk id hunk 'approved)))
+
+(defun forj-review-drop-hunk ()
+  "Drop the hunk at point: the call is approved without it."
+  (interactive (forj-review--ready))
+  (pcase-let ((`(,id . ,hunk) (forj-review--hunk-at-point)))
+    (forj-review-decide-hunk id hunk (cons 'dropped nil))))
+
+(defun forj-review-drop-hunk-with-reason (reason)
+  "Drop the hunk at point and tell the model REASON."
+  (interactive (progn (forj-review--ready)
+                      (forj-review--hunk-at-point)
+                      (list (read-string "Why drop this hunk? "))))
+  (pcase-let ((`(,id . ,hunk) (forj-review--hunk-at-point)))
+    (forj-review-decide-hunk id hunk (cons 'dropped (and (not (string-empty-p reason)) reason)))))
+
+(defun forj-review--hunk-start (pos)
+  "The start of the hunk at POS, or nil if POS is on none."
+  (let ((hunk (get-text-property pos 'forj-review-hunk)))
+    (when hunk
+      (let ((start (previous-single-property-change (1+ pos) 'forj-review-hunk nil (point-min))))
+        (if (equal (get-text-property start 'forj-review-hunk) hunk) start pos)))))
+
+(defun forj-review-next-hunk ()
+  "Move to the next hunk of a diff."
+  (interactive)
+  (let ((pos (point)))
+    (when (get-text-property pos 'forj-review-hunk)
+      (setq pos (next-single-property-change pos 'forj-review-hunk)))
+    (when (and pos (not (get-text-property pos 'forj-review-hunk)))
+      (setq pos (next-single-property-change pos 'forj-review-hunk)))
+    (if pos (goto-char pos) (message "No next hunk"))))
+
+(defun forj-review-previous-hunk ()
+  "Move to the previous hunk of a diff."
+  (interactive)
+  (let* ((here (forj-review--hunk-start (point)))
+         (pos (and (> (or here (point)) (point-min))
+                   (forj-review--hunk-start (1- (or here (point)))))))
+    (unless pos
+      (let ((before (previous-single-property-change (or here (point)) 'forj-review-hunk)))
+        (setq pos (and before (> before (point-min))
+                       (forj-review--hunk-start (1- before))))))
+    (if pos (goto-char pos) (message "No previous hunk"))))
+
+(defun forj-review--hunks-field (id)
+  "The user's word on the hunks of call ID as the worker takes it, or nil.
+An alist of (PATH . (:approved [INDEX...] :dropped [(:index I :reason R)...]))."
+  (let ((states (gethash id forj-review--hunks))
+        (out nil))
+    (dolist (entry states)
+      (pcase-let* ((`((,path . ,index) . ,state) entry)
+                   (slot (or (assoc path out) (car (push (list path nil nil) out)))))
+        (if (eq state 'approved)
+            (push index (nth 1 slot))
+          (push (list :index index :reason (or (cdr state) "")) (nth 2 slot)))))
+    (mapcar (lambda (slot)
+              (cons (car slot)
+                    (list :approved (vconcat (sort (nth 1 slot) #'<))
+                          :dropped (vconcat (nreverse (nth 2 slot))))))
+            (nreverse out))))
+
 ;;; Edit before approve
 
 (defun forj-review-edit ()
@@ -952,9 +1326,25 @@ the decision as it was."
                                             :test #'equal))
                                (car files))))
                    (message nil)
-                   (forj-review--ediff review id file))))
+                   (when (forj-review--edit-after-drops-p review id (plist-get file :path))
+                     (forj-review--ediff review id file)))))
              (lambda (err)
                (message "forj: cannot edit %s: %s" id (or (plist-get err :message) err))))))
+
+(defun forj-review--edit-after-drops-p (review id path)
+  "Whether to edit PATH of call ID in ediff, hunks of it dropped in REVIEW.
+Ediff starts from the whole proposal, dropped hunks included, and what
+is saved there is written whole: ask first, so they do not come back
+unseen."
+  (let ((dropped (and (buffer-live-p review)
+                      (cl-loop for ((file . index) . state)
+                               in (gethash id (buffer-local-value 'forj-review--hunks review))
+                               when (and (equal file path) (consp state))
+                               collect (1+ index)))))
+    (or (null dropped)
+        (yes-or-no-p
+         (format "You dropped hunk %s of %s; ediff shows the whole proposal, those hunks included, and your text is written whole.  Edit anyway? "
+                 (mapconcat #'number-to-string dropped ", ") path)))))
 
 (defvar-local forj-review--edit nil
   "In a proposed buffer: (REVIEW-BUFFER ID PATH PROPOSED-TEXT OLD-TEXT EXISTED).")

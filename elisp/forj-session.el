@@ -35,6 +35,7 @@
 (require 'forj-tools)
 (require 'forj-review)
 (require 'forj-provider)
+(require 'forj-instructions)
 
 ;;; The session
 
@@ -536,6 +537,7 @@ Line numbers in error messages count from the start of the transcript."
                              (forj-tools-json-encode (plist-get tool :parameters))))
                    tools "\n"))))
      (forj-session--permission-prompt)
+     (forj-instructions-section root (forj-session-record forj-session))
      (if forj-chat-extra-instructions (concat "\n" forj-chat-extra-instructions "\n") ""))))
 
 (defun forj-session--permission-prompt ()

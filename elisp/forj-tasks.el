@@ -580,8 +580,8 @@ An empty PATH means the tool's default (docs/TODO.md, docs/roadmap.md)."
   "PATH under ROOT as an existing file inside ROOT, or signal.
 Links were checked when the model gave them; the file may have gone
 or become a link out of the project since."
-  (let ((file (expand-file-name path root)))
-    (unless (file-regular-p file)
+  (let ((file (forj-project-file path root)))
+    (unless (and file (file-regular-p file))
       (user-error "%s no longer exists" path))
     (unless (file-in-directory-p (file-truename file) (file-truename root))
       (user-error "%s is outside the project" path))

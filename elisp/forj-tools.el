@@ -171,6 +171,8 @@ Objects become plists, arrays vectors, null `:null' and false `:false'."
 (require 'forj-shell)
 (require 'forj-render)
 (require 'forj-files)
+(require 'forj-hooks)
+(require 'forj-notify)
 ;; Buffers follow the files forj moves and deletes, from
 ;; `forj-tools-after-batch-functions'.
 (require 'forj-moves)
@@ -217,6 +219,7 @@ it, as does \\<forj-tools-mode-map>\\[forj-tools-toggle-fold] on its line."
   (callback nil :documentation "Called with the results when the batch is done.")
   (context nil :documentation "The consent context sent with the plan: mode and session.")
   (grants nil :documentation "Alist: approved call id -> the standing grant the user gave.")
+  (hunks nil :documentation "Alist: call id approved in part -> its hunks, per file.")
   (consent nil :documentation "What the worker said of consent: :turn, :grants, :mode_note.")
   (turn nil :documentation "The id of the user message the batch answers, or nil.")
   (review-all nil :documentation "Non-nil: every call that would run is reviewed first."))
@@ -319,9 +322,14 @@ are as for `forj-tools-run-region'.  Return the batch."
   "Have WORKER plan every tool call of BATCH."
   (setf (forj-tools-batch-worker batch) worker)
   (forj-tools--guard-unsaved batch (plist-get (forj-worker-hello worker) :root))
+  ;; The user's own checks may deny calls before the worker sees them.
+  (forj-hooks-before-plan (forj-tools-batch-entries batch) (forj-tools-batch-results batch)
+                          (plist-get (forj-worker-hello worker) :root))
   (let ((conn (forj-worker-connection worker))
         (calls (cl-loop for entry in (forj-tools-batch-entries batch)
-                        when (plist-get entry :call) collect (plist-get entry :call))))
+                        for index from 0
+                        when (and (plist-get entry :call) (null (aref (forj-tools-batch-results batch) index)))
+                        collect (plist-get entry :call))))
     (setf (forj-epc-connection-on-event conn) #'forj-tools--dispatch-event)
     (if (null calls)
         (forj-tools--finish batch)
@@ -334,11 +342,30 @@ are as for `forj-tools-run-region'.  Return the batch."
                        (forj-epc-call conn "plan"
                                       (forj-tools--with-turn
                                        batch (append (list :batch_id (plist-get reply :batch_id)
-                                                           :mode (forj-tools-batch-mode batch))
+                                                           :mode (forj-tools-batch-mode batch)
+                                                           :tab_widths (forj-tools--tab-widths
+                                                                        (plist-get (forj-worker-hello worker) :root)))
                                                      (forj-tools-batch-context batch)))
                                       :success (lambda (plan) (forj-tools--review batch plan))
                                       :error (lambda (err) (forj-tools-fail-all batch err))))
                      :error (lambda (err) (forj-tools-fail-all batch err))))))
+
+(defun forj-tools--tab-widths (root)
+  "The `tab-width' of each buffer visiting a file under ROOT, for the worker.
+What the user sees is how the edit tools count a tab's columns where
+neither the file nor `.editorconfig' says (see docs/tools.md)."
+  (let ((prefix (and root (file-name-as-directory (expand-file-name root))))
+        (widths nil))
+    (dolist (buffer (buffer-list))
+      (let ((file (buffer-file-name buffer))
+            (width (buffer-local-value 'tab-width buffer)))
+        ;; Names compared as text: no file system call per buffer (a
+        ;; remote project would pay a round trip for each).
+        (when (and prefix file (natnump width) (<= 1 width 32) (< (length widths) 1024)
+                   (string-prefix-p prefix (expand-file-name file)))
+          (push (list :path (substring (expand-file-name file) (length prefix)) :width width)
+                widths))))
+    (vconcat widths)))
 
 (defun forj-tools--with-turn (batch body)
   "BODY (a plist) with BATCH's turn added when it has one."
@@ -387,12 +414,18 @@ In a batch that reviews everything, `execute' items are shown too."
       (when (and (equal (plist-get item :disposition) "execute") (plist-get item :notes)
                  (not (forj-tools-batch-review-all batch)))
         (message "forj: %s" (string-join (append (plist-get item :notes) nil) " "))))
+    ;; The user may be elsewhere: say a review waits (forj-notify.el).
+    (when review
+      (forj-notify 'review (forj-tools-batch-buffer batch)
+                   (format "forj: a review is waiting for you in %s"
+                           (buffer-name (forj-tools-batch-buffer batch)))))
     (if review
         (setf (forj-tools-batch-review batch)
               (forj-review-open (mapcar #'forj-tools--review-item review)
-                                (lambda (approved denied modified &optional cancelled grants)
+                                (lambda (approved denied modified &optional cancelled grants hunks)
                                   (setf (forj-tools-batch-review batch) nil
-                                        (forj-tools-batch-grants batch) grants)
+                                        (forj-tools-batch-grants batch) grants
+                                        (forj-tools-batch-hunks batch) hunks)
                                   (cond
                                    (cancelled (forj-tools--cancel-in-review batch))
                                    ((forj-tools--denied-to-run items denied)
@@ -594,7 +627,7 @@ its conservative default (64 KiB per result).")
             (unless (equal path "/dev/null") (push path paths))))))
     (delete-dups (nreverse paths))))
 
-(defun forj-tools--call-paths (call)
+(defun forj-tools-call-paths (call)
   "The files CALL would change, as given in its arguments."
   (when (member (plist-get call :name) forj-tools--writing-tools)
     (let ((args (plist-get call :args)))
@@ -666,18 +699,21 @@ Only buffers of files inside ROOT count; see `forj-tools--project-file'."
   "Before planning BATCH, deal with unsaved buffers of files it would change.
 ROOT is the project root.  Buffers are saved where allowed, so previews
 show the file as the user has it; a call the user will not let through
-becomes an error entry and is not sent.  Only buffers visiting files
-inside ROOT are considered, whatever path a call names."
+is not sent, and becomes that tool's refusal naming the file and what
+to do next.  Only buffers visiting files inside ROOT are considered,
+whatever path a call names."
   (setf (forj-tools-batch-entries batch)
         (mapcar
          (lambda (entry)
            (let* ((call (plist-get entry :call))
                   (ast (equal (plist-get call :name) "ast_edit"))
                   (cwd (and (not ast) (plist-get (plist-get call :meta) :cwd)))
-                  (refusal nil))
+                  (refusal nil)
+                  (recovery nil)
+                  (saved nil))
              (dolist (path (and call (if ast
                                          (forj-tools--unsaved-source-paths root)
-                                       (forj-tools--call-paths call))))
+                                       (forj-tools-call-paths call))))
                (let ((buffer (forj-tools--project-buffer path root (and (stringp cwd) cwd))))
                  (when (and buffer (not refusal)
                             (buffer-local-value 'buffer-read-only buffer)
@@ -685,22 +721,41 @@ inside ROOT are considered, whatever path a call names."
                                       (yes-or-no-p
                                        (format "%s is read-only in Emacs; let %s change the file anyway? "
                                                (buffer-name buffer) (plist-get call :name))))))
-                   (setq refusal (format "The file %s is read-only in the user's Emacs; the call was not run.  Ask the user to make it writable if it should change"
-                                         path)))
+                   (setq refusal (format "%s is read-only in the user's Emacs, so %s was not run"
+                                         path (plist-get call :name))
+                         recovery (list (format "Tell the user %s must change; they can make it writable (C-x C-q in its buffer) and ask again" path)
+                                        "Do not try to change it another way")))
                  (when (and buffer (buffer-modified-p buffer) (not refusal))
                    (if (pcase forj-tools-unsaved-buffers
                          ('save t)
                          ('deny nil)
                          (_ (yes-or-no-p (format "%s has unsaved changes; save it before %s changes it? "
                                                  (buffer-name buffer) (plist-get call :name)))))
-                       (with-current-buffer buffer (save-buffer))
-                     (setq refusal (format "The user has unsaved changes to %s in Emacs; the call was not run"
-                                           path))))))
-             (if refusal
-                 (list :error refusal :beg (plist-get entry :beg) :end (plist-get entry :end)
-                       :id (plist-get call :id))
-               entry)))
+                       (progn (with-current-buffer buffer (save-buffer))
+                              (push path saved))
+                     (setq refusal (format "The user has unsaved changes to %s in Emacs, so %s was not run"
+                                           path (plist-get call :name))
+                           recovery (list (format "Ask the user to save or revert %s, then read it again and retry" path)))))))
+             (cond (refusal
+                    (list :error refusal :refused call :recovery recovery
+                          :beg (plist-get entry :beg) :end (plist-get entry :end)
+                          :id (plist-get call :id)))
+                   (saved (append (list :saved saved) entry))
+                   (t entry))))
          (forj-tools-batch-entries batch))))
+
+(defun forj-tools--saved-first (entry result)
+  "RESULT of ENTRY's call, telling the truth when Emacs saved its file first.
+A file whose unsaved changes were saved before the call no longer holds
+what the model read: the stale-file refusal says so, not \"never read\"."
+  (let ((saved (plist-get entry :saved))
+        (err (plist-get result :error)))
+    (if (and saved (equal (plist-get err :type) "stale-file"))
+        (plist-put (copy-sequence result) :error
+                   (plist-put (copy-sequence err) :message
+                              (format "The user's unsaved changes to %s were saved before this call, so the file is no longer what you read; the call was not run.  Read it again, then redo the change on what it holds now"
+                                      (string-join saved ", "))))
+      result)))
 
 (defun forj-tools--table (alist)
   "A JSON object (hash table) made of ALIST's string keys and values."
@@ -755,8 +810,17 @@ fails every call."
                        :modified (forj-tools--table
                                   (mapcar (lambda (pair)
                                             (cons (car pair) (forj-tools--table (cdr pair))))
-                                          modified)))
+                                          modified))
+                       ;; Calls approved in part: which hunks of which files.
+                       :hunks (forj-tools--table
+                               (mapcar (lambda (pair)
+                                         (cons (car pair) (forj-tools--table (cdr pair))))
+                                       (forj-tools-batch-hunks batch))))
                  :success (lambda (reply)
+                            (when (cl-some (lambda (grant)
+                                             (member (plist-get (cdr grant) :scope) '("session" "minutes")))
+                                           grants)
+                              (forj-worker-note-chat-grants (forj-tools-batch-worker batch)))
                             ;; The execute reply's turn says what really ran; the
                             ;; plan's is kept too, for `continue_loop', which only
                             ;; the plan reports.
@@ -877,6 +941,10 @@ planned again without them) keep it."
              do (aset (forj-tools-batch-results batch) index (pop remaining))))
   (forj-tools--finish batch))
 
+(defvar forj-tools--took (make-hash-table :test #'eq :weakness 'key)
+  "How many milliseconds each finished result's call took.
+The key is the result itself.")
+
 (defun forj-tools-fail-all (batch err)
   "End BATCH with ERR (a plist) as the error of every unfinished call."
   (cl-loop for entry in (forj-tools-batch-entries batch)
@@ -897,7 +965,16 @@ planned again without them) keep it."
   "Fill in results for unparsable entries of BATCH, draw, and report."
   (cl-loop for entry in (forj-tools-batch-entries batch)
            for index from 0
-           when (plist-get entry :error)
+           when (and (plist-get entry :error) (plist-get entry :refused))
+           do (aset (forj-tools-batch-results batch) index
+                    (list :id (or (plist-get entry :id) (format "#%d" (1+ index)))
+                          :name (or (plist-get (plist-get entry :refused) :name) "")
+                          :ok :false
+                          :error (list :type "permission-error"
+                                       :message (plist-get entry :error)
+                                       :details (list :kind "RefusedInEmacs")
+                                       :recovery (vconcat (plist-get entry :recovery)))))
+           else when (plist-get entry :error)
            do (aset (forj-tools-batch-results batch) index
                     (list :id (or (plist-get entry :id) (format "#%d" (1+ index)))
                           :name ""
@@ -905,9 +982,16 @@ planned again without them) keep it."
                           :error (list :type "validation-error"
                                        :message (plist-get entry :error)
                                        :details (list :kind "BadArgs")
-                                       :recovery ["Write each call as one JSON object in its own ```tool-call block, with \"id\", \"name\" and \"args\""]))))
+                                       :recovery ["Write each call as one JSON object in its own ```tool-call block, with \"id\", \"name\" and \"args\""])))
+           else when (plist-get entry :saved)
+           do (aset (forj-tools-batch-results batch) index
+                    (forj-tools--saved-first entry (aref (forj-tools-batch-results batch) index))))
   (cl-loop for index below (length (forj-tools-batch-states batch))
            do (aset (forj-tools-batch-states batch) index 'done))
+  (cl-loop for result across (forj-tools-batch-results batch)
+           for took across (forj-tools-batch-times batch)
+           when (and result (integerp took))
+           do (puthash result took forj-tools--took))
   (cl-loop for shell across (forj-tools-batch-shells batch)
            for result across (forj-tools-batch-results batch)
            when shell do (forj-shell-finish shell result))
@@ -1030,7 +1114,7 @@ The worker stops when the last such buffer of its project is killed."
 
 (defun forj-tools--header (entry state result)
   "The one-line header of ENTRY in STATE with RESULT."
-  (let* ((call (plist-get entry :call))
+  (let* ((call (or (plist-get entry :call) (plist-get entry :refused)))
          (name (or (plist-get call :name) "?"))
          (args (plist-get call :args))
          (main (or (plist-get args :path) (plist-get args :query) (plist-get args :directory)
@@ -1054,8 +1138,18 @@ The worker stops when the last such buffer of its project is killed."
 
 (defun forj-tools-header-text (entry result)
   "The header line of the parsed ENTRY once it has RESULT, as plain text.
-It is what a tool-result block follows in a transcript."
-  (substring-no-properties (forj-tools--header entry 'done result)))
+It is what a tool-result block follows in a transcript; it ends with
+how long the call took, in brackets, when that is known, so a chat
+drawn again from its record shows it (see `forj-tools-header-took')."
+  (let ((took (and result (gethash result forj-tools--took))))
+    (concat (substring-no-properties (forj-tools--header entry 'done result))
+            (if took (format " [%d ms]" took) ""))))
+
+(defun forj-tools-header-took (line)
+  "Return the milliseconds the transcript header LINE gives its call, or nil."
+  (and (stringp line)
+       (string-match " \\[\\([0-9]+\\) ms\\]\\'" line)
+       (string-to-number (match-string 1 line))))
 
 (defun forj-tools--command-tags (result)
   "Tags for a command RESULT that ran with network or without the sandbox.
@@ -1094,8 +1188,10 @@ CACHE, a hash table, remembers answers for one rendering."
     (if (not (eq known 'unknown))
         known
       (puthash path
-               (let ((file (expand-file-name path root)))
-                 (and (not (file-remote-p file)) (file-regular-p file) file))
+               ;; A path the worker printed names a file on its host:
+               ;; under a remote root never a local file of that name.
+               (let ((file (forj-project-file path root)))
+                 (and file (not (file-remote-p file)) (file-regular-p file) file))
                cache))))
 
 (defun forj-tools--buttonize (from to root cache)
@@ -1187,9 +1283,7 @@ buffer, if any; ROOT the project root, for links.  The text carries
     (forj-tools--shell-button shell)
     (insert "\n")
     (when result
-      (let ((body (point)))
-        (forj-render-body name result root args)
-        (setq fold (forj-render-fold body (point) (format "this %s result" name)))))
+      (setq fold (forj-render-body-folded name result root args)))
     (add-text-properties from (point)
                          (list 'forj-raw raw 'forj-raw-kind "result"
                                'forj-render-fold-overlay fold
@@ -1204,7 +1298,7 @@ buffer, if any; ROOT the project root, for links.  The text carries
       (goto-char (forj-tools-batch-start batch))
       (cl-loop for entry in (forj-tools-batch-entries batch)
                for index from 0
-               do (forj-tools-insert-result (plist-get entry :call)
+               do (forj-tools-insert-result (or (plist-get entry :call) (plist-get entry :refused))
                                             (aref (forj-tools-batch-results batch) index)
                                             (aref (forj-tools-batch-states batch) index)
                                             (aref (forj-tools-batch-times batch) index)

@@ -37,13 +37,18 @@
 (require 'subr-x)
 (require 'forj)
 (require 'forj-epc)
+(require 'forj-install)
+
+(declare-function forj-remote-make-process "forj-remote" (root log))
+(declare-function forj-remote-hello "forj-remote" (root hello))
 
 ;;; Options
 
 (defcustom forj-worker-python nil
   "The Python interpreter that runs the worker.
 nil means the .venv of the forj checkout this file was loaded from, if
-it has one, else \"python3\" found on the variable `exec-path'."
+it has one, else the worker `forj-install-worker' built in the user's
+data directory."
   :type '(choice (const :tag "Automatic" nil)
                  (file :tag "Python executable"))
   :group 'forj)
@@ -161,8 +166,12 @@ Mirrors [tools] max_tool_calls_per_batch (8); nil uses the config file."
 
 ;; A file or directory may not set them: Emacs asks before applying a
 ;; risky local variable, and the worker only ever sees global values.
-(dolist (entry forj-worker--settings)
-  (put (car entry) 'risky-local-variable t))
+;; The program and its arguments too: a cloned .dir-locals.el could
+;; otherwise run another program or name a config file of its own (whose
+;; [mcp.servers] would start programs as if the user had listed them).
+(dolist (option (cons 'forj-worker-python
+                      (cons 'forj-worker-arguments (mapcar #'car forj-worker--settings))))
+  (put option 'risky-local-variable t))
 
 (defun forj-worker-settings ()
   "The options sent to the worker: a list of (:key :value :option) plists.
@@ -176,7 +185,7 @@ ignored, whichever buffer starts the worker."
                 settings))))
     (nreverse settings)))
 
-(defun forj-worker--settings-arguments ()
+(defun forj-worker-settings-arguments ()
   "The worker's --settings argument for `forj-worker-settings', or nil."
   (let ((settings (forj-worker-settings)))
     (and settings
@@ -219,9 +228,10 @@ which alone talks to the providers.")
                      name))
                   forj-worker-secret-variables))))
 
-(defun forj-worker--environment ()
-  "Return the environment to start the worker with: Emacs's, without secrets."
-  (cl-remove-if #'forj-worker--secret-variable-p process-environment))
+(defun forj-worker-environment (&optional environment)
+  "Return the environment to start the worker with: Emacs's, without secrets.
+ENVIRONMENT, a list like `process-environment', defaults to it."
+  (cl-remove-if #'forj-worker--secret-variable-p (or environment process-environment)))
 
 (defvar forj-worker--by-root (make-hash-table :test #'equal)
   "Project root -> `forj-worker'.")
@@ -229,34 +239,47 @@ which alone talks to the providers.")
 (defvar forj-worker--failures (make-hash-table :test #'equal)
   "Project root -> (COUNT . TIME) of workers that died young, for back-off.")
 
+(defvar forj-worker--stopping (make-hash-table :test #'equal)
+  "Project root -> the process of a stopping worker, until it has ended.")
+
+(defconst forj-worker--stop-grace 5.0
+  "Seconds a stopping worker has to finish its journal before it is killed.")
+
 (defconst forj-worker--young 10.0
   "A worker that dies within this many seconds of starting died young.")
 
 ;;; Finding things
 
-(defconst forj-worker--file (or load-file-name buffer-file-name)
-  "This file, as it was loaded.")
+(defun forj-worker--checkout-python ()
+  "The Python of the .venv of the forj checkout this package is, or nil.
+A checkout's .venv (made by `make install') holds the worker's sources
+as they are, which a developer wants to run."
+  (let ((source (forj-install-package-directory)))
+    (and source
+         (let ((venv (expand-file-name ".venv/bin/python" source)))
+           (and (file-executable-p venv) venv)))))
 
-(defun forj-worker--source-root ()
-  "The forj checkout this file belongs to, or nil."
-  (let ((here (or forj-worker--file (locate-library "forj-worker"))))
-    (when here
-      (let ((dir (file-name-directory (directory-file-name (file-name-directory here)))))
-        (and (file-exists-p (expand-file-name "forj_py/__main__.py" dir)) dir)))))
-
-(defun forj-worker-python-executable ()
-  "Return the Python interpreter for the worker, per `forj-worker-python'.
-Signal a `user-error' if there is none."
-  (let ((choice (or forj-worker-python
-                    (let ((source (forj-worker--source-root)))
-                      (and source
-                           (let ((venv (expand-file-name ".venv/bin/python" source)))
-                             (and (file-executable-p venv) venv))))
-                    "python3")))
+(defun forj-worker-python-executable (&optional root)
+  "Return the Python interpreter for the worker of ROOT, per `forj-worker-python'.
+Automatic: the checkout's .venv, else the worker `forj-install-worker'
+built on ROOT's host.  Signal a `user-error' saying what to do if
+there is none."
+  (let ((choice (or (default-value 'forj-worker-python)
+                    (forj-worker--checkout-python)
+                    (forj-install-python root))))
+    (unless choice
+      (user-error "forj: No worker yet: M-x forj-install-worker builds it in %s (it needs Python 3.10 or newer), or set `forj-worker-python'"
+                  (forj-install-data-directory root)))
     (or (if (file-name-absolute-p choice)
             (and (file-executable-p choice) choice)
           (executable-find choice))
         (user-error "No Python interpreter at %s; set `forj-worker-python'" choice))))
+
+(defun forj-worker-python-available-p (&optional root)
+  "Whether a Python for the worker of ROOT is there, without signalling."
+  (condition-case nil
+      (and (forj-worker-python-executable root) t)
+    (user-error nil)))
 
 (defun forj-worker-project-root (&optional directory)
   "The project root for DIRECTORY (default `default-directory'), or signal."
@@ -268,6 +291,24 @@ Signal a `user-error' if there is none."
     (file-name-as-directory (expand-file-name (project-root project)))))
 
 ;;; Starting
+
+(defun forj-worker-offer-install (root then)
+  "Call THEN in the current buffer once ROOT's worker can start.
+With no Python for ROOT's worker, first offer to build it with
+`forj-install-worker', and call THEN when the build ends.  Declined,
+in batch, or with a Python already there, THEN is called at once (a
+worker that cannot start says what is missing)."
+  (let ((buffer (current-buffer)))
+    (if (or noninteractive
+            (forj-worker-python-available-p root)
+            (forj-install-running-p root)
+            (not (y-or-n-p (format "Build forj's Python worker now, once, in %s (a minute, with network to the package index)? "
+                                   (forj-install-data-directory root)))))
+        (funcall then)
+      (display-buffer forj-install-buffer)
+      (forj-install-worker root (lambda (_python _failure)
+                                  (when (buffer-live-p buffer)
+                                    (with-current-buffer buffer (funcall then))))))))
 
 (defun forj-worker-ensure (root success &optional error)
   "Make sure a ready worker serves ROOT; then call SUCCESS with it.
@@ -281,7 +322,12 @@ ERROR is called with an error plist if the worker cannot be started."
       (run-at-time 0 nil success worker))
      ((and worker (process-live-p (forj-worker-process worker)))
       (push (cons success error) (forj-worker-waiting worker)))
+     ((process-live-p (gethash root forj-worker--stopping))
+      ;; Two workers never share a project: the next starts when the last has
+      ;; closed its journal, so it finds every delivery recorded.
+      (run-at-time 0.05 nil #'forj-worker-ensure root success error))
      (t
+      (remhash root forj-worker--stopping)
       (let ((wait (forj-worker--backoff root)))
         (if (> wait 0)
             (run-at-time wait nil #'forj-worker-ensure root success error)
@@ -297,33 +343,40 @@ ERROR is called with an error plist if the worker cannot be started."
         (max 0 (- due (float-time)))))))
 
 (cl-defun forj-worker--start (root success error)
-  "Start a worker for ROOT; queue SUCCESS and ERROR for when it is ready."
-  (let* ((token (forj-worker--token))
+  "Start a worker for ROOT; queue SUCCESS and ERROR for when it is ready.
+A remote ROOT (a TRAMP directory) gets its worker on its own host,
+spoken to over the connection's pipe: see forj-remote.el."
+  (let* ((remote (and (file-remote-p root) (require 'forj-remote)))
+         (token (forj-worker--token))
          (log (get-buffer-create (forj-worker--log-name root)))
-         (process-environment (forj-worker--environment))
+         (process-environment (forj-worker-environment))
          (default-directory root)
          (worker (forj-worker--make :root root :token token :started (float-time)
                                     :waiting (list (cons success error))))
          (process
           (condition-case err
-              (make-process
+              (if remote
+                  (forj-remote-make-process root log)
+                (make-process
                :name (format "forj-worker %s" (abbreviate-file-name root))
-               :command (append (list (forj-worker-python-executable) "-m" "forj_py"
+               :command (append (list (forj-worker-python-executable root) "-m" "forj_py"
                                       "--root" (directory-file-name root) "--token-stdin")
-                                (forj-worker--settings-arguments)
-                                forj-worker-arguments)
+                                (forj-worker-settings-arguments)
+                                (default-value 'forj-worker-arguments))
                :connection-type 'pipe
                :noquery t
                :coding 'utf-8-unix
                :stderr log
                :filter #'forj-worker--port-filter
-               :sentinel #'forj-worker--sentinel)
+               :sentinel #'forj-worker--sentinel))
             (error
              (run-at-time 0 nil error
                           (list :type "start-failed"
                                 :message (format "cannot start the worker: %s"
                                                  (error-message-string err))
-                                :recovery '("Check `forj-worker-python'")))
+                                :recovery (if remote
+                                              '("Check `forj-remote-python' and M-x forj-worker-log")
+                                            '("M-x forj-install-worker, or check `forj-worker-python'"))))
              nil))))
     (unless process
       (cl-return-from forj-worker--start nil))
@@ -343,6 +396,9 @@ ERROR is called with an error plist if the worker cannot be started."
     (process-put process 'forj-worker worker)
     (setf (forj-worker-process worker) process)
     (puthash root worker forj-worker--by-root)
+    (when remote
+      ;; No port to wait for: the frames go over the process's own pipe.
+      (forj-worker-attach worker))
     (run-at-time forj-worker-start-timeout nil #'forj-worker--start-timed-out worker)
     worker))
 
@@ -370,31 +426,87 @@ ERROR is called with an error plist if the worker cannot be started."
 (defun forj-worker--connect (worker port)
   "Connect to WORKER on PORT and say hello."
   (condition-case err
-      (let ((conn (forj-epc-connect port
-                                    :name (abbreviate-file-name (forj-worker-root worker))
-                                    :on-request (lambda (method body answer)
-                                                  (forj-worker--request worker method body answer))
-                                    :on-close (lambda (_conn reason)
-                                                (forj-worker--lost worker reason)))))
-        (setf (forj-worker-connection worker) conn)
-        (forj-epc-call conn "hello"
-                       (list :token (forj-worker-token worker)
-                             :client (list :name "forj.el" :version forj-version))
-                       :timeout forj-worker-start-timeout
-                       :success (lambda (hello) (forj-worker--ready worker hello))
-                       :error (lambda (e) (forj-worker--fail worker e))))
+      (forj-worker--greet worker (forj-epc-connect port
+                                                   :name (abbreviate-file-name (forj-worker-root worker))
+                                                   :on-request (lambda (method body answer)
+                                                                 (forj-worker--request worker method body answer))
+                                                   :on-close (lambda (_conn reason)
+                                                               (forj-worker--lost worker reason))))
     (error (forj-worker--fail worker (list :type "connect-failed"
                                            :message (error-message-string err))))))
 
+(defun forj-worker-attach (worker)
+  "Speak EPC to WORKER over its own process's pipe (a --stdio worker); say hello."
+  (forj-worker--greet
+   worker
+   (forj-epc-attach (forj-worker-process worker)
+                    :name (abbreviate-file-name (forj-worker-root worker))
+                    ;; The remote login shell may print first: not a frame.
+                    :preamble forj-epc-stdio-preamble
+                    :on-request (lambda (method body answer)
+                                  (forj-worker--request worker method body answer))
+                    :on-close (lambda (_conn reason)
+                                (forj-worker--lost worker reason)))))
+
+(defun forj-worker--greet (worker conn)
+  "Make CONN WORKER's connection and say hello on it."
+  (setf (forj-worker-connection worker) conn)
+  (forj-epc-call conn "hello"
+                       (list :token (forj-worker-token worker)
+                             :client (list :name "forj.el" :version forj-version))
+                 :timeout forj-worker-start-timeout
+                 :success (lambda (hello) (forj-worker--ready worker hello))
+                 :error (lambda (e) (forj-worker--fail worker e))))
+
+(defun forj-worker-outdated-p (worker)
+  "Whether WORKER's hello reports a version other than this Elisp's."
+  (let ((version (plist-get (forj-worker-hello worker) :version)))
+    (and version (not (equal version forj-version)))))
+
+(defun forj-worker--version-warning (hello)
+  "A warning for HELLO from a worker of another version than this Elisp, or nil.
+After a package upgrade the built worker is the old one until
+`forj-install-worker' rebuilds it."
+  (let ((version (plist-get hello :version)))
+    (when (and version (not (equal version forj-version)))
+      (format "the worker is forj %s but this Emacs runs forj.el %s (was the package upgraded?): M-x forj-install-worker rebuilds the worker"
+              version forj-version))))
+
 (defun forj-worker--ready (worker hello)
   "WORKER answered HELLO: run everything waiting for it."
+  (when (file-remote-p (forj-worker-root worker))
+    ;; Its root as Emacs names it: every path under it is then a remote file.
+    (setq hello (forj-remote-hello (forj-worker-root worker) hello)))
+  (let ((outdated (forj-worker--version-warning hello)))
+    (when outdated
+      (setq hello (plist-put hello :warnings
+                             (vconcat (list outdated) (plist-get hello :warnings))))))
   (setf (forj-worker-hello worker) hello)
   (remhash (forj-worker-root worker) forj-worker--failures)
   (mapc (lambda (warning) (display-warning 'forj warning :warning))
         (plist-get hello :warnings))
+  (when (plist-get hello :mcp_starting)
+    (forj-worker--tools-once-servers-start worker))
   (let ((waiting (reverse (forj-worker-waiting worker))))
     (setf (forj-worker-waiting worker) nil)
     (dolist (cb waiting) (funcall (car cb) worker))))
+
+(defun forj-worker--tools-once-servers-start (worker)
+  "Take WORKER's tools again once the outside MCP servers still starting are up.
+Hello does not wait for a slow server; its tools come later."
+  (let ((conn (forj-worker-connection worker)))
+    (forj-epc-call
+     conn "mcp_servers" nil
+     :timeout 660
+     :error #'ignore
+     :success (lambda (_)
+                (forj-epc-call
+                 conn "tool_definitions" nil
+                 :error #'ignore
+                 :success (lambda (reply)
+                            (setf (forj-worker-hello worker)
+                                  (plist-put (copy-sequence (forj-worker-hello worker))
+                                             :tools (plist-get reply :tools)))))))))
 
 (defun forj-worker--fail (worker err)
   "WORKER could not become ready because of ERR: tell everyone waiting."
@@ -415,8 +527,10 @@ ERROR is called with an error plist if the worker cannot be started."
 ;;; Questions from the worker
 
 (autoload 'forj-mcp-review "forj-mcp")
+(autoload 'forj-diagnostics-answer "forj-diagnostics")
 
-(defvar forj-worker-request-functions '(("review" . forj-mcp-review))
+(defvar forj-worker-request-functions '(("review" . forj-mcp-review)
+                                        ("diagnostics" . forj-diagnostics-answer))
   "Alist: a method the worker may call in Emacs -> the function answering it.
 Each function is called with the worker, the call's argument (a plist)
 and a function of one plist that sends the answer; it returns non-nil
@@ -454,9 +568,20 @@ when it took the call.")
         ;; arrive just after its exit: read it a moment later.
         (run-at-time 0.2 nil #'forj-worker--died worker reason)))))
 
+(defvar forj-worker--chat-grants (make-hash-table :test #'eq :weakness 'key)
+  "Workers holding grants given for one chat (this chat, N minutes).
+Such a grant lives in the worker's memory only: when it dies, it is lost.")
+
+(defun forj-worker-note-chat-grants (worker)
+  "Note a grant given for one chat only, held in the memory of WORKER."
+  (puthash worker t forj-worker--chat-grants))
+
 (defun forj-worker--died (worker reason)
-  "Tell everyone waiting for WORKER, and the user, that it is gone for REASON."
-  (let ((why (and (null (forj-worker-hello worker)) (forj-worker--start-error worker))))
+  "Tell everyone waiting for WORKER, and the user, that it is gone for REASON.
+When it held grants given for a chat, the user is told they are lost."
+  (let ((why (and (null (forj-worker-hello worker)) (forj-worker--start-error worker)))
+        (grants (and (gethash worker forj-worker--chat-grants)
+                     "; the grants given for a chat (this chat, N minutes) are lost with it, so the calls they covered are reviewed again")))
     (forj-worker--fail worker
                        (list :type "worker-died"
                              :message (if why
@@ -466,8 +591,8 @@ when it took the call.")
     (if why
         (message "forj: the worker for %s could not start: %s"
                  (abbreviate-file-name (forj-worker-root worker)) why)
-      (message "forj: the worker for %s stopped (%s); the next call starts a new one"
-               (abbreviate-file-name (forj-worker-root worker)) reason))))
+      (message "forj: the worker for %s stopped (%s); the next call starts a new one%s"
+               (abbreviate-file-name (forj-worker-root worker)) reason (or grants "")))))
 
 (defun forj-worker--start-error (worker)
   "What WORKER said on stderr when it refused to start, or nil."
@@ -546,11 +671,35 @@ Whether it runs, and whether its commands run sandboxed."
   (let ((worker (gethash (file-name-as-directory (expand-file-name root)) forj-worker--by-root)))
     (when worker
       (remhash (forj-worker-root worker) forj-worker--by-root)
-      (let ((conn (forj-worker-connection worker)))
+      (let ((conn (forj-worker-connection worker))
+            (process (forj-worker-process worker)))
         (when (forj-epc-live-p conn)
-          (forj-epc-close conn "stopped")))
-      (when (process-live-p (forj-worker-process worker))
-        (delete-process (forj-worker-process worker))))))
+          (forj-epc-close conn "stopped"))
+        (when (process-live-p process)
+          ;; The end of its stdin asks the worker to stop: it cancels what runs
+          ;; and closes its journal.  Killed at once, it could lose the note
+          ;; that a reply reached Emacs, and the next worker would offer that
+          ;; batch for recovery again.
+          (puthash (forj-worker-root worker) process forj-worker--stopping)
+          (condition-case nil
+              (process-send-eof process)
+            (error (delete-process process)))
+          (run-at-time forj-worker--stop-grace nil
+                       (lambda ()
+                         (when (process-live-p process)
+                           (delete-process process)))))))))
+
+(defun forj-worker--after-install (directory _python)
+  "Stop the workers on DIRECTORY's host that are older than this Elisp.
+They ran the worker `forj-install-worker' has just replaced; the next
+call starts the new one."
+  (let ((prefix (or (file-remote-p directory) "")))
+    (dolist (worker (hash-table-values forj-worker--by-root))
+      (when (and (equal (or (file-remote-p (forj-worker-root worker)) "") prefix)
+                 (forj-worker-outdated-p worker))
+        (forj-worker-stop (forj-worker-root worker))))))
+
+(add-hook 'forj-install-finished-functions #'forj-worker--after-install)
 
 ;;;###autoload
 (defun forj-worker-restart (&optional root)

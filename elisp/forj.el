@@ -42,5 +42,25 @@
 (defconst forj-version "0.1.0"
   "The version of forj.")
 
+(defun forj-project-file (path root)
+  "The file Emacs names for PATH, a path the worker gave, inside ROOT; else nil.
+PATH is relative to ROOT or absolute, and names a file on the worker's
+host: for a remote ROOT (a TRAMP directory) the result carries ROOT's
+TRAMP prefix, so it is always the remote file and never the local file
+of the same name.  A PATH that leads outside ROOT (\"/etc/passwd\",
+\"../x\", a TRAMP name such as \"/sudo::/etc/shadow\") names nothing
+Emacs may visit, revert or rename for the worker: nil.  A leading ~
+is a directory of that name inside ROOT, never a home directory."
+  (when (and (stringp path) (not (equal path "")) (stringp root))
+    (let* ((host (file-remote-p root))
+           (top (file-name-as-directory (if host (file-local-name root) root)))
+           ;; Plain string arithmetic: no handler may read PATH as a
+           ;; TRAMP name or reach a host to expand it.
+           (file-name-handler-alist nil)
+           (local (expand-file-name (if (string-prefix-p "/" path) path (concat "./" path))
+                                    top)))
+      (and (or (string-prefix-p top local) (equal local (directory-file-name top)))
+           (concat host local)))))
+
 (provide 'forj)
 ;;; forj.el ends here

@@ -1,8 +1,11 @@
 """Start the worker: ``python -m forj_py --root DIR``.
 
-(``python -m forj_py mcp --root DIR`` serves the same tools over MCP on
+(``python -m forj_py --stdio --root DIR`` serves the same methods on its
+own stdin and stdout instead of a port, for Emacs on another host; see
+``transport/stdio.py``.  ``python -m forj_py mcp --root DIR`` serves the same tools over MCP on
 stdio instead; see ``transport/mcp.py``; ``python -m forj_py sdk --root DIR``
-serves them as JSON lines in seed 004's envelopes, see ``transport/sdk.py``.)
+serves them as JSON lines in the Tool Runtime SDK's envelopes, see
+``transport/sdk.py``.)
 
 Takes the token from the first line of stdin (``--token-stdin``, as Emacs
 starts it) or from ``FORJ_TOKEN``.  A worker started with the token or any
@@ -38,7 +41,7 @@ from .safety import bwrap_probe, secretenv
 
 if TYPE_CHECKING:
     from .service import Worker
-    from .transport.server import ForjServer
+    from .transport.server import WorkerServer
 
 log = logging.getLogger("forj_py")
 
@@ -66,6 +69,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "--token-stdin",
         action="store_true",
         help="read the token from the first line of stdin instead of $FORJ_TOKEN",
+    )
+    p.add_argument(
+        "--stdio",
+        action="store_true",
+        help="serve on stdin and stdout instead of a loopback port (implies --token-stdin)",
     )
     p.add_argument("--version", action="version", version=f"forj worker {__version__}")
     return p.parse_args(argv)
@@ -104,14 +112,16 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if args.stdio:
+        _keep_others_out()
     # Read once: a restart hands it over with the rest (stdin has moved on).
-    if args.token_stdin and not secretenv.has_token():
+    if (args.token_stdin or args.stdio) and not secretenv.has_token():
         secretenv.keep_token(_read_token_line())
     token = secretenv.take_token()
     if not token:
         return _fail(
             "no token on stdin's first line"
-            if args.token_stdin
+            if args.token_stdin or args.stdio
             else "FORJ_TOKEN is not set; the worker will not serve without a token"
         )
     root = Path(args.root).expanduser()
@@ -156,21 +166,30 @@ def main(argv: list[str] | None = None) -> int:
         worker = Worker(root, loaded, builtin_registry(), journal, state_dir, bwrap=bwrap)
     except ConfigError as exc:  # a permission pattern the tools cannot use
         return _fail(f"configuration error:\n{exc}")
-    server = ForjServer(worker, token)
-    # forj_py mcp on this project finds this worker through a private file.
+    server: WorkerServer
     meeting = None
-    try:
-        meeting = rendezvous.publish(state_dir, worker.root, server.port)
-        server.mcp_secret = meeting.secret
-    except OSError as exc:
-        log.warning("no rendezvous for MCP servers: %s", exc)
+    if args.stdio:
+        from .transport.stdio import StdioServer
+
+        # Takes stdin and stdout for its frames; its end of file stops it.
+        server = StdioServer(worker, token)
+    else:
+        server = ForjServer(worker, token)
+        # forj_py mcp on this project finds this worker through a private file.
+        try:
+            meeting = rendezvous.publish(state_dir, worker.root, server.port)
+            server.mcp_secret = meeting.secret
+        except OSError as exc:
+            log.warning("no rendezvous for MCP servers: %s", exc)
     stop = server.stop
     _watch_parent(stop)
-    _watch_stdin(stop)
+    if not args.stdio:
+        _watch_stdin(stop)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: threading.Thread(target=stop, daemon=True).start())
-    sys.stdout.write(f"{server.port}\n")
-    sys.stdout.flush()
+    if isinstance(server, ForjServer):
+        sys.stdout.write(f"{server.port}\n")
+        sys.stdout.flush()
     threading.Thread(
         target=_housekeeping, args=(worker, server), name="forj-housekeeping", daemon=True
     ).start()
@@ -182,13 +201,20 @@ def main(argv: list[str] | None = None) -> int:
         server.stopping.set()
         worker.watcher.stop()
         worker.cancel_all()
+        worker.outside.close()
         worker.commands.close()
         server.server_close()
+        # A reply already sent is followed by the journal's note that it reached
+        # the client; closing the journal under it would make the next worker
+        # offer results the client has.  Cancelled calls end within this.
+        server.wait_idle(STOP_WAIT_SECONDS)
         journal.close()
     return 0
 
 
 MAX_TOKEN_LINE = 256
+# How long a stopping worker waits for the requests it is still answering.
+STOP_WAIT_SECONDS = 5.0
 
 
 def _read_token_line() -> str:
@@ -205,7 +231,7 @@ def _read_token_line() -> str:
     return line.decode("ascii", "replace").strip()
 
 
-def _housekeeping(worker: Worker, server: ForjServer) -> None:
+def _housekeeping(worker: Worker, server: WorkerServer) -> None:
     """Start the file watcher and the command sandbox's index, prune old backups.
 
     Only after the first ``hello`` is answered (or a few seconds without
@@ -218,6 +244,29 @@ def _housekeeping(worker: Worker, server: ForjServer) -> None:
     worker.commands.start()
     worker.watcher.start()
     worker.backups.prune()
+
+
+def _keep_others_out() -> None:
+    """Let no other process of the user open this one's descriptors through /proc.
+
+    A stdio worker's frames are its pipes, and once ``hello`` has passed
+    whatever is written into them is an authenticated call (or, the other
+    way, a reply Emacs believes).  ``/proc/<pid>/fd/N`` lets any process
+    of the same user open those pipes: another login's shell, or a
+    command the user let run outside the sandbox.  A process that is not
+    dumpable has its ``/proc/<pid>`` entries owned by root, so they
+    cannot (nor read its memory or environment).  Children get the
+    flag back at ``execve``, so the commands it runs are unaffected.  Set
+    again after each restart, which clears it; before the token is read.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+            log.warning("cannot make the worker undumpable: errno %d", ctypes.get_errno())
+    except (OSError, AttributeError):
+        log.warning("cannot make the worker undumpable: no prctl")
 
 
 def _watch_parent(stop: Callable[[], None]) -> None:

@@ -119,7 +119,7 @@ class ApprovalConfig(_Section):
 class ShellConfig(_Section):
     # Bytes of each stream (stdout, stderr) kept for the result: the first
     # and the last half; everything is still streamed to Emacs.
-    # 5 MiB: seed 004 section 9's stdout capture.
+    # 5 MiB: a build's or a test run's whole log fits, a runaway loop's does not.
     max_capture_bytes: int = Field(default=5 << 20, ge=64 << 10, le=256 << 20)
     # SIGTERM to the process group, then SIGKILL after this long.
     kill_grace_seconds: float = Field(default=2.0, gt=0, le=60)
@@ -200,7 +200,8 @@ class ListingConfig(_Section):
 class SearchConfig(_Section):
     # auto: ripgrep when it can be found, else pure Python (same results).
     engine: Literal["auto", "ripgrep", "python"] = "auto"
-    # Seed 004 section 9: grep 10 s.
+    # 10 s: a search that takes longer is too broad to help the model; it
+    # should narrow the path or the pattern instead.
     timeout_seconds: float = Field(default=10, gt=0, le=3600)
 
 
@@ -210,7 +211,8 @@ class ReadFileConfig(_Section):
 
 
 class ApplyPatchConfig(_Section):
-    # Seed 000's limit on one patch (apply_patch and file_patch), in bytes.
+    # Bytes of one patch (apply_patch and file_patch): bounds what one call
+    # holds in memory and asks the user to review.
     max_patch_bytes: int = Field(default=524_288, ge=1024, le=64 << 20)
     # How many files one apply_patch may touch, and how many hunks in all.
     max_files: int = Field(default=100, ge=1, le=10_000)
@@ -226,7 +228,7 @@ class DedupeConfig(_Section):
 
 
 class GitConfig(_Section):
-    """``[tools.git]``: the git tools (seed 004 section 4's ``git`` keys)."""
+    """``[tools.git]``: the git tools' time limit, guards and hooks."""
 
     timeout_seconds: float = Field(default=30, gt=0, le=3600)
     allow_push: bool = True
@@ -243,7 +245,7 @@ class GitConfig(_Section):
 
 
 class CurlConfig(_Section):
-    """``[tools.curl]``: the HTTP client's limits (seed 004 section 9)."""
+    """``[tools.curl]``: the HTTP client's time and size limits."""
 
     # The default and the ceiling of a call's timeout_ms.
     timeout_seconds: float = Field(default=15, gt=0, le=600)
@@ -279,7 +281,8 @@ class NetworkConfig(_Section):
 class AstConfig(_Section):
     """``[tools.ast]``: the AST tools (ast_generate, ast_query, ast_edit, ast_validate)."""
 
-    # Seed 004's limits: building the index may take minutes, an edit must not.
+    # Building the index of a large tree may take minutes; an edit must not,
+    # since the user waits on its review.
     generate_timeout_seconds: float = Field(default=300, gt=0, le=86_400)
     edit_timeout_seconds: float = Field(default=30, gt=0, le=3600)
     # One call parses at most this many files; larger files are skipped, said so.
@@ -578,7 +581,84 @@ class TrustConfig(_Section):
     projects: list[str] = Field(default_factory=list)
 
 
+# A server's name becomes part of its tools' names (mcp__NAME__tool): the
+# characters every provider accepts in a tool name, no double underscore.
+MCP_SERVER_NAME = r"^[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*$"
+MAX_MCP_SERVER_NAME = 24
+
+
+class McpServerConfig(_Section):
+    """One ``[mcp.servers.NAME]`` entry: an outside MCP server whose tools the chat may use.
+
+    Exactly one of ``command`` (a program speaking MCP on its stdin and
+    stdout) and ``url`` (a streamable HTTP endpoint).
+    """
+
+    command: list[str] | None = Field(default=None, min_length=1, max_length=256)
+    # Only these variables reach the program, with the few harmless ones
+    # every program needs (PATH, HOME, LANG...): never the editor's secrets.
+    env: dict[str, str] = Field(default_factory=dict, max_length=64)
+    # The program's working directory; the project root when not given.
+    cwd: str | None = None
+    url: str | None = Field(default=None, max_length=2048)
+    # Sent with every request to ``url`` (an Authorization header, say).
+    headers: dict[str, str] = Field(default_factory=dict, max_length=64)
+    enabled: bool = True
+    # How long the server may take to start and list its tools.
+    startup_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    # How long one call may take.
+    timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
+
+    @field_validator("command")
+    @classmethod
+    def _a_program(cls, command: list[str] | None) -> list[str] | None:
+        if command is not None and (not command[0] or any("\0" in w for w in command)):
+            raise ValueError('must name a program first, e.g. ["uvx", "mcp-server-time"]')
+        return command
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not re.match(r"https?://[^\s/]+", url):
+            raise ValueError('must be an http:// or https:// URL, e.g. "http://127.0.0.1:8000/mcp"')
+        return url
+
+    @field_validator("env", "headers")
+    @classmethod
+    def _names(cls, table: dict[str, str]) -> dict[str, str]:
+        for name, value in table.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name) or "\0" in value:
+                raise ValueError(f"{name!r}: a name of letters, digits and _ with a text value")
+        return table
+
+    def model_post_init(self, context: Any, /) -> None:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(
+                'give either command (a program, e.g. ["uvx", "mcp-server-time"]) '
+                'or url (e.g. "http://127.0.0.1:8000/mcp"), not both'
+            )
+        if self.url is not None and (self.env or self.cwd is not None):
+            raise ValueError("env and cwd are for a command; an HTTP server takes headers")
+        if self.command is not None and self.headers:
+            raise ValueError("headers are for a url; a command takes env")
+
+
 class McpConfig(_Section):
+    # Outside MCP servers whose tools the chat may use, by name.  The user's
+    # own file only: a cloned repository must not start programs or add tools.
+    servers: dict[str, McpServerConfig] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("servers")
+    @classmethod
+    def _server_names(cls, servers: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in servers:
+            if len(name) > MAX_MCP_SERVER_NAME or not re.match(MCP_SERVER_NAME, name):
+                raise ValueError(
+                    f"server name {name!r}: up to {MAX_MCP_SERVER_NAME} letters and digits, "
+                    "words joined by single - or _ (it becomes part of each tool's name)"
+                )
+        return servers
+
     # Calls of an MCP client (forj_py mcp) that need review are shown in the
     # Emacs connected to the project's worker.  The user's own file only:
     # it decides whose eyes a review goes before.
@@ -957,6 +1037,8 @@ _USER_ONLY: dict[tuple[str, ...], Callable[[Any, Any], tuple[Any, bool]]] = {
     # Who reviews an MCP client's calls.
     ("mcp", "review_in_emacs"): lambda user, project: (user, project == user),
     ("mcp", "review_timeout_seconds"): lambda user, project: (user, project == user),
+    # Outside MCP servers: programs forj starts and tools the model is given.
+    ("mcp", "servers"): lambda user, project: (user, project == user),
     # A hook is a program the repository's author wrote.
     ("tools", "git", "run_hooks"): _bool_only_to(False),
     # Where curl may send what it is given.
@@ -1168,8 +1250,13 @@ def _set(model: BaseModel, path: tuple[str, ...], value: Any) -> None:
 
 def describe(loaded: LoadedConfig) -> dict[str, Any]:
     """The effective configuration as JSON, for ``hello``."""
+    effective = loaded.config.model_dump(mode="json")
+    # The values of a server's env and headers are often keys: the names are enough.
+    for server in effective["mcp"]["servers"].values():
+        for table in ("env", "headers"):
+            server[table] = {name: "[REDACTED]" for name in server[table]}
     return {
-        "effective": loaded.config.model_dump(mode="json"),
+        "effective": effective,
         "user_file": str(loaded.user_file) if loaded.user_file else None,
         "project_file": str(loaded.project_file) if loaded.project_file else None,
         "trusted": loaded.trusted,

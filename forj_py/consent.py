@@ -214,7 +214,7 @@ def _info_of(registry: Registry, name: str) -> ToolInfo:
 def _as_forj_tools(
     rules: list[PermissionRule], registry: Registry, warnings: list[str]
 ) -> list[PermissionRule]:
-    """Rules naming a seed 004 name (``file_read``) rewritten to its forj tool.
+    """Rules naming another name of a tool (``file_read``) rewritten to its forj tool.
 
     Calls by those names are judged as their forj tools, so a rule left
     under the other name would match nothing, silently.
@@ -228,7 +228,8 @@ def _as_forj_tools(
             continue
         text = alias_of + rule.text[len(rule.tool) :]
         warnings.append(
-            f"{rule.source} {rule.text!r}: {rule.tool} is seed 004's name for {alias_of}; "
+            f"{rule.source} {rule.text!r}: {rule.tool} is the Tool Runtime SDK's name for "
+            f"{alias_of}; "
             f"read as {text!r} (its arguments are {alias_of}'s); write that instead"
         )
         out.append(parse_rule(text, rule.source))
@@ -283,7 +284,11 @@ def subject_of(
     env = getattr(args, "env", None) if command is not None else None
     return Subject(
         tool=tool.name,
-        changes_files=tool.side_effecting and not tool.runs_commands,
+        # An outside MCP server's tool (mcp__SERVER__TOOL) does what its server
+        # does, not a file edit forj can see: the "files" rules never cover it.
+        changes_files=tool.side_effecting
+        and not tool.runs_commands
+        and not tool.name.startswith("mcp__"),
         command=command,
         env=tuple(sorted(env)) if isinstance(env, dict) else (),
         paths=tuple(resolved),
@@ -413,7 +418,7 @@ class Consent:
                         rule=rule.text,
                     ),
                 )
-        # 2. seed 002 rules and deduplication
+        # 2. the user's [[rules]] and deduplication
         if f.probe is not None:
             failure = self.engine.check_planned(f.probe, tool.name, f.raw_args, f.call_id)
             if failure is not None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import DenialReason, ErrorKind, ErrorType, ToolError
+from .output import sanitize_value
+from .protocol import DenialReason, ErrorKind, ErrorType, ToolError, ToolResult
 
 
 class ToolFailure(Exception):
@@ -36,6 +37,15 @@ class ToolFailure(Exception):
             details={"kind": kind.value, **details},
             recovery=recovery,
         )
+
+
+def error_result(call_id: str, name: str, failure: ToolFailure) -> dict[str, Any]:
+    """The wire result of call ``call_id`` (tool ``name``) that failed with ``failure``."""
+    # Messages quote what the model sent (paths, names): sanitize like any output.
+    wire: dict[str, Any] = sanitize_value(
+        ToolResult(id=call_id, name=name, ok=False, error=failure.error).wire()
+    )
+    return wire
 
 
 class ProtocolError(Exception):

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors
-from .errors import ToolFailure
+from .errors import ToolFailure, error_result
 from .output import dumps, fit_json_text, json_has_controls, sanitize_value, utf8_len
-from .planner import PlannedCall, error_result
+from .planner import PlannedCall
 from .protocol import Disposition, ErrorKind, ErrorType, Event, ToolError, ToolResult
+from .reads import Session
 from .rules import Gate
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
@@ -40,7 +41,8 @@ from .store.backups import Backups
 from .store.checkpoints import ChangeLog
 from .store.journal import Journal
 from .tools._edit import apply_user_text
-from .tools.registry import Session, ToolContext
+from .tools._hunks import FileDecision, apply_hunks
+from .tools.registry import ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,8 @@ class Runner:
     journal: Journal
     backups: Backups | None = None
     commands: CommandSandbox | None = None
+    # The connected Emacs, for tools only it can answer (set by the transport).
+    editor: Callable[[str, dict[str, Any], float], Any] | None = None
 
     def run(
         self,
@@ -108,9 +112,10 @@ class Runner:
         emit: EmitFn,
         modified: dict[str, dict[str, str]] | None = None,
         unreviewed: dict[str, tuple[str, list[str], str]] | None = None,
+        hunks: dict[str, dict[str, FileDecision]] | None = None,
     ) -> list[Finished]:
         per_call = self.config.tools.output.max_bytes
-        # seed 000 FR-REG-04b: the capacity is what is left of the model's
+        # The capacity is what is left of the model's
         # context for this whole batch, so every result spends from it: four
         # large reads share it instead of each getting all of it.
         room = capacity or DEFAULT_CAPACITY_BYTES
@@ -139,6 +144,7 @@ class Runner:
                 emit,
                 (modified or {}).get(planned.call_id),
                 (unreviewed or {}).get(planned.call_id),
+                (hunks or {}).get(planned.call_id),
             )
             finished = _finish(wire, call_limit, truncatable, encoded)
             spent = len(finished.text.encode("utf-8"))
@@ -188,6 +194,7 @@ class Runner:
         emit: EmitFn,
         user_texts: dict[str, str] | None = None,
         unreviewed: tuple[str, list[str], str] | None = None,
+        hunks: dict[str, FileDecision] | None = None,
     ) -> tuple[dict[str, Any], bool, str | None]:
         """The call's result, whether the framework may cut it to fit, and its JSON if known."""
         cid, name = planned.call_id, planned.name
@@ -233,7 +240,9 @@ class Runner:
             if violation is not None:
                 return error_result(cid, name, violation), True, None
         emit(Event(batch_id=batch.batch_id, call_id=cid, seq=planned.seq, kind="started"))
-        result, truncatable, encoded = self._run_tool(batch, planned, limit, emit, user_texts)
+        result, truncatable, encoded = self._run_tool(
+            batch, planned, limit, emit, user_texts, hunks
+        )
         if gate is not None:
             gate.after(
                 planned.rule_name or name, planned.raw_args or {}, cid, bool(result.get("ok"))
@@ -256,6 +265,7 @@ class Runner:
         limit: int,
         emit: EmitFn,
         user_texts: dict[str, str] | None = None,
+        hunks: dict[str, FileDecision] | None = None,
     ) -> tuple[dict[str, Any], bool, str | None]:
         assert planned.tool is not None and planned.args is not None
         tool, args = planned.tool, planned.args
@@ -293,13 +303,17 @@ class Runner:
             state_dir=self.journal.path.parent,
             standing_consent=planned.standing and planned.disposition is Disposition.EXECUTE,
             read_only_mode=batch.permission_mode == "read-only",
+            editor=self.editor,
         )
         box: dict[str, Any] = {}
         done = threading.Event()
 
         def target() -> None:
             try:
-                if user_texts is not None:
+                if hunks:
+                    # Approved in part: the user's hunks only, through the same write.
+                    box["value"] = apply_hunks(ctx, planned.staged, user_texts or {}, hunks)
+                elif user_texts is not None:
                     # The user edited the proposal: write their text, not the tool's.
                     box["value"] = apply_user_text(ctx, planned.staged, user_texts)
                 else:

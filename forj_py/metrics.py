@@ -1,4 +1,4 @@
-"""Per-session counters of the calls a worker ran: the metrics of seed 004 section 8.
+"""Per-session counters of the calls a worker ran: what each chat's calls cost.
 
 Kept in memory by the worker, one :class:`SessionMetrics` per chat (an Emacs
 chat, the MCP client, an SDK session), fed once per executed batch; every

@@ -37,8 +37,8 @@ from pydantic import BaseModel, ValidationError
 from . import errors
 from .config import Config
 from .consent import Consent, Facts, subject_of
-from .errors import ToolFailure
-from .output import count_marks, sanitize, sanitize_value, short_summary, visible_controls
+from .errors import ToolFailure, error_result
+from .output import count_marks, sanitize, short_summary, visible_controls
 from .protocol import (
     DenialReason,
     Disposition,
@@ -46,14 +46,15 @@ from .protocol import (
     PlanItem,
     RiskLevel,
     ToolCall,
-    ToolResult,
     ToolsMode,
 )
+from .reads import Session
 from .rules import Probe
 from .safety.commands import CommandSandbox
 from .safety.paths import Sandbox
 from .safety.permissions import Subject
-from .tools.registry import Registry, Session, Staged, Tool, ToolContext, format_schema_errors
+from .tools import _edit, _hunks
+from .tools.registry import Registry, Staged, Tool, ToolContext, format_schema_errors
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,8 @@ class PlannedCall:
     grant_pattern: str | None = None
     subject: Subject | None = None
     # The arguments as sent (nulls dropped): what rules and deduplication
-    # compare.  For a seed 004 name, its forj tool's arguments and name.
+    # compare.  For another name of a tool, its forj tool's arguments and name,
+    # so a rule written for the tool cannot be dodged by the other name.
     raw_args: dict[str, Any] | None = None
     rule_name: str | None = None
 
@@ -102,7 +104,23 @@ class PlannedCall:
             result=self.result,
             reason=self.reason,
             grant_pattern=self.grant_pattern,
+            hunk_files=self._hunk_files(),
         )
+
+    def _hunk_files(self) -> list[dict[str, Any]] | None:
+        """The files the review may decide hunk by hunk: those of a reviewed
+        call's proposal that change (a call that moves or deletes files stages
+        none, and is decided whole)."""
+        if self.disposition is not Disposition.CONFIRM or self.preview is None:
+            return None
+        changed = [(s, n) for s in self.staged if (n := _hunks.count(s.old, s.new)) > 0]
+        if not changed or not _hunks.shown_as_staged(self.preview, [s for s, _ in changed]):
+            return None
+        return [{"path": s.display, "hunks": n} for s, n in changed]
+
+    def hunks_decidable(self) -> bool:
+        """The review may approve this call in part (it offered ``hunk_files``)."""
+        return self._hunk_files() is not None
 
 
 @dataclass
@@ -118,6 +136,9 @@ class PlanContext:
     # canonical path: later previews of the same file start from there, so
     # two edits of one file in one batch each show (and apply) their own diff.
     overlay: dict[str, str] = field(default_factory=dict)
+    # The files earlier calls of this batch read (display paths): an edit of
+    # one of them may be stale now and fine once that read has run.
+    read_in_batch: set[str] = field(default_factory=set)
     commands: CommandSandbox | None = None
     consent: Consent | None = None
     permission_mode: str = "ask"
@@ -128,14 +149,6 @@ class PlanContext:
     probe: Probe | None = None
     # The worker's state directory, for tools that keep state beside the journal.
     state_dir: Path | None = None
-
-
-def error_result(call_id: str, name: str, failure: ToolFailure) -> dict[str, Any]:
-    # Messages quote what the model sent (paths, names): sanitize like any output.
-    wire: dict[str, Any] = sanitize_value(
-        ToolResult(id=call_id, name=name, ok=False, error=failure.error).wire()
-    )
-    return wire
 
 
 def identify(seq: int, raw: Any) -> tuple[str, str]:
@@ -208,7 +221,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         raise errors.unknown_tool(call.name, pc.registry.names())
     tool = entry.tool
     planned.tool = tool
-    # A seed 004 name (file_read, shell_exec...) is its forj tool to every
+    # Another name (file_read, shell_exec...) is its forj tool to every
     # rule: a deny rule for run_shell also refuses shell_exec.
     if tool.alias_of is not None:
         _denied_tool(pc, tool.alias_of)
@@ -278,6 +291,9 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             # review names the file that will really change.
             shown = os.path.relpath(given, pc.sandbox.project_root)
             links.append(f"{shown} → {sp.display}")
+    if (tool.alias_of or tool.name) == "read_file":
+        for path in tool.paths(args):
+            pc.read_in_batch.add(pc.sandbox.resolve(path, planned.working_dir).display)
     limit = tool.timeout(pc.config)
     planned.timeout = min(call.meta.timeout, limit) if call.meta.timeout else limit
     if mode is ToolsMode.PARSE_ONLY:
@@ -330,6 +346,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
     planned.step = decision.step
     if decision.failure is not None:
         raise _Refused(decision.reason, decision.failure, decision.step)
+    _read_first(pc, tool, args, ctx)
     planned.standing = decision.standing
     if decision.outcome == "confirm":
         planned.disposition = Disposition.CONFIRM
@@ -344,7 +361,7 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
         except ToolFailure as failure:
             if failure.error.type is not ErrorType.STALE_FILE:
                 raise
-            # An earlier call of this batch may read the file first; the
+            # An earlier call of this batch reads the file first; the
             # stale-file rule is applied again when the call runs.
             planned.preview = None
             planned.preview_note = sanitize(failure.error.message)
@@ -356,6 +373,36 @@ def _plan(pc: PlanContext, mode: ToolsMode, planned: PlannedCall, duplicate: boo
             )
     else:
         planned.disposition = Disposition.EXECUTE
+
+
+# The tools that change an existing file only after it was read, unchanged
+# since (the stale-file rule); their previews do not apply the rule.
+_READ_FIRST = frozenset({"edit", "multi_edit", "edit_region", "write_file"})
+
+
+def _read_first(pc: PlanContext, tool: Tool[Any], args: BaseModel, ctx: ToolContext) -> None:
+    """Refuse now a call the stale-file rule would refuse when it runs.
+
+    Otherwise the user reviews (and approves) a diff that can never be
+    applied.  A file an earlier call of the batch reads, or writes, is
+    left to the rule at run time.
+    """
+    if (tool.alias_of or tool.name) not in _READ_FIRST or getattr(args, "dry_run", False):
+        return
+    if getattr(args, "stop_on_error", True) is False:
+        return  # a multi_edit that applies what it can: each file is judged when it runs
+    for path in tool.paths(args):
+        try:
+            sp = pc.sandbox.resolve(path, ctx.working_dir, for_write=True)
+            if sp.display in pc.read_in_batch or sp.canonical in pc.overlay:
+                continue
+            if not os.path.isfile(sp.canonical):
+                continue  # a new file needs no read; a directory is the tool's to refuse
+            _edit.load(ctx, path, must_exist=False)
+        except ToolFailure as failure:
+            if failure.error.type is ErrorType.STALE_FILE:
+                raise
+            # Anything else is the preview's (or the run's) to report.
 
 
 class _Refused(Exception):

@@ -53,7 +53,8 @@ class ErrorKind(str, Enum):
     STALE_FILE = "StaleFile"
     # forj's own additions: a human said no, or the batch mode forbids running.
     USER_DENIED = "UserDenied"
-    # Seed 002: a [[rules]] rule refused the call, or an identical call ran recently.
+    # The user's [[rules]] refused the call, or an identical call ran so recently
+    # that running it again would only repeat it.
     RULE_VIOLATION = "RuleViolation"
     DEDUPLICATED = "Deduplicated"
 
@@ -120,7 +121,7 @@ class ToolCall(_Model):
 
 
 class ErrorCode(str, Enum):
-    """Seed 004's canonical error codes, carried as ``error.details.code``.
+    """The coarse error codes hosts of several tool runtimes share, in ``error.details.code``.
 
     Coarser than ``type`` and ``kind``: one code per subsystem, so a host that
     embeds forj beside other tool runtimes can sort failures without knowing
@@ -230,6 +231,14 @@ PermissionMode = Literal["read-only", "ask", "accept-edits", "auto"]
 SessionId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
 
 
+class EditorTabWidth(_Strict):
+    """The ``tab-width`` of an editor buffer visiting a file: how the user sees its tabs."""
+
+    # Relative to the project root, as the editor names the file.
+    path: str = Field(min_length=1, max_length=4096, strict=True)
+    width: int = Field(ge=1, le=32, strict=True)
+
+
 class PlanRequest(_Strict):
     mode: ToolsMode = ToolsMode.ENABLED
     # Raw objects: each is parsed on its own so one bad call cannot sink the batch.
@@ -248,6 +257,10 @@ class PlanRequest(_Strict):
     # Only check the calls (path rules, policy) and run none: the batch is
     # journaled as checked, never left looking unfinished, and cannot be executed.
     check: bool = False
+    # The editor's tab width for files it visits: a hint the writing tools
+    # weigh after the file's and the project's own declarations.
+    # Absent: the chat keeps what its last request with them sent.
+    tab_widths: list[EditorTabWidth] | None = Field(default=None, max_length=1024)
 
 
 class JournalCallsRequest(_Strict):
@@ -335,9 +348,30 @@ class PlanItem(_Model):
     reason: str | None = None
     # For a reviewed call: the narrowest rule a standing grant could use.
     grant_pattern: str | None = None
+    # For a reviewed call that can be approved in part: each file whose hunks
+    # (the '@@' pieces of its diff in preview) can be approved or dropped one
+    # by one, with how many it has.
+    hunk_files: list[dict[str, Any]] | None = None
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+
+class DroppedHunk(_Strict):
+    index: int = Field(ge=0)
+    # Why the user dropped it: the model reads this.
+    reason: str = Field(default="", max_length=4000)
+
+
+class FileHunks(_Strict):
+    """One file's hunks of a reviewed call, as the user decided them.
+
+    Indexes count the file's ``@@`` hunks in the call's preview from 0;
+    every hunk is in exactly one of ``approved`` and ``dropped``.
+    """
+
+    approved: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    dropped: list[DroppedHunk] = Field(default_factory=list)
 
 
 class ExecuteRequest(_Strict):
@@ -351,6 +385,9 @@ class ExecuteRequest(_Strict):
     # Edit before approve: call id -> {path: the text the user wants written
     # instead of the proposal}.  Only for approved calls that had a proposal.
     modified: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # Approved in part: call id -> {path: which of its hunks the user
+    # approved and dropped}.  Files left out are written as proposed.
+    hunks: dict[str, dict[str, FileHunks]] = Field(default_factory=dict)
     turn: str | None = Field(default=None, min_length=1, max_length=256)
     # Calls refused because they need review and nobody could review them
     # (an MCP client that cannot ask): call id -> why.  Not run, like denied.

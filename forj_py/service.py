@@ -29,6 +29,8 @@ from .config import PERMISSION_MODES, LoadedConfig, describe
 from .consent import Consent, build_policy
 from .errors import ProtocolError, ToolFailure
 from .executor import DEFAULT_CAPACITY_BYTES, Batch, EmitFn, Finished, Runner
+from .mcp_servers import Servers, outside_tool
+from .mcp_servers.tools import checked
 from .metrics import CallSample, Metrics
 from .planner import PlanContext, PlannedCall, identify, plan_batch
 from .protocol import (
@@ -38,6 +40,7 @@ from .protocol import (
     CancelRequest,
     CheckpointsRequest,
     Disposition,
+    EditorTabWidth,
     ErrorKind,
     ErrorType,
     Event,
@@ -58,6 +61,7 @@ from .protocol import (
     ToolsMode,
     UndoRequest,
 )
+from .reads import Conversations, Session
 from .rules import Gate, RulesEngine
 from .safety import bwrap_probe
 from .safety.commands import CommandSandbox, probe
@@ -68,9 +72,9 @@ from .store.backups import Backups
 from .store.grants import GrantStore
 from .store.journal import FileChange, Journal, alive_elsewhere, worker_identity
 from .system import git
-from .tools import CORE, FAMILIES, family_of
+from .tools import CORE, FAMILIES, _hunks, family_of
 from .tools.manual import manual_registry
-from .tools.registry import Conversations, Registry, Session
+from .tools.registry import Registry
 from .undo import Undo
 from .watcher import Watcher
 
@@ -87,6 +91,8 @@ MAX_PROPOSAL_BYTES = 6 * 1024 * 1024
 MAX_BATCHES = 256
 # Journaled batches kept in memory with their credentials, waiting to be planned.
 MAX_UNREDACTED = 64
+# How long hello waits for outside MCP servers that are still starting.
+HELLO_WAITS_SECONDS = 8.0
 
 _MODE_ORDER = [ToolsMode.DISABLED, ToolsMode.PARSE_ONLY, ToolsMode.ENABLED]
 
@@ -169,6 +175,11 @@ class Worker:
         # only (a command could plant another).
         git.pin(self.root, timeout=self.config.tools.git.timeout_seconds)
         self.registry = registry
+        # Outside MCP servers (the user's own config only): started in the
+        # background now; their tools join the registry once listed.
+        self.outside = Servers(self.config.mcp.servers, Path(self.root))
+        self.outside.start()
+        self._outside_warnings: dict[str, None] = {}
         # [[tools.definitions]]: what the model is told in parse_only mode (and
         # in enabled mode when the user's file asks for it).
         self.configured = manual_registry(self.config.tools.definitions)
@@ -203,7 +214,8 @@ class Worker:
         self._lock = threading.Lock()
         # Journaled batches a plan has taken up: each is planned once.
         self._claimed: set[str] = set()
-        # Per-session counters of what ran (seed 004 section 8).
+        # Per-session counters of what ran, which a chat, the MCP client or an
+        # SDK session reads back to see what its calls cost.
         self.metrics_store = Metrics()
         # Journaled calls whose credentials the journal holds redacted, as
         # sent, until they are planned (the newest few only).
@@ -242,8 +254,39 @@ class Worker:
 
     # --- methods ---------------------------------------------------------------
 
+    def outside_tools(self, at_most: float | None = None) -> None:
+        """Register the tools of the outside MCP servers, once they started (or failed).
+
+        ``at_most``: how long to wait for the servers still starting (None:
+        as long as each one's start may take).
+        """
+        if not self.outside:
+            return
+        self.outside.wait_started(at_most)
+        with self._lock:
+            for listed in self.outside.tools():
+                found = checked(listed)
+                if isinstance(found, str):
+                    self._outside_warnings[found] = None
+                    continue
+                name, description, schema = found
+                if self.registry.get(name) is None:
+                    self.registry.register(
+                        outside_tool(self.outside, listed.server, listed.name, name, description),
+                        parameters=schema,
+                    )
+
+    def mcp_servers(self, body: Any = None) -> dict[str, Any]:
+        """The outside MCP servers: each one's state, target and tools (for the menu)."""
+        self.outside_tools()
+        return {"servers": self.outside.status()}
+
     def hello_payload(self, client: dict[str, Any]) -> dict[str, Any]:
         log.info("client %s %s connected", client.get("name"), client.get("version"))
+        # Not longer than this: Emacs gives the whole start a limit of its
+        # own.  A server still starting is named in the reply; its tools come
+        # with tool_definitions once it is up.
+        self.outside_tools(HELLO_WAITS_SECONDS)
         payload = {
             "protocol": PROTOCOL_VERSION,
             "version": __version__,
@@ -256,6 +299,8 @@ class Worker:
             "unfinished": self.unfinished(),
             "permissions": self.permissions_summary(),
         }
+        if self.outside.starting():
+            payload["mcp_starting"] = self.outside.starting()
         self.greeted.set()
         return payload
 
@@ -274,6 +319,7 @@ class Worker:
     def warnings(self) -> list[str]:
         found = list(self.loaded.warnings)
         found += self.consent.policy.warnings + self.consent.engine.warnings
+        found += self.outside.problems() + list(self._outside_warnings)
         tools = self.config.tools
         if tools.advertise_definitions == "config" and tools.mode is ToolsMode.ENABLED:
             strangers = [n for n in self.configured.names() if self.registry.get(n) is None]
@@ -290,6 +336,7 @@ class Worker:
 
     def tool_definitions(self, body: Any = None) -> dict[str, Any]:
         req = parse_request(ToolDefinitionsRequest, {} if body is None else body)
+        self.outside_tools()
         tools_mode = self.config.tools.mode
         if req.tools_mode is not None:
             tools_mode = min(req.tools_mode, tools_mode, key=_MODE_ORDER.index)
@@ -441,8 +488,16 @@ class Worker:
             self._unredacted.pop(batch_id, None)
         return journaled
 
+    def _note_tab_widths(self, reads: Session, hints: list[EditorTabWidth]) -> None:
+        """Keep the editor's tab widths for this chat, by canonical path."""
+        root = self.sandbox.project_root
+        widths = {os.path.realpath(os.path.join(root, h.path)): h.width for h in hints}
+        with reads.lock:
+            reads.editor_tab_widths = widths
+
     def plan(self, body: Any, caller: Caller = IN_PROCESS) -> dict[str, Any]:
         req = parse_request(PlanRequest, body)
+        self.outside_tools()
         mode = min(req.mode, self.config.tools.mode, key=_MODE_ORDER.index)
         permission_mode, mode_note = self.consent.mode_for(req.permission_mode)
         session = req.session or ""
@@ -451,6 +506,8 @@ class Worker:
         # the same chat id gets its own.
         conversation = _conversation(caller.connection, session)
         reads = self.reads.of(caller.connection, session)
+        if req.tab_widths is not None:
+            self._note_tab_widths(reads, req.tab_widths)
         if req.batch_id is not None:
             if not caller.user:
                 # journal_calls is Emacs's: another client planning a batch it
@@ -648,12 +705,13 @@ class Worker:
             batch.review_expired = True
         try:
             self._check_modified(batch, req.modified, set(req.approved) & confirm)
+            hunks = self._check_hunks(batch, req, set(req.approved) & confirm)
             given = self._check_grants(batch, req, set(req.approved) & confirm, caller)
         except ProtocolError:
             with batch.lock:
                 batch.state = "planned"  # nothing ran: the caller may try again
             raise
-        approvals = self._record_approvals(batch, req, confirm, given)
+        approvals = self._record_approvals(batch, req, confirm, given, hunks)
         unknown = (set(req.approved) | set(req.denied)) - {c.call_id for c in batch.calls}
         if unknown:
             log.warning("execute %s: decisions for unknown ids ignored: %s", req.batch_id, unknown)
@@ -676,6 +734,7 @@ class Worker:
             capacity=req.capacity_bytes,
             emit=timed,
             modified=req.modified,
+            hunks=hunks,
             unreviewed={
                 c.call_id: (
                     req.unreviewed[c.call_id],
@@ -876,6 +935,7 @@ class Worker:
         req: ExecuteRequest,
         confirm: set[str],
         given: dict[str, tuple[str, str]],
+        hunks: dict[str, dict[str, _hunks.FileDecision]],
     ) -> list[dict[str, Any]]:
         """Store the grants, and journal each reviewed call's answer."""
         granted: list[dict[str, Any]] = []
@@ -903,6 +963,12 @@ class Worker:
                 )
                 granted.append({"call_id": cid, **grant.wire()})
                 reasons[planned.seq] = f"approved by the user; grant {grant.id} {rule!r} ({scope})"
+            elif cid in hunks:
+                # The audit must not read as a whole approval.
+                reasons[planned.seq] = "approved in part by the user (once): " + "; ".join(
+                    f"{path}: hunks {sorted(d.approved)} of {len(d.approved) + len(d.dropped)}"
+                    for path, d in hunks[cid].items()
+                )
             else:
                 reasons[planned.seq] = "approved by the user (once)"
         self._journal_consent(batch.batch_id, "approval", reasons)
@@ -1007,6 +1073,68 @@ class Worker:
                     f"call {call_id!r} does not write {', '.join(strange)}",
                     [f"Modify only the files of its proposal: {', '.join(sorted(known))}"],
                 )
+
+    def _check_hunks(
+        self, batch: Batch, req: ExecuteRequest, approved: set[str]
+    ) -> dict[str, dict[str, _hunks.FileDecision]]:
+        """The calls approved in part, checked; a call with every hunk dropped
+        becomes a denial (with the user's reasons) before anything is recorded."""
+        out: dict[str, dict[str, _hunks.FileDecision]] = {}
+        for call_id, files in req.hunks.items():
+            planned = next(
+                (
+                    c
+                    for c in batch.calls
+                    if c.call_id == call_id and c.disposition is Disposition.CONFIRM
+                ),
+                None,
+            )
+            if planned is None:
+                raise ProtocolError(
+                    "bad-request",
+                    f"batch {batch.batch_id} has no call {call_id!r} awaiting review",
+                    ["Decide hunks only of the plan's confirm items"],
+                )
+            if call_id not in approved:
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} has hunk decisions but is not approved; a call approved "
+                    "in part must be in 'approved' too",
+                    ["Add the id to 'approved', or drop it from 'hunks' (a denial needs none)"],
+                )
+            grant = req.grants.get(call_id)
+            if grant is not None and grant.scope != "once":
+                # A grant lets later calls like this run unreviewed and whole:
+                # "only these hunks" must not become "all of it, from now on".
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} is approved in part ('hunks') and given a standing "
+                    "grant; a grant covers whole calls, so it needs a whole approval",
+                    [
+                        "Approve the call in part without a grant",
+                        "Or approve it whole to give the grant",
+                    ],
+                )
+            if not planned.staged or not planned.hunks_decidable():
+                raise ProtocolError(
+                    "bad-request",
+                    f"call {call_id!r} cannot be approved in part: it moves or deletes files, "
+                    "proposes no text, or its preview is not the diff its hunks are counted on",
+                    ["Approve or deny it whole"],
+                )
+            decisions = _hunks.check_decisions(
+                call_id, planned.staged, files, set(req.modified.get(call_id, {}))
+            )
+            reason = _hunks.all_dropped(planned.staged, decisions)
+            if reason is not None:
+                # Every hunk dropped: the user said no to the whole call.
+                req.approved = [c for c in req.approved if c != call_id]
+                req.denied[call_id] = reason or req.denied.get(call_id, "")
+                req.modified.pop(call_id, None)
+                req.grants.pop(call_id, None)
+                continue
+            out[call_id] = decisions
+        return out
 
     def cancel(self, body: Any) -> dict[str, Any]:
         req = parse_request(CancelRequest, body)

@@ -35,12 +35,12 @@ from typing import Any
 from . import errors
 from .errors import ProtocolError, ToolFailure
 from .output import visible_controls
+from .reads import Conversations
 from .safety.files import atomic_write, ensure_parents, read_bytes, sha256
 from .safety.paths import SafePath, Sandbox
 from .store.backups import Backups
 from .store.journal import FileChange, Journal
 from .tools._edit import MAX_EDIT_BYTES, unified_diff
-from .tools.registry import Conversations
 
 # The diff of one file in a dry run; larger ones are summarized.
 MAX_DIFF_BYTES = 1 << 20
@@ -277,6 +277,7 @@ class Undo:
             backup = self.backups.save(sp, plan.current)
         if plan.target is None:
             _unlink(self.sandbox, sp)
+            _prune_empty_parents(self.sandbox.project_root, plan.path)
         else:
             if plan.current is None:
                 ensure_parents(self.sandbox, sp)
@@ -325,6 +326,26 @@ def _unlink(sandbox: Sandbox, sp: SafePath) -> None:
         assert name is not None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=dir_fd)
+
+
+def _prune_empty_parents(root: str, path: str) -> None:
+    """Remove the directories above ``path`` its removal left empty, up to ``root``.
+
+    The file did not exist before the changes undone (it is deleted, not
+    restored), so a directory that held nothing else was made for it:
+    undoing the change takes it away too.  A directory that still holds
+    anything, or is a link, stays.
+    """
+    parent = os.path.dirname(path)
+    while parent and parent not in (".", os.sep):
+        full = os.path.join(root, parent)
+        if os.path.islink(full):
+            return
+        try:
+            os.rmdir(full)  # only ever succeeds on an empty directory
+        except OSError:
+            return
+        parent = os.path.dirname(parent)
 
 
 def _diff(display: str, old: bytes | None, new: bytes | None) -> str:

@@ -2,7 +2,7 @@
 
 The stale-file rule already compares hashes when a writing tool runs; the
 watcher makes the worker forget at once, in every conversation's record
-(:class:`~forj_py.tools.registry.Conversations`), so the next edit of a file the
+(:class:`~forj_py.reads.Conversations`), so the next edit of a file the
 user (or a build) changed asks the model to read it again instead of
 failing late.  Our own writes also produce events: a file whose content
 still hashes to what the worker recorded is left alone.
@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .tools.registry import Conversations
+from .reads import Conversations
 
 log = logging.getLogger(__name__)
 

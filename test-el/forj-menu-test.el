@@ -172,13 +172,13 @@
       (should-not (string-match-p "\\\\\\[\\|\\\\{\\|\\\\<" doc))
       (should (string-match-p "send with C-c C-c" doc))
       (map-keymap-internal
-       (lambda (_event binding)
+       (lambda (prefix binding)
          (when (keymapp binding)
            (map-keymap-internal
             (lambda (event command)
               (when (commandp command)
                 (should (string-match-p
-                         (concat "^" (regexp-quote (key-description (vector ?\C-c event)))
+                         (concat "^" (regexp-quote (key-description (vector prefix event)))
                                  " +‘" (symbol-name command) "’: "
                                  (regexp-quote (car (split-string (documentation command) "\n"))))
                          doc))))

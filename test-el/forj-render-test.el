@@ -96,7 +96,7 @@ Each result the worker journaled is sent exactly as journaled."
       (should (string-match-p "^✗ (invalid call)  · validation-error · .*\n  Invalid JSON in the tool-call block" text))
       ;; The model's calls: a readable line each, an edit as old → new.
       (should (string-match-p "^→ read_file greet.py$" text))
-      (should (string-match-p "^→ edit greet.py  \"\\\\\"Hello,\\\\\" \\+ name\" → \"f\\\\\"Hello, {name}!\\\\\"\"$" text))
+      (should (string-match-p "^→ edit greet.py: \"Hello,\" \\+ name → f\"Hello, {name}!\"$" text))
       (should (string-match-p "^→ run_shell echo hi$" text)))
     ;; Nothing on screen is JSON: the calls' JSON is folded away, the
     ;; results' JSON is not in the view at all.

@@ -350,6 +350,8 @@ Long lines wrap too: a command of 240 visible characters shows its tail."
           (with-current-buffer review (funcall finish))
           (should (equal (forj-review-test--layout) before))
           (should (forj-test--wait-for (cdr run) 30))
+          ;; A file written and never read is refused before any review.
+          (ignore-errors (delete-file (expand-file-name "new.txt" root)))
           (dolist (buffer (buffer-list))
             (when (string-prefix-p "*forj-review-test*" (buffer-name buffer))
               (kill-buffer buffer))))))))

@@ -131,5 +131,22 @@ and no credential under an innocent name (the worker drops that one)."
         (should (string-match-p "FORJ_STATE_DIR=" environ))
         (should (null (forj-test--call worker "ping" nil)))))))
 
+(ert-deftest forj-test-worker-stop-lets-the-worker-close-its-journal ()
+  "A stopped worker ends by itself (exit 0, not killed), and the next waits for it.
+Killed at once, it could lose the journal's note that a reply reached
+Emacs, and the next worker would offer that batch for recovery again."
+  (forj-test-with-project '(("a.txt" . "alpha\n"))
+    (let* ((worker (forj-test--worker root))
+           (process (forj-worker-process worker)))
+      (forj-test--call worker "ping" '(:x 1))
+      (forj-worker-stop root)
+      (should (process-live-p process))
+      (let ((next (forj-test--worker root)))
+        ;; The next worker started only once the stopped one had ended.
+        (should-not (process-live-p process))
+        (should-not (eq next worker)))
+      (should (eq (process-status process) 'exit))
+      (should (= (process-exit-status process) 0)))))
+
 (provide 'forj-worker-test)
 ;;; forj-worker-test.el ends here

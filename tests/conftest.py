@@ -213,6 +213,18 @@ def run(worker: Worker, calls: list[Any], **execute: Any) -> tuple[dict[str, Any
     return plan, result
 
 
+def run_approved(worker: Worker, *calls: dict[str, Any], **execute: Any) -> list[dict[str, Any]]:
+    """Plan ``calls``, approve every one as the user would, execute; the results.
+
+    The context capacity is ample (1 MB) unless ``execute`` says otherwise, so
+    results are cut only where a test asks for it.
+    """
+    execute.setdefault("capacity_bytes", 1_000_000)
+    _, result = run(worker, list(calls), approved=[c["id"] for c in calls], **execute)
+    results: list[dict[str, Any]] = result["results"]
+    return results
+
+
 @pytest.fixture
 def live(project: Path) -> Iterator[tuple[WorkerProcess, Client]]:
     """A real worker subprocess and an authenticated client."""

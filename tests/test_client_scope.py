@@ -219,6 +219,9 @@ def test_attack_an_mcp_server_forwards_only_the_project_grant_the_user_gave_in_e
         assert done["results"][0]["ok"], done
         listed = user.call("grants", {})["grants"]
         assert [(g["rule"], g["scope"]) for g in listed] == [("write_file(src/a.py)", "project")]
+        # A file this chat never read would be refused as stale before any
+        # grant counts: the grant is checked on creating it again.
+        (project / "src/a.py").unlink()
         assert disposition(user, write("a.py"), "chat-1") == "execute"
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import MakeWorker, call, run
+from conftest import run_approved as _exec
 
 from forj_py.service import Worker
 
@@ -26,12 +27,6 @@ PY = '''class Greeter:
 '''
 
 TABS = '(defun f ()\n\t(let ((x 1))\n\t\t(message "x is %d" x)))\n'
-
-
-def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
-    ids = [c["id"] for c in calls]
-    _, result = run(worker, list(calls), approved=ids, capacity_bytes=1_000_000)
-    return list(result["results"])
 
 
 def _setup(worker: Worker, project: Path, files: dict[str, str]) -> None:

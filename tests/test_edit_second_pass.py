@@ -10,14 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import MakeWorker, call, run
+from conftest import MakeWorker, call
+from conftest import run_approved as _exec
 
 from forj_py.service import Worker
-
-
-def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
-    _, result = run(worker, list(calls), approved=[c["id"] for c in calls], capacity_bytes=1 << 20)
-    return list(result["results"])
 
 
 def _setup(worker: Worker, project: Path, name: str, text: str) -> None:

@@ -37,7 +37,9 @@ def committed(project: Path) -> Path:
 
 
 def edit_readme(worker: Worker, text: str = "# changed") -> dict[str, Any]:
-    read = worker.plan({"calls": [call("r", "read_file", path="README.md")]})
+    # Read first: a file changed unread is refused before any review.
+    reads = [call("r", "read_file", path="README.md"), call("r2", "read_file", path="src/main.py")]
+    read = worker.plan({"calls": reads})
     worker.execute({"batch_id": read["batch_id"]}, lambda e: None)
     plan = worker.plan(
         {
@@ -81,8 +83,15 @@ def test_forj_own_latest_write_is_not_noted(make_worker: MakeWorker, project: Pa
     assert "uncommitted" not in plan["items"][0]
     # Once the user changes it too, it is theirs again.
     (project / "README.md").write_text("# changed by hand\n")
-    plan = worker.plan({"calls": [call("w", "write_file", path="README.md", content="#\n")]})
-    assert plan["items"][0]["uncommitted"] == ["README.md"]
+    plan = worker.plan(
+        {
+            "calls": [
+                call("r", "read_file", path="README.md"),
+                call("w", "write_file", path="README.md", content="#\n"),
+            ]
+        }
+    )
+    assert plan["items"][1]["uncommitted"] == ["README.md"]
 
 
 def test_untracked_files_are_noted_and_no_repository_means_no_note(
@@ -94,10 +103,15 @@ def test_untracked_files_are_noted_and_no_repository_means_no_note(
     committed(project)
     (project / "scratch.txt").write_text("mine\n")
     plan = make_worker().plan(
-        {"calls": [call("w", "write_file", path="scratch.txt", content="x\n")]}
+        {
+            "calls": [
+                call("r", "read_file", path="scratch.txt"),
+                call("w", "write_file", path="scratch.txt", content="x\n"),
+            ]
+        }
     )
-    assert plan["items"][0]["uncommitted"] == ["scratch.txt"]
-    assert "is untracked in git" in plan["items"][0]["notes"][0]
+    assert plan["items"][1]["uncommitted"] == ["scratch.txt"]
+    assert "is untracked in git" in plan["items"][1]["notes"][0]
 
 
 def test_git_status_runs_no_program_the_repository_names(project: Path, tmp_path: Path) -> None:

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from conftest import MakeWorker, call, run, write_tree
+from conftest import MakeWorker, call, write_tree
+from conftest import run_approved as _exec
+from test_write_tools import tmpfs
 
 from forj_py.service import Worker
 
 MAIN = "".join(f"line {i}\n" for i in range(1, 101))
-
-
-def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
-    _, result = run(
-        worker, list(calls), approved=[c["id"] for c in calls], capacity_bytes=1_000_000
-    )
-    return result["results"]
 
 
 def _read(worker: Worker, *paths: str) -> None:
@@ -116,6 +113,29 @@ def test_t_patch_01_a_failing_hunk_leaves_every_file_untouched(
     assert not (project / "docs").exists()
 
 
+@contextlib.contextmanager
+def _unwritable(directory: Path, files: dict[str, str]) -> Iterator[None]:
+    """``directory``, holding ``files``, refusing every write, root's too.
+
+    A user is stopped by the directory's mode.  Root is not (permissions do
+    not stop its writes, and CI runs as root), so there the directory is a
+    small file system remounted read-only: the kernel refuses whoever asks.
+    """
+    directory.mkdir()
+    if os.geteuid() != 0:
+        write_tree(directory, files)
+        directory.chmod(0o500)
+        try:
+            yield
+        finally:
+            directory.chmod(0o700)
+        return
+    with tmpfs(directory):
+        write_tree(directory, files)
+        subprocess.run(["mount", "-o", "remount,ro", str(directory)], check=True)
+        yield
+
+
 def test_t_patch_01_a_failing_write_rolls_back_the_files_already_written(
     make_worker: MakeWorker, project: Path
 ) -> None:
@@ -123,19 +143,13 @@ def test_t_patch_01_a_failing_write_rolls_back_the_files_already_written(
     _read(worker, "src/main.py", "README.md")
     # The patch's last file lands in a directory that cannot be written.
     locked = project / "locked"
-    locked.mkdir()
-    (locked / "f.txt").write_text("x\n")
-    _read(worker, "locked/f.txt")
-    locked.chmod(0o500)
-    try:
-        if os.access(locked, os.W_OK):
-            return  # running as root: permissions do not stop writes
+    with _unwritable(locked, {"f.txt": "x\n"}):
+        _read(worker, "locked/f.txt")
         patch = ENVELOPE.replace(
             "*** End Patch", "*** Update File: locked/f.txt\n@@\n-x\n+y\n*** End Patch"
         )
         (r,) = _exec(worker, call("p", "apply_patch", patch=patch))
-    finally:
-        locked.chmod(0o700)
+        assert (locked / "f.txt").read_text() == "x\n"
     assert not r["ok"]
     assert "put back" in r["error"]["message"]
     assert (project / "src/main.py").read_text() == MAIN

@@ -13,23 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeWorker, call, run, user_config, write_tree
+from conftest import MakeWorker, call, user_config, write_tree
+from conftest import run_approved as _exec
 
 from forj_py.errors import ToolFailure
+from forj_py.reads import Session
 from forj_py.service import Worker
-from forj_py.tools.registry import Session, ToolContext
-from forj_py.tools.seed004 import FileWrite, FileWriteArgs
-
-
-def _exec(worker: Worker, *calls: dict[str, Any], **execute: Any) -> list[dict[str, Any]]:
-    _, result = run(
-        worker,
-        list(calls),
-        approved=[c["id"] for c in calls],
-        capacity_bytes=1_000_000,
-        **execute,
-    )
-    return list(result["results"])
+from forj_py.tools.compat_names import FileWrite, FileWriteArgs
+from forj_py.tools.registry import ToolContext
 
 
 def test_sdk_fs_read_file_read_returns_content_and_the_files_sha256(

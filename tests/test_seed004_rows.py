@@ -11,23 +11,15 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import Boom, MakeWorker, call, project_config, run, user_config, write_tree
+from conftest import Boom, MakeWorker, call, project_config, user_config, write_tree
+from conftest import run_approved as _exec
 
 from forj_py import __version__
 from forj_py.config import ConfigError, load
-from forj_py.service import Worker
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
-    _, result = run(
-        worker, list(calls), approved=[c["id"] for c in calls], capacity_bytes=1_000_000
-    )
-    return list(result["results"])
 
 
 # ------------------------------------------------------------------ §3

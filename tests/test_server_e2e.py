@@ -79,7 +79,9 @@ def test_e2e_with_the_epc_package_client(project: Path) -> None:
             )
             assert plan["items"][0]["disposition"] == "execute"
             result = json.loads(
-                client.call_sync("execute", [json.dumps({"batch_id": plan["batch_id"]})], timeout=60)
+                client.call_sync(
+                    "execute", [json.dumps({"batch_id": plan["batch_id"]})], timeout=60
+                )
             )
             assert result["results"][0]["result"]["content"] == "# demo\n"
             deadline = time.monotonic() + 30

@@ -6,24 +6,15 @@ Real tree-sitter grammars, real files, through the worker's plan and execute.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import MakeWorker, call, run, user_config, write_tree
-
-from forj_py.service import Worker
+from conftest import MakeWorker, call, user_config, write_tree
+from conftest import run_approved as _exec
 
 pytest.importorskip("tree_sitter_python")
 
 RULE = '[[validators]]\nrule = "code.ast.parsed"\n'
 GOOD = "def f(x):\n    return x + 1\n"
-
-
-def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
-    _, result = run(
-        worker, list(calls), approved=[c["id"] for c in calls], capacity_bytes=1_000_000
-    )
-    return list(result["results"])
 
 
 def test_code_ast_parsed_after_writes_refuses_a_write_that_breaks_the_syntax(

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeWorker, call, run, user_config
+from conftest import MakeWorker, call, user_config
+from conftest import run_approved as _exec
 
 from forj_py.service import Worker
 from forj_py.tools.task import TRANSITIONS
@@ -21,13 +22,6 @@ def _one(worker: Worker, name: str, **args: Any) -> dict[str, Any]:
     """Plan and execute one call, approving it if it is reviewed; its result."""
     (r,) = _exec(worker, call("c", name, **args))
     return r
-
-
-def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
-    ids = [c["id"] for c in calls]
-    _, result = run(worker, list(calls), approved=ids, capacity_bytes=1_000_000)
-    results: list[dict[str, Any]] = result["results"]
-    return results
 
 
 def _ok(worker: Worker, name: str, **args: Any) -> Any:

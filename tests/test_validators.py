@@ -11,7 +11,7 @@ import pytest
 from conftest import MakeWorker, call, project_config, user_config
 from test_git_tools import err, ok, sh_git
 
-from forj_py.config import load
+from forj_py.config import ConfigError, load
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -312,3 +312,16 @@ def test_code_ast_parsed_in_a_project_below_the_top_of_the_work_tree(
     stage(top, "app/bad.go", "package b\nfunc F( {\n")
     result = ok(make_worker(top / "app"), "validate", rule_id="code.ast.parsed")
     assert [(v["file"], v["line"]) for v in result["violations"]] == [("bad.go", 2)]
+
+
+def test_ast_catalog_rules_are_not_commit_validators(repo: Path) -> None:
+    """code.fn.docs.exported, code.no.unwrap and code.no.panic.in.lib run in
+    ``ast_validate`` on request only: a [[validators]] entry naming one is
+    refused with the rules it may name, so no one believes git_commit
+    checks them."""
+    for rule in ("code.fn.docs.exported", "code.no.unwrap", "code.no.panic.in.lib"):
+        user_config(f'[[validators]]\nrule = "{rule}"\n')
+        with pytest.raises(ConfigError) as refused:
+            load(repo)
+        assert f"validators.0.rule: got '{rule}'" in str(refused.value)
+        assert "'secrets.scan'" in str(refused.value)

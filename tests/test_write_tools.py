@@ -8,18 +8,12 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import MakeWorker, call, run, user_config
+from conftest import run_approved as _exec
 
 from forj_py.service import Worker
-
-
-def _exec(worker: Worker, *calls: dict[str, Any]) -> list[dict[str, Any]]:
-    ids = [c["id"] for c in calls]
-    _, result = run(worker, list(calls), approved=ids, capacity_bytes=1_000_000)
-    return result["results"]
 
 
 def _read(worker: Worker, path: str) -> None:
@@ -473,16 +467,17 @@ def test_dry_runs_do_not_prompt(make_worker: MakeWorker) -> None:
     assert plan["items"][0]["risk"] == "low"
 
 
-def test_edit_of_an_unread_file_shows_its_diff_and_fails_stale(make_worker: MakeWorker) -> None:
-    """The user always sees the diff; the stale-file rule still applies when it runs."""
+def test_edit_of_an_unread_file_is_refused_stale_before_its_review(
+    make_worker: MakeWorker,
+) -> None:
+    """No diff is shown for approval that could never apply: the rule holds at plan time."""
     worker = make_worker()
     plan, result = run(
         worker,
         [call("e", "edit", path="README.md", old_string="demo", new_string="x")],
         approved=["e"],
     )
-    assert plan["items"][0]["disposition"] == "confirm"
-    assert "-# demo\n+# x\n" in plan["items"][0]["preview"]
+    assert plan["items"][0]["disposition"] == "resolved"
     assert result["results"][0]["error"]["type"] == "stale-file"
 
 

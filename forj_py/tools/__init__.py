@@ -49,17 +49,19 @@ BUILTIN: dict[str, str] = {
     "validate": "validate:Validate",
     "curl": "curl:Curl",
     "proc_list": "proc:ProcList",
+    "diagnostics": "diagnostics:Diagnostics",
     "ast_generate": "ast:AstGenerate",
     "ast_query": "ast:AstQuery",
     "ast_validate": "ast:AstValidate",
     "ast_external": "ast:AstExternal",
     "ast_edit": "ast_edit:AstEdit",
-    # Seed 004's names for tools above: accepted, not offered (seed004.py).
-    "file_read": "seed004:FileRead",
-    "file_write": "seed004:FileWrite",
-    "fs_list": "seed004:FsList",
-    "grep": "seed004:Grep",
-    "shell_exec": "seed004:ShellExec",
+    # The other names forj accepts for tools above, as the Tool Runtime SDK
+    # calls them: accepted, not offered (compat_names.py).
+    "file_read": "compat_names:FileRead",
+    "file_write": "compat_names:FileWrite",
+    "fs_list": "compat_names:FsList",
+    "grep": "compat_names:Grep",
+    "shell_exec": "compat_names:ShellExec",
 }
 
 
@@ -67,7 +69,7 @@ BUILTIN: dict[str, str] = {
 # what most coding work needs (read, list, search, edit, run, plan); every
 # other tool belongs to one family, offered when the model loads it with
 # ``load_tools`` (or calls one of its tools).  A tool not named here
-# (seed 004's aliases, a tool registered by a test) is core: never hidden.
+# (the other names of compat_names.py, a tool registered by a test) is core: never hidden.
 CORE = "core"
 FAMILIES: dict[str, tuple[str, ...]] = {
     "git": (
@@ -86,7 +88,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "ast": ("ast_generate", "ast_query", "ast_validate", "ast_external", "ast_edit"),
     "tasks": ("task",),
     "web": ("curl",),
-    "checks": ("validate", "proc_list"),
+    "checks": ("validate", "proc_list", "diagnostics"),
 }
 # One line per family, for the model: what loading it gives.
 FAMILY_PURPOSE: dict[str, str] = {
@@ -95,7 +97,7 @@ FAMILY_PURPOSE: dict[str, str] = {
     "ast": "syntax-tree queries, validation and symbol renames",
     "tasks": "a persistent task list with dependencies",
     "web": "one HTTP request to an allowed domain",
-    "checks": "the project's validators; the processes forj started",
+    "checks": "the project's validators; the processes forj started; the editor's diagnostics",
 }
 _FAMILY_OF = {tool: family for family, tools in FAMILIES.items() for tool in tools}
 

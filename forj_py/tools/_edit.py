@@ -24,7 +24,7 @@ from ..protocol import ErrorKind, ErrorType
 from ..safety.files import atomic_write, ensure_parents, read_bytes, sha256
 from ..safety.paths import SafePath
 from ..store.journal import FileChange
-from . import _syntax_gate
+from . import _syntax_gate, _tabs
 from ._elcheck import check as check_elisp
 from .registry import Staged, ToolContext
 
@@ -248,14 +248,25 @@ def validate(ctx: ToolContext, sp: SafePath, new_text: str, old_text: str | None
         )
 
 
-def stage_preview(ctx: ToolContext, loaded: Loaded, new_text: str) -> None:
+def stage_preview(
+    ctx: ToolContext, loaded: Loaded, new_text: str, *, read_first: bool = True
+) -> None:
     """Record, while planning, what this call will write: for later calls of the
-    batch, and for a user who edits the proposal before approving it."""
+    batch, and for a user who edits the proposal before approving it (or
+    approves part of it).  ``read_first``: the tool changes only files the
+    model read (a rename reaches files it never read)."""
     if ctx.overlay is not None:
         ctx.overlay[loaded.sp.canonical] = ("\ufeff" if loaded.bom else "") + new_text
     if ctx.staged is not None:
         ctx.staged.append(
-            Staged(loaded.sp.display, loaded.sp.canonical, loaded.text, new_text, loaded.exists)
+            Staged(
+                loaded.sp.display,
+                loaded.sp.canonical,
+                loaded.text,
+                new_text,
+                loaded.exists,
+                read_first,
+            )
         )
 
 
@@ -364,8 +375,16 @@ def apply_user_text(ctx: ToolContext, staged: list[Staged], texts: dict[str, str
     # Display paths are relative to the project root, whatever the call's cwd.
     at_root = dataclasses.replace(ctx, working_dir=ctx.sandbox.project_root)
     for item in staged:
-        loaded = load(at_root, item.display, must_exist=False)
-        if loaded.exists != item.existed or loaded.text != item.old:
+        # The file must hold exactly what the review started from (checked
+        # below), and have been read if the tool itself asks that.
+        loaded = load(at_root, item.display, must_exist=False, enforce_read=item.read_first)
+        # Same text is not enough: the path may now be a link to another file
+        # (holding the same text), one the user saw no change for.
+        if (
+            loaded.sp.canonical != item.canonical
+            or loaded.exists != item.existed
+            or loaded.text != item.old
+        ):
             raise stale(
                 f"{item.display} changed after the user reviewed the change; nothing was written",
                 loaded.sp,
@@ -402,106 +421,15 @@ def apply_user_text(ctx: ToolContext, staged: list[Staged], texts: dict[str, str
 
 # --- tab width ---------------------------------------------------------------
 
-# Emacs's default tab width, which gofmt's tabs and Makefiles' assume as well.
-DEFAULT_TAB_WIDTH = 8
-MAX_EDITORCONFIG_BYTES = 64 << 10
+DEFAULT_TAB_WIDTH = _tabs.DEFAULT_TAB_WIDTH
 
 
 def tab_width(ctx: ToolContext, loaded: Loaded) -> int:
-    """The columns a tab spans in this file: ``.editorconfig`` says, else 8.
-
-    ``.editorconfig`` files from the file's directory up to the project root
-    (or one saying ``root = true``) are read; the nearest section matching
-    the file that sets ``tab_width`` (or a numeric ``indent_size``) wins.
-    """
-    root = Path(ctx.sandbox.project_root)
-    path = Path(loaded.sp.canonical)
-    try:
-        path.relative_to(root)
-    except ValueError:
-        return DEFAULT_TAB_WIDTH
-    directory = path.parent
-    while True:
-        width, is_root = _editorconfig_width(directory / ".editorconfig", path)
-        if width is not None:
-            return width
-        if is_root or directory == root or directory == directory.parent:
-            return DEFAULT_TAB_WIDTH
-        directory = directory.parent
-
-
-def _editorconfig_width(config: Path, target: Path) -> tuple[int | None, bool]:
-    """(tab width the file sets for ``target``, whether it says ``root = true``)."""
-    try:
-        if config.is_symlink() or not config.is_file():
-            return None, False
-        with config.open("rb") as fh:
-            text = fh.read(MAX_EDITORCONFIG_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return None, False
-    rel = target.relative_to(config.parent).as_posix()
-    is_root = False
-    section: str | None = None
-    found: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            continue
-        key, value = key.strip().lower(), value.strip().lower()
-        if section is None:
-            is_root = is_root or (key == "root" and value == "true")
-        elif _glob_matches(section, rel) and key in ("tab_width", "indent_size"):
-            found[key] = value  # later sections override earlier ones
-    for key in ("tab_width", "indent_size"):
-        if found.get(key, "").isdigit() and 0 < int(found[key]) <= 32:
-            return int(found[key]), is_root
-    return None, is_root
-
-
-def _glob_matches(glob: str, rel: str) -> bool:
-    """An EditorConfig section glob against a path relative to its file."""
-    out = []
-    i = 0
-    while i < len(glob):
-        ch = glob[i]
-        if glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if ch == "*":
-            out.append("[^/]*")
-        elif ch == "?":
-            out.append("[^/]")
-        elif ch == "{":
-            close = glob.find("}", i)
-            if close < 0:
-                out.append(re.escape(ch))
-            else:
-                alternatives = glob[i + 1 : close].split(",")
-                out.append("(?:" + "|".join(re.escape(a) for a in alternatives) + ")")
-                i = close + 1
-                continue
-        elif ch == "[":
-            close = glob.find("]", i)
-            if close < 0:
-                out.append(re.escape(ch))
-            else:
-                out.append("[" + glob[i + 1 : close].replace("!", "^", 1) + "]")
-                i = close + 1
-                continue
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    pattern = "".join(out)
-    # A glob without a slash matches at any depth.
-    pattern = "(?:.*/)?" + pattern if "/" not in glob else pattern.lstrip("/")
-    return re.fullmatch(pattern, rel) is not None
+    """The columns a tab spans in this file (see :func:`._tabs.tab_width` for the order)."""
+    editor = ctx.session.editor_tab_widths.get(loaded.sp.canonical)
+    return _tabs.tab_width(
+        Path(ctx.sandbox.project_root), Path(loaded.sp.canonical), loaded.text, editor
+    )
 
 
 # --- lines -------------------------------------------------------------------

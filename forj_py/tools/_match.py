@@ -213,7 +213,7 @@ def find(
     lines: Lines | None = None,
     passes: tuple[str, ...] = PASSES,
     whole_lines: bool = False,
-    tab_width: int = 8,
+    tab_width: TabWidth = 8,
 ) -> Found | None:
     """The places ``old`` matches in ``text``: the first pass that finds any,
     and the places every looser pass finds besides.
@@ -251,12 +251,19 @@ def find(
     first: Found | None = Found("exact", exact) if exact else None
     taken = {(s.first_line, s.last_line) for s in exact}
     others: list[Span] = []
+    tab_width = once(tab_width)
+    marked = diff_marked(old_lines)
     for way in passes:
         if way == "exact" and not whole_lines:
             continue
         starts = _find_lines(lines, old_lines, way, ends_nl)
         if not starts:
             continue
+        if marked and way in ("indent", "unicode"):
+            for i in starts:
+                _refuse_markers_as_indent(
+                    old_lines, lines.content[i : i + len(old_lines)], i, tab_width
+                )
         if first is None:
             if not _may_find_more(text, old_lines, len(starts)):
                 return Found(
@@ -419,7 +426,7 @@ def _line_span(
     newline: str,
     ends_nl: bool,
     way: str,
-    tab_width: int = 8,
+    tab_width: TabWidth = 8,
 ) -> Span:
     n = len(old_lines)
     end = lines.end_of(first + n - 1, ends_nl)
@@ -449,7 +456,7 @@ def _line_span(
                 counterpart[j1 + k] = i1 + k
     shift = None
     if way in ("indent", "unicode") and _drifted(old_lines, file_lines, new_lines):
-        shift = _Reindent(old_lines, file_lines, tab_width)
+        shift = _Reindent(old_lines, file_lines, resolve(tab_width))
     punct = _punct_map(old_lines, file_lines, lines.text) if way == "unicode" else {}
     out = []
     for j, line in enumerate(new_lines):
@@ -493,6 +500,29 @@ def _drifted(old_lines: list[str], file_lines: list[str], new_lines: list[str]) 
     return not (_indent(new_first) == _indent(file_first) != _indent(old_first))
 
 
+# A tab width, or how to find it: looking costs a pass over the file's head,
+# paid only by an edit whose tolerant pass needs columns.
+TabWidth = int | Callable[[], int]
+
+
+def once(tab_width: TabWidth) -> TabWidth:
+    """``tab_width``, a callable asked at most once."""
+    if isinstance(tab_width, int):
+        return tab_width
+    box: list[int] = []
+
+    def get() -> int:
+        if not box:
+            box.append(tab_width())
+        return box[0]
+
+    return get
+
+
+def resolve(tab_width: TabWidth) -> int:
+    return tab_width if isinstance(tab_width, int) else tab_width()
+
+
 def columns(indent: str, tab_width: int) -> int:
     """How many columns ``indent`` spans, tabs stopping at multiples of ``tab_width``."""
     col = 0
@@ -523,6 +553,7 @@ class _Reindent:
         ]
         self.known: dict[str, str] = {}
         self.known_cols: dict[int, str] = {}
+        self.readings: tuple[float, ...] = ()
         for o, f in pairs:
             self.known.setdefault(o, f)
             self.known_cols.setdefault(self._cols(o), f)
@@ -530,15 +561,26 @@ class _Reindent:
         self.old_base, self.file_base = self._cols(old_base), self._cols(file_base)
         self.tabs = "\t" in file_base or any("\t" in f for _, f in pairs)
         ratios = set()
+        deltas = set()
         for o, f in pairs:
             oc, fc = self._cols(o) - self.old_base, self._cols(f) - self.file_base
             if oc and fc and fc / oc > 0:
                 ratios.add(round(fc / oc, 6))
+                deltas.add(oc)
         self.unclear = len(ratios) > 1
+        model_tabs = "\t" in old_base or any("\t" in o for o, _ in pairs)
+        if len(ratios) == 1 and len(deltas) == 1 and (self.tabs or model_tabs):
+            # One pair of depths shows the ratio.  Where tabs stand on either
+            # side, a copy whose tabs were expanded at another width than the
+            # file's maps tabs and alignment spaces differently, so that ratio
+            # is trusted only where it is a reading a copy has: the same
+            # columns, two or four spaces a level, or a tab a level.
+            w = float(self.width)
+            readings = {1.0, 2.0, 0.5, w / 4, 4 / w, w / 2, 2 / w}
+            self.unclear = not any(abs(next(iter(ratios)) - r) < 1e-6 for r in readings)
         if len(ratios) == 1:
             self.ratio = ratios.pop()
         else:
-            model_tabs = "\t" in old_base or any("\t" in o for o, _ in pairs)
             # One tab per four spaces, the common width, when nothing shows otherwise.
             self.ratio = (
                 self.width / 4
@@ -547,6 +589,12 @@ class _Reindent:
                 if model_tabs and not self.tabs
                 else 1.0
             )
+            if self.tabs and not model_tabs and not ratios and self.width != 4:
+                # Spaces for a file's tabs, all at one depth: the copy may have
+                # expanded the tabs at the file's width or written four spaces
+                # a tab, each with some drift, and one depth cannot tell which.
+                # A new depth is written only where both readings agree.
+                self.readings = (1.0, self.width / 4)
 
     def _cols(self, indent: str) -> int:
         return columns(indent, self.width)
@@ -563,10 +611,53 @@ class _Reindent:
             return known + body
         if self.unclear:
             raise IndentUnclear(line)
-        target = max(self.file_base + round((col - self.old_base) * self.ratio), 0)
+        written = {self._write(col, ratio) for ratio in self.readings or (self.ratio,)}
+        if len(written) > 1:
+            raise IndentUnclear(line)
+        return written.pop() + body
+
+    def _write(self, col: int, ratio: float) -> str:
+        """The indentation of a line at model column ``col``, moved by ``ratio``."""
+        target = max(self.file_base + round((col - self.old_base) * ratio), 0)
         if self.tabs:
-            return "\t" * (target // self.width) + " " * (target % self.width) + body
-        return " " * target + body
+            return "\t" * (target // self.width) + " " * (target % self.width)
+        return " " * target
+
+
+def diff_marked(old_lines: list[str]) -> bool:
+    """Whether every line carries a unified diff's marker: ' ', '+' or '-' first.
+
+    Both kinds: context lines (' ') and changed ones ('+' or '-').  Lines
+    all starting with a space are indentation; all with '-', a list.
+    """
+    body = [line for line in old_lines if line.strip()]
+    return (
+        bool(body)
+        and all(line[:1] in " +-" for line in body)
+        and any(line[:1] == " " for line in body)
+        and any(line[:1] in "+-" for line in body)
+    )
+
+
+def _refuse_markers_as_indent(
+    old_lines: list[str], file_lines: list[str], first: int, tab_width: TabWidth
+) -> None:
+    """Refuse a match that reads a diff's ' ' marker as one column of indentation.
+
+    Lines that drift alike are the copy at another depth (a YAML list a
+    level out); where the ' ' lines stand exactly one column deeper than
+    the '+' and '-' lines do, against the file, the column is the marker.
+    """
+    context: set[int] = set()
+    changed: set[int] = set()
+    for o, f in zip(old_lines, file_lines, strict=True):
+        if not o.strip():
+            continue
+        width = resolve(tab_width)
+        drift = columns(_indent(o), width) - columns(_indent(f), width)
+        (context if o[:1] == " " else changed).add(drift)
+    if len(context) == 1 and len(changed) == 1 and context.pop() - changed.pop() == 1:
+        raise MarkersAsIndent(old_lines[0], first + 1, first + len(old_lines))
 
 
 class IndentUnclear(ValueError):
@@ -575,6 +666,14 @@ class IndentUnclear(ValueError):
     def __init__(self, line: str) -> None:
         super().__init__(line)
         self.line = line
+
+
+class MarkersAsIndent(IndentUnclear):
+    """An old text in diff form that only reading its ' ' markers as indentation places."""
+
+    def __init__(self, line: str, first_line: int, last_line: int) -> None:
+        super().__init__(line)
+        self.first_line, self.last_line = first_line, last_line
 
 
 MAX_ALIGNED = 2000  # longer lines take the edit's one mapping, not a per-position one

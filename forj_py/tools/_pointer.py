@@ -14,7 +14,7 @@ from typing import Any
 from .. import errors
 from ..errors import ToolFailure
 from ..output import redact_url_credentials
-from ._match import Closest, IndentUnclear, Lines, Span, closest
+from ._match import Closest, IndentUnclear, Lines, MarkersAsIndent, Span, closest
 
 MAX_DIFF_LINES = 24
 MAX_LISTED = 20
@@ -76,6 +76,19 @@ def _short_diff(sent: str, actual: str, near: Closest) -> str:
 
 def indent_refusal(exc: IndentUnclear, what: str, where: str) -> ToolFailure:
     """The refusal of new text whose depth cannot be told in the file's indentation."""
+    if isinstance(exc, MarkersAsIndent):
+        return errors.bad_args(
+            f"{what} carries diff markers: every line starts with ' ', '+' or '-', and it "
+            f"matches {where} (lines {exc.first_line}-{exc.last_line}) only if each ' ' "
+            "marker is read as one column of indentation; nothing was changed",
+            recovery=[
+                f"Send {what} as the file has the lines, without '+', '-' or ' ' in front",
+                "Or send the diff itself with apply_patch",
+            ],
+            path=where,
+            problem="diff-markers",
+            lines=[exc.first_line],
+        )
     return errors.bad_args(
         f"{what} matched {where} only ignoring indentation, and the file indents with tabs "
         "and spaces in a way the copy's depths do not map onto: the depth of the new line "

@@ -139,7 +139,9 @@ def place(ctx: ToolContext | None, loaded: Loaded, regions: list[Region]) -> lis
     lines = split_lines(text)
     matcher_lines = _match.Lines(text)
     changes = earlier_changes(ctx, loaded.sp.canonical) if ctx is not None else []
-    tabs = tab_width(ctx, loaded) if ctx is not None else DEFAULT_TAB_WIDTH
+    tabs: _match.TabWidth = (
+        _match.once(lambda: tab_width(ctx, loaded)) if ctx is not None else DEFAULT_TAB_WIDTH
+    )
     placed = []
     for region in regions:
         new_content, restored = _guards.restore_credentials(
@@ -356,7 +358,7 @@ def _resembles_nearby(
 
 
 def _window_match(
-    loaded: Loaded, lines: list[str], region: Region, start: int, end: int, tabs: int
+    loaded: Loaded, lines: list[str], region: Region, start: int, end: int, tabs: _match.TabWidth
 ) -> _match.Found | None:
     """``expected`` matched against exactly the stated lines, or None.
 
@@ -403,7 +405,7 @@ def _with_expected(
     matcher_lines: _match.Lines,
     region: Region,
     spot: tuple[int, int] | None,
-    tabs: int,
+    tabs: _match.TabWidth,
 ) -> Placed:
     assert region.expected is not None
     display = loaded.sp.display

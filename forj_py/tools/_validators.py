@@ -30,8 +30,9 @@ from ..system.git import Repo
 from . import _ast_lang, _shell
 from .registry import ToolContext
 
-# The catalog's level of each rule (seed 004 section 7), used when an entry
-# gives no enforcement.
+# The level of each rule when an entry gives no enforcement: blocking where
+# committing anyway would do harm (a leaked secret, a broken build), a
+# warning for the naming conventions.
 CATALOG_LEVEL = {
     "secrets.scan": "blocking",
     "code.todo.blockers": "blocking",
@@ -698,7 +699,8 @@ RULES: dict[str, Rule] = {
     "sec.paths.sandbox": _paths_sandbox,
     "code.ast.parsed": _ast_parsed,
 }
-# Which rules each trigger runs (seed 004 section 7's "Trigger" column).
+# Which rules each trigger runs: a branch name is judged at checkout, where
+# it is chosen; everything else at commit, where the changes are.
 ON_COMMIT = frozenset(RULES) - {"branch.naming.convention"}
 ON_CHECKOUT = frozenset({"branch.naming.convention"})
 

@@ -36,7 +36,7 @@ assert set(Language.__args__) == set(L.LANGUAGES)  # type: ignore[attr-defined]
 
 
 class AstTool:
-    """What every AST tool shares: seed 004's limits (generation 5 min)."""
+    """What every AST tool shares: its time limit (building the index may take 5 min)."""
 
     def timeout(self, config: Config) -> float:
         return config.tools.ast.generate_timeout_seconds

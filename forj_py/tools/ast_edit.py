@@ -206,7 +206,7 @@ class AstEdit(Tool[AstEditArgs]):
         old_name, staged = self._stage(args, ctx)
         if not args.dry_run:
             for f in staged:
-                _edit.stage_preview(ctx, f.loaded, f.new_text)
+                _edit.stage_preview(ctx, f.loaded, f.new_text, read_first=False)
         return _diffs(staged, old_name, args.new_name)
 
     def execute(self, args: AstEditArgs, ctx: ToolContext) -> Any:

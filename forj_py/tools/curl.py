@@ -1,4 +1,4 @@
-"""``curl`` (seed 004 section 5.3): one HTTP(S) request to a domain the user listed.
+"""``curl``: one HTTP(S) request to a domain the user listed.
 
 Off until the user's own config lists ``[network] allowed_domains`` (a
 project's file can narrow that list, never set or widen it).  Every call

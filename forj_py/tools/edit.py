@@ -105,7 +105,12 @@ class Edit(Tool[EditArgs]):
         lines = _match.Lines(text)
         try:
             found = _match.find(
-                text, old, new, loaded.newline, lines=lines, tab_width=_edit.tab_width(ctx, loaded)
+                text,
+                old,
+                new,
+                loaded.newline,
+                lines=lines,
+                tab_width=lambda: _edit.tab_width(ctx, loaded),
             )
         except _match.IndentUnclear as exc:
             raise _pointer.indent_refusal(exc, "old_string", display) from None

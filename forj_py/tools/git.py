@@ -1,4 +1,4 @@
-"""The git tools (seed 004 section 5.4) on the project's repository.
+"""The git tools on the project's repository.
 
 git runs in the worker, outside the command sandbox, with the user's own
 configuration and credentials and none of the programs the repository's
@@ -12,8 +12,9 @@ The others are reviewed in the ``ask`` mode; ``git_push`` and ``git_pull``
 by default in every mode, and as a forced review with a network warning
 first when the remote is not a path on this machine, unless a
 ``[permissions] network`` rule of the user's own file matches the call.
-Guards (seed 004's rules): a commit needs a clean tree in the committed
-paths (``[tools.git] clean_tree_for_commit``) and passes the blocking
+Guards, so that no call loses work or publishes what the user did not
+mean to: a commit needs a clean tree in the committed paths
+(``[tools.git] clean_tree_for_commit``) and passes the blocking
 ``[[validators]]`` first; rebase, merge and pull need no changes to tracked
 files; checkout refuses a dirty tree with a recovery step; force push
 (``force``, a ``+`` refspec, a deletion) only when the user's own file sets
@@ -325,7 +326,7 @@ def tracked_changes(repo: Repo, ctx: ToolContext) -> list[str]:
 
 
 def policy_failure(message: str, recovery: list[str], **details: Any) -> errors.ToolFailure:
-    """A seed 004 guard refused the call (``E_POLICY``): nothing was changed."""
+    """A guard refused the call (``E_POLICY``): nothing was changed."""
     return errors.ToolFailure(
         ErrorType.VALIDATION,
         message,

@@ -1,4 +1,4 @@
-"""``proc_list`` (seed 004 section 5.2): the user's processes, read from ``/proc``.
+"""``proc_list``: the user's processes, read from ``/proc``.
 
 By default only forj's own processes (the worker and every command it
 started) and those working inside the project (their current directory
@@ -36,7 +36,7 @@ from ..protocol import DenialReason
 from ..safety.cmdline import redact_argv
 from .registry import Tool, ToolContext
 
-DEFAULT_LIMIT = 50  # seed 004 section 9
+DEFAULT_LIMIT = 50  # a screenful: enough to find a runaway, little context spent
 REGEX_TIMEOUT = 1.0
 MAX_CMD_CHARS = 2000
 _PROC = "/proc"

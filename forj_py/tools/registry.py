@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from pydantic import BaseModel
 from .. import errors
 from ..config import Config
 from ..protocol import RiskLevel
+from ..reads import Session
 from ..safety.commands import CommandSandbox
 from ..safety.paths import Sandbox
 from ..store.backups import Backups
@@ -46,80 +46,6 @@ class DuplicateToolError(ValueError):
     """Two tools registered under one name: the model could not tell which it calls."""
 
 
-@dataclass
-class Session:
-    """What the worker remembers across calls for one conversation.
-
-    ``file_reads`` maps a canonical path to the SHA-256 of the content the
-    model last read there (the stale-file rule of the writing tools).
-    """
-
-    file_reads: dict[str, str] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    # The line changes each writing call of a batch made, per (batch, phase)
-    # and file, in order: later calls of the batch number lines in the file
-    # as the model read it, and are mapped through these.  Phase "plan" is
-    # the previews, "run" the execution; only recent batches are kept.
-    line_changes: dict[tuple[str, str], list[list[tuple[int, int, int]]]] = field(
-        default_factory=dict
-    )
-
-    def record_read(self, canonical: str, sha256: str) -> None:
-        with self.lock:
-            self.file_reads[canonical] = sha256
-
-
-# Conversations whose read record is kept at once; the least recently used
-# beyond this are forgotten (their chat reads its files again: the safe side).
-MAX_CONVERSATIONS = 4096
-
-
-class Conversations:
-    """The read record of each conversation: one chat of one connection.
-
-    The stale-file rule (read before you edit) holds per conversation: a
-    file chat A read is not read for chat B, nor for an MCP or SDK client,
-    and the reverse.  A conversation is named by the connection the worker
-    assigned at connect (never by the client's say-so) and the chat id the
-    client gives within it, so a client naming another's chat id gets a
-    record of its own.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._records: OrderedDict[tuple[str, str], Session] = OrderedDict()
-
-    def of(self, connection: str, chat: str) -> Session:
-        """The record of ``chat`` on ``connection``, made empty on first use."""
-        key = (connection, chat)
-        with self._lock:
-            record = self._records.get(key)
-            if record is None:
-                record = self._records[key] = Session()
-                while len(self._records) > MAX_CONVERSATIONS:
-                    self._records.popitem(last=False)
-            else:
-                self._records.move_to_end(key)
-            return record
-
-    def all(self) -> list[Session]:
-        with self._lock:
-            return list(self._records.values())
-
-    def forget(self, connection: str, chat: str | None = None) -> None:
-        """Drop a closed connection's records (or one chat's): a new one starts empty."""
-        with self._lock:
-            for key in [k for k in self._records if k[0] == connection]:
-                if chat is None or key[1] == chat:
-                    del self._records[key]
-
-    def drop_read(self, canonical: str) -> None:
-        """What any conversation read of this file is no longer what it holds."""
-        for record in self.all():
-            with record.lock:
-                record.file_reads.pop(canonical, None)
-
-
 @dataclass(frozen=True)
 class Staged:
     """One file a reviewed call proposes to write, as planning computed it.
@@ -133,6 +59,8 @@ class Staged:
     old: str  # the text the diff starts from (disk, or an earlier call's proposal)
     new: str  # the proposed text
     existed: bool
+    # The tool's stale-file rule: the model must have read the file first.
+    read_first: bool = True
 
 
 @dataclass
@@ -175,6 +103,9 @@ class ToolContext:
     # The call runs unreviewed because the user said so in advance (an allow
     # rule, a standing grant, the auto mode), not because it only reads.
     standing_consent: bool = False
+    # Asks the connected editor (method, body, timeout) and returns its answer;
+    # None when no editor is connected (the diagnostics tool).
+    editor: Callable[[str, dict[str, Any], float], Any] | None = None
     # The chat is in read-only mode: commands get the project read-only even
     # after a review.
     read_only_mode: bool = False
@@ -195,7 +126,7 @@ class Tool(ABC, Generic[A]):
     timeout_kind: ClassVar[str] = "default"
     # Runs a command: permission patterns match its command line, not paths.
     runs_commands: ClassVar[bool] = False
-    # Another name for a tool (seed 004's file_read for read_file): accepted,
+    # Another name for a tool (file_read for read_file): accepted,
     # not offered to the model, and judged by every rule as that tool.
     alias_of: ClassVar[str | None] = None
 

@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pathspec
@@ -58,6 +59,7 @@ from ..patterns import PatternTooComplex, gitignore_spec
 from ..protocol import ErrorKind, ErrorType
 from ..safety.programs import program_path
 from ..system.walk import Excludes, Walker
+from ._skipped import describe, skipped_files
 from .listing import default_excludes, git_dir_refused, names_git_dir
 from .registry import Tool, ToolContext
 
@@ -107,7 +109,8 @@ class Search(Tool[SearchArgs]):
     timeout_kind = "file"
 
     def timeout(self, config: Config) -> float:
-        # Seed 004 section 9: grep 10 s ([tools.search] timeout_seconds).
+        # Its own limit ([tools.search] timeout_seconds, 10 s), shorter than the
+        # other file operations': a slow search is one to narrow.
         return config.tools.search.timeout_seconds
 
     def summary(self, args: SearchArgs) -> str:
@@ -158,6 +161,13 @@ class Search(Tool[SearchArgs]):
         redacted = sum(m.pop(_REDACTED, 0) for m in matches)
         result: dict[str, Any] = {"matches": matches, "truncated": truncated, "engine": used}
         say_redacted(result, redacted, "; text inside a credential is never matched")
+        if not truncated:
+            # Only a complete answer needs it: a cut one already says there is more.
+            skipped = skipped_files(ctx, skip.walk, _wanted(args, skip))
+            if skipped is not None:
+                result["skipped"] = skipped
+                note = describe(skipped)
+                result["note"] = f"{result['note']}. {note}" if "note" in result else note
         if truncated:
             more = (
                 f"There are more matches than the {len(matches)} shown (the first by path "
@@ -628,6 +638,21 @@ def _read_regular(path: str, max_size: int) -> bytes | None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         return fh.read(max_size + 1)
+
+
+def _wanted(args: SearchArgs, skip: _Skip) -> Callable[[str], bool]:
+    """Whether the search's own path filters keep a file (the walk did the rest)."""
+    include = _spec(args.include_paths)
+    exclude = _spec(args.exclude_paths)
+
+    def wanted(path: str) -> bool:
+        return (
+            (include is None or include.match_file(path))
+            and (exclude is None or not exclude.match_file(path))
+            and skip.keeps(path)
+        )
+
+    return wanted
 
 
 def _spec(globs: list[str] | None) -> pathspec.GitIgnoreSpec | None:

@@ -1,4 +1,4 @@
-"""``task``: work items with a lifecycle, subtasks and acceptance criteria (seed 001 section 4.11).
+"""``task``: work items with a lifecycle, subtasks and acceptance criteria.
 
 Statuses move along a small graph, checked on every change and recorded in
 the task's history::
@@ -40,7 +40,8 @@ Status = Literal["open", "in_progress", "blocked", "completed"]
 Priority = Literal["low", "medium", "high", "critical"]
 
 DEFAULT_EXPORT = "docs/roadmap.md"
-# The task shape of seed 001, in its order.
+# A task's keys, in the order it is stored and shown: what it is first, then its
+# state and its history.
 KEYS = (
     "id",
     "title",

@@ -1,4 +1,4 @@
-"""``todo_write``: the lightweight list a model keeps while it works (seed 001 section 4.10)."""
+"""``todo_write``: the lightweight list a model keeps while it works."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ TodoAction = Literal["create", "update", "complete", "reopen", "delete", "list",
 TodoStatus = Literal["open", "completed"]
 
 DEFAULT_EXPORT = "docs/TODO.md"
-# The todo shape of seed 001, in its order.
+# A todo's keys, in the order it is stored and shown: what it is first, then where
+# and when.
 KEYS = ("id", "title", "note", "status", "location", "labels", "created_at", "updated_at")
 
 # What each action takes besides "action" (the required ones are checked too).
@@ -258,7 +259,8 @@ def _list_result(todos: list[dict[str, Any]], flt: TodoFilter | None) -> dict[st
                 "location" in todo and _plans.under(todo["location"]["path"], flt.path)
             ):
                 continue
-        # The list shape of seed 001: what a model needs to pick the next step.
+        # Only what a model needs to pick the next step: the notes and dates
+        # would spend its context on every listing.
         entry = {k: todo[k] for k in ("id", "title", "status", "location", "labels") if k in todo}
         shown.append(entry)
     result: dict[str, Any] = {"tasks": shown}

@@ -1,7 +1,7 @@
 """``validate``: run the rule pack (``[[validators]]``) on request.
 
-The same rules ``git_commit`` runs before committing (seed 004 sections 4
-and 7), over the staged changes, a commit message the model is about to
+The same rules ``git_commit`` runs before committing, so a model can fix
+what they would refuse first, over the staged changes, a commit message the model is about to
 use, or a branch name: ``{violations: [{rule, level, file, line,
 message}], checked, passed}``.  ``passed`` is false when a blocking
 violation was found.  The ``*.must.pass`` commands come from the user's

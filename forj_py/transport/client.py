@@ -8,6 +8,12 @@ program can drive the worker with it::
     with WorkerProcess(root) as proc, Client(proc.port) as c:
         c.call("hello", {"token": proc.token})
         plan = c.call("plan", {"calls": [...]})
+
+or, over the worker's own stdin and stdout (``--stdio``), perhaps through
+ssh on another host::
+
+    with StdioWorkerProcess(root) as proc, proc.client() as c:
+        c.call("hello", {"token": proc.token})
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 from . import sexp
 from .sexp import Symbol
@@ -61,8 +67,17 @@ class Client:
         timeout: float = 10.0,
         json_frames: bool = True,
         on_request: Callable[[str, Any], Any] | None = None,
+        pipes: tuple[IO[bytes], IO[bytes]] | None = None,
+        preamble: bytes | None = None,
     ) -> None:
-        """Connect to a worker on ``host``:``port``.
+        """Connect to a worker on ``host``:``port``, or over ``pipes``.
+
+        ``pipes`` is (what the worker writes, what it reads): the stdout
+        and stdin of a worker started with ``--stdio`` (``port`` is then
+        ignored); closing the client closes the worker's stdin.
+        ``preamble``, if given, is the line that precedes the frames: what
+        comes before it (a login shell's chatter) is dropped, kept in
+        :attr:`noise`.
 
         With ``json_frames`` (the default) the ``hello`` call asks for JSON
         frames (replies and events as raw JSON, see :mod:`.sexp`); without
@@ -72,10 +87,16 @@ class Client:
         answers it); its value goes back as JSON.  Without it they are
         answered with nil.
         """
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.settimeout(None)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._rfile = self.sock.makefile("rb")
+        self.sock: socket.socket | None = None
+        self._wfile: IO[bytes] | None = None
+        if pipes is not None:
+            self._rfile: IO[bytes] = pipes[0]
+            self._wfile = pipes[1]
+        else:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+            self.sock.settimeout(None)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._rfile = self.sock.makefile("rb")
         self._uids = itertools.count(1)
         self._pending: dict[int, Future[Any]] = {}
         self._lock = threading.Lock()
@@ -84,6 +105,8 @@ class Client:
         self.on_request = on_request
         self.json_frames = json_frames
         self.closed = threading.Event()
+        self.preamble = preamble
+        self.noise = b""
         self._reader = threading.Thread(target=self._read_loop, name="forj-client", daemon=True)
         self._reader.start()
 
@@ -94,6 +117,12 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        if self.sock is None:
+            with contextlib.suppress(OSError), self._wlock:
+                assert self._wfile is not None
+                self._wfile.close()  # the worker's end of file: it stops
+            self._reader.join(timeout=5)
+            return
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self._reader.join(timeout=2)
@@ -102,7 +131,12 @@ class Client:
 
     def send_raw(self, data: bytes) -> None:
         with self._wlock:
-            self.sock.sendall(data)
+            if self.sock is not None:
+                self.sock.sendall(data)
+            else:
+                assert self._wfile is not None
+                self._wfile.write(data)
+                self._wfile.flush()
 
     def call_async(self, method: str, body: Any) -> Future[Any]:
         uid = next(self._uids)
@@ -137,8 +171,22 @@ class Client:
             # The same JSON text a standard frame carries, so callers see no difference.
             fut.set_result(body.decode("utf-8"))
 
+    def _skip_preamble(self) -> bool:
+        """Read up to the end of :attr:`preamble`; False if the pipe ended first."""
+        assert self.preamble is not None
+        seen = b""
+        while not seen.endswith(self.preamble):
+            byte = self._rfile.read(1)
+            if not byte or len(seen) > 1 << 20:
+                return False
+            seen += byte
+        self.noise = seen[: -len(self.preamble)]
+        return True
+
     def _read_loop(self) -> None:
         try:
+            if self.preamble is not None and not self._skip_preamble():
+                return
             while True:
                 head = self._rfile.read(6)
                 if len(head) < 6:
@@ -295,6 +343,75 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return int(self.proc.returncode)
+
+
+class StdioWorkerProcess:
+    """Start ``python -m forj_py --stdio`` for ``root``; :meth:`client` speaks to it.
+
+    ``launcher`` goes before the command: ``["ssh", "host"]`` starts the
+    worker on another host, the arguments then joined into one command line
+    for its shell (each quoted).  The token goes as the first line of
+    stdin, as Emacs sends it; the frames follow on the same pipe.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        python: str = sys.executable,
+        launcher: list[str] | None = None,
+        state_dir: str | Path | None = None,
+        env: dict[str, str] | None = None,
+        extra: list[str] | None = None,
+    ) -> None:
+        self.token = secrets.token_hex(16)
+        cmd = [python, "-m", "forj_py", "--stdio", "--root", str(root)]
+        if state_dir is not None:
+            cmd += ["--state-dir", str(state_dir)]
+        cmd += extra or []
+        if launcher:
+            import shlex
+
+            cmd = [*launcher, " ".join(shlex.quote(a) for a in cmd)]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ if env is None else env),
+        )
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{self.token}\n".encode())
+        self.proc.stdin.flush()
+
+    def client(self, **kwargs: Any) -> Client:
+        """A client on the worker's pipes (one only: the pipes are its)."""
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        from .stdio import FRAMES_FOLLOW
+
+        return Client(
+            0, pipes=(self.proc.stdout, self.proc.stdin), preamble=FRAMES_FOLLOW, **kwargs
+        )
+
+    def __enter__(self) -> StdioWorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self, timeout: float = 5.0) -> int:
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # the worker stops at its end of file
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()

@@ -20,14 +20,12 @@ client's way of asking, or refuses.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..service import parse_request
-
-if TYPE_CHECKING:
-    from .server import ForjServer
+from ..service import Worker, parse_request
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +50,12 @@ class GrantAnswer(BaseModel):
     minutes: float | None = Field(default=None, gt=0)
 
 
+class Asker(Protocol):
+    """A connection that can put a question to its peer: the Emacs one."""
+
+    def ask(self, method: str, body: Any, timeout: float) -> Any: ...
+
+
 class EmacsAnswer(BaseModel):
     """What Emacs answers to a review."""
 
@@ -64,20 +68,25 @@ class EmacsAnswer(BaseModel):
     grant: GrantAnswer | None = None
 
 
-def review_in_emacs(server: ForjServer, body: Any) -> dict[str, Any]:
+def review_in_emacs(
+    worker: Worker, reviewer: Callable[[], Asker | None], body: Any
+) -> dict[str, Any]:
     """Put one planned call to the connected Emacs; return the user's answer.
+
+    ``reviewer`` gives the Emacs connection that answers reviews, or None
+    when none is connected; asked only once a review is due, so this module
+    needs nothing of the server's.
 
     ``{"outcome": "approved", "modified": {...}, "grant": {...}?}``,
     ``{"outcome": "denied", "reason": "..."}`` or
     ``{"outcome": "unavailable", "why": "..."}``.
     """
     req = parse_request(ReviewRequest, body)
-    worker = server.worker
     settings = worker.config.mcp
     if not settings.review_in_emacs:
         return _unavailable("[mcp] review_in_emacs is not set in the user's own forj config")
     item = worker.review_item(req.batch_id, req.call_id)
-    emacs = server.reviewer()
+    emacs = reviewer()
     if emacs is None:
         return _unavailable("no Emacs is connected to this project's forj worker")
     limit = settings.review_timeout_seconds

@@ -1,4 +1,4 @@
-"""forj's tools over JSON lines on stdio, in seed 004's envelopes: ``python -m forj_py sdk``.
+"""``python -m forj_py sdk``: forj's tools as JSON lines, in the Tool Runtime SDK's envelopes.
 
 One JSON object per line each way.  A client opens a session
 (``SessionOpen``), sends ``ToolRequest`` envelopes naming it, and gets a
@@ -9,7 +9,7 @@ session is open, and an ``ErrorMessage`` for any line it cannot serve.
 Each ToolRequest is one batch through the worker's own ``plan`` and
 ``execute``, so it meets exactly what a call from Emacs meets: schema
 validation, the sandbox, permission rules and modes, the stale-file rule,
-backups and the journal.  Seed 004 defines no envelope for asking the user,
+backups and the journal.  The envelopes have none for asking the user,
 so a call that needs review is not run: its error names the ``[permissions]
 allow`` rule that would let it run unasked.
 """
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 PROTOCOL = "forj-sdk/1"
 
-# Seed 004's Heartbeat follows its ToolRequest by 30 seconds.
+# A Heartbeat every 30 seconds: a client can tell a long call from a dead worker.
 DEFAULT_HEARTBEAT_SECONDS = 30.0
 
 # A line longer than this is refused unread (a file_write of a large file fits).
@@ -618,7 +618,8 @@ def _cannot_ask(item: dict[str, Any]) -> str:
 
 def _args(argv: list[str]) -> argparse.Namespace:
     p = standalone.parser(
-        "python -m forj_py sdk", "Serve forj's tools as JSON lines (seed 004 envelopes) on stdio."
+        "python -m forj_py sdk",
+        "Serve forj's tools as JSON lines (the Tool Runtime SDK's envelopes) on stdio.",
     )
     p.add_argument(
         "--heartbeat-seconds",

@@ -38,7 +38,7 @@ import socket
 import socketserver
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -210,7 +210,7 @@ def _review(handler: ForjHandler, body: Any) -> Any:
             "that batch was planned by another client; an MCP server asks reviews of its own",
             ["Plan the calls first, then ask the review of a confirm item of that plan"],
         )
-    return review_in_emacs(handler.server, body)
+    return review_in_emacs(handler.server.worker, handler.server.reviewer, body)
 
 
 def _metrics(handler: ForjHandler, body: Any) -> Any:
@@ -223,6 +223,10 @@ def _audit(handler: ForjHandler, body: Any) -> Any:
 
 def _audit_entry(handler: ForjHandler, body: Any) -> Any:
     return handler.server.worker.audit_entry(body)
+
+
+def _mcp_servers(handler: ForjHandler, body: Any) -> Any:
+    return handler.server.worker.mcp_servers(body)
 
 
 def _shutdown(handler: ForjHandler, body: Any) -> Any:
@@ -263,6 +267,9 @@ METHODS: dict[str, Method] = {
     "metrics": Method(_metrics, True, "Per-session counters: calls, errors, time, bytes, files."),
     "audit": Method(_audit, False, "One page of the journaled calls, newest first, filterable."),
     "audit_entry": Method(_audit_entry, False, "One journaled call and its result, in full."),
+    "mcp_servers": Method(
+        _mcp_servers, False, "The outside MCP servers: state, command or URL, tools."
+    ),
     "shutdown": Method(_shutdown, True, "Stop the worker."),
 }
 
@@ -273,10 +280,17 @@ MCP_METHODS = frozenset({"hello", "ping", "tool_definitions", "plan", "execute",
 
 
 class ForjHandler(socketserver.StreamRequestHandler):
-    server: ForjServer
+    # A ForjServer, or for the stdio connection a server that is no
+    # socketserver at all: what a connection needs of either is WorkerServer.
+    server: WorkerServer  # type: ignore[assignment]
 
     def setup(self) -> None:
         super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.start_connection()
+
+    def start_connection(self) -> None:
+        """The state of a new connection, whatever carries it (a socket, stdio)."""
         self.server.add_client(self)
         self.write_lock = threading.Lock()
         self.authenticated = False
@@ -297,7 +311,6 @@ class ForjHandler(socketserver.StreamRequestHandler):
         self._uids = itertools.count(1)
         # Our own calls to the peer that wait for its answer: uid -> future.
         self._asks: dict[int, Future[Any]] = {}
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def as_mcp_plan(self, body: dict[str, Any]) -> dict[str, Any]:
         """An MCP server's plan: in its own chat, never in a mode looser than the user's.
@@ -428,6 +441,12 @@ class ForjHandler(socketserver.StreamRequestHandler):
                 self._reply_error(uid, ProtocolError("shutting-down", "the worker is stopping"))
 
     def _serve(self, uid: Any, name: str, method: Method, text: str) -> None:
+        # Counted, so that a stopping worker closes its journal only after what
+        # follows a reply (the record that it reached the client) is written.
+        with self.server.in_flight():
+            self._answer(uid, name, method, text)
+
+    def _answer(self, uid: Any, name: str, method: Method, text: str) -> None:
         try:
             try:
                 body = json.loads(text)
@@ -571,14 +590,17 @@ class ForjHandler(socketserver.StreamRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
 
 
-class ForjServer(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    block_on_close = False
+class WorkerServer:
+    """What every connection needs of the server it belongs to, whatever carries it.
 
-    def __init__(self, worker: Worker, token: str, host: str = "127.0.0.1") -> None:
+    :class:`ForjServer` accepts connections on a loopback port;
+    :class:`forj_py.transport.stdio.StdioServer` serves the one connection
+    on the worker's own stdin and stdout.
+    """
+
+    def __init__(self, worker: Worker, token: str) -> None:
         if not token:
             raise ValueError("an empty token would let anyone in")
-        super().__init__((host, 0), ForjHandler)
         self.worker = worker
         self.token = token
         # The rendezvous secret forj's MCP server proves (None: no rendezvous).
@@ -587,10 +609,38 @@ class ForjServer(socketserver.ThreadingTCPServer):
         self.stopping = threading.Event()
         self._conn_lock = threading.Lock()
         self._live: set[ForjHandler] = set()
+        self._busy = 0
+        self._idle = threading.Condition()
+        # Tools only the editor can answer (diagnostics) ask the Emacs that
+        # answers reviews.
+        worker.runner.editor = self.ask_editor
 
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        raise NotImplementedError
+
+    def server_close(self) -> None:
+        """Release what serving held (the listening socket)."""
+
+    def end_serving(self) -> None:
+        """Make :meth:`serve_forever` return; called once, by :meth:`stop`."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Count one request being answered (see :meth:`wait_idle`)."""
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every request to be answered; whether they were."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout)
 
     def add_client(self, handler: ForjHandler) -> None:
         with self._conn_lock:
@@ -603,11 +653,12 @@ class ForjServer(socketserver.ThreadingTCPServer):
         emacs = [h for h in live if h.authenticated and h.role == "emacs"]
         return max(emacs, key=lambda h: h.serial, default=None)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A connection that failed outside the handler's own error handling
-        # (the peer reset it during setup, say): nothing to answer, no one
-        # to tell but the log; the default would print to stderr.
-        log.debug("connection from %s failed", client_address, exc_info=True)
+    def ask_editor(self, method: str, body: dict[str, Any], timeout: float) -> Any:
+        """Ask the connected Emacs; ConnectionError when none is connected."""
+        emacs = self.reviewer()
+        if emacs is None:
+            raise ConnectionError("no Emacs is connected to this project's forj worker")
+        return emacs.ask(method, body, timeout)
 
     def connection_closed(self, handler: ForjHandler) -> None:
         with self._conn_lock:
@@ -633,5 +684,35 @@ class ForjServer(socketserver.ThreadingTCPServer):
             live = list(self._live)
         for handler in live:
             handler.close()
-        self.shutdown()
+        self.end_serving()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class ForjServer(WorkerServer, socketserver.ThreadingTCPServer):
+    """The worker's methods on a loopback port, one thread per connection."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, worker: Worker, token: str, host: str = "127.0.0.1") -> None:
+        WorkerServer.__init__(self, worker, token)
+        socketserver.ThreadingTCPServer.__init__(self, (host, 0), ForjHandler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        socketserver.ThreadingTCPServer.serve_forever(self, poll_interval)
+
+    def server_close(self) -> None:
+        socketserver.ThreadingTCPServer.server_close(self)
+
+    def end_serving(self) -> None:
+        self.shutdown()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A connection that failed outside the handler's own error handling
+        # (the peer reset it during setup, say): nothing to answer, no one
+        # to tell but the log; the default would print to stderr.
+        log.debug("connection from %s failed", client_address, exc_info=True)

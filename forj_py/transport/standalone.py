@@ -93,6 +93,7 @@ def own_worker(found: Setup) -> Iterator[Worker]:
         finally:
             worker.watcher.stop()
             worker.cancel_all()
+            worker.outside.close()
             worker.commands.close()
     finally:
         journal.close()

@@ -366,4 +366,4 @@ class ShellExec(_Adapter[ShellExecArgs]):
         return {"code": result.get("exit_code"), **result}
 
 
-SEED004_TOOLS: tuple[type[Tool[Any]], ...] = (FileRead, FileWrite, FsList, Grep, ShellExec)
+COMPAT_TOOLS: tuple[type[Tool[Any]], ...] = (FileRead, FileWrite, FsList, Grep, ShellExec)
