@@ -208,6 +208,8 @@ class Worker:
             on_change=self.commands.masks.changed,
             on_incomplete=self.commands.masks.unwatched,
         )
+        # A command starts only once the watcher has told what changed before it.
+        self.commands.masks.settle = self.watcher.settle
         self._batches: OrderedDict[str, Batch] = OrderedDict()
         self._lock = threading.Lock()
         # Journaled batches a plan has taken up: each is planned once.

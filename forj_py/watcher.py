@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from .reads import Conversations
 
@@ -48,6 +49,17 @@ class Watcher:
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="forj-watch", daemon=True)
         self.ready = threading.Event()
+        # The inotify watcher, once watching began (None: watchfiles, or not yet).
+        self.tree: Any = None
+
+    def settle(self, timeout: float) -> bool:
+        """Whether every change made before this call has been told (``on_change``)
+        within ``timeout``; False where that cannot be known (watchfiles, or
+        watching not begun or stopped)."""
+        tree = self.tree
+        if tree is None or self.stop_event.is_set() or not self.thread.is_alive():
+            return False
+        return bool(tree.settle(timeout))
 
     def start(self) -> None:
         self.thread.start()
@@ -57,7 +69,9 @@ class Watcher:
 
     def _run(self) -> None:
         try:
-            for changes in _changes(self.root, self.stop_event, self.ready, self._incomplete):
+            for changes in _changes(
+                self.root, self.stop_event, self.ready, self._incomplete, self._watching
+            ):
                 if changes is None:  # events were lost: look again at everything
                     self._rescan()
                     continue
@@ -75,6 +89,9 @@ class Watcher:
             self._incomplete()
         finally:
             self.ready.set()
+
+    def _watching(self, tree: Any) -> None:
+        self.tree = tree
 
     def _incomplete(self) -> None:
         if self.on_incomplete is not None:
@@ -135,6 +152,7 @@ def _changes(
     stop: threading.Event,
     ready: threading.Event,
     incomplete: Callable[[], None],
+    watching: Callable[[Any], None] = lambda tree: None,
 ) -> Iterator[set[str] | None]:
     """Sets of changed paths (None: events were lost), from inotify on Linux,
     from watchfiles elsewhere; ``ready`` is set once watching has begun,
@@ -148,6 +166,7 @@ def _changes(
             log.info("inotify unavailable (%s); watching with watchfiles", exc)
     else:
         told = False
+        watching(tree)
         ready.set()
         try:
             if not tree.complete:

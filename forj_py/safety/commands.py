@@ -37,6 +37,12 @@ confined by the kernel instead.  Each one runs under ``bwrap`` with:
 
 Which denied files exist is kept by :class:`MaskIndex` (one walk at start,
 then the file watcher's events), so starting a command costs no walk.
+Where there are many, they are made in one pass, from outside while
+bubblewrap holds the sandbox, or by a helper inside it
+(:mod:`forj_py.safety.maskmount`): bubblewrap's own cost grows with the
+square of their number.  bubblewrap itself starts without the
+variables the dynamic loader obeys (:meth:`CommandSandbox.launch_env`): it
+runs unconfined, in the project.
 
 Where bubblewrap is missing or cannot create namespaces, :func:`probe` says
 why; commands then run unsandboxed and always go to review (see
@@ -54,12 +60,12 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ..output import redact, redact_url_credentials
-from . import bwrap_probe
+from . import bwrap_probe, maskmount
 from .paths import Sandbox
 
 log = logging.getLogger(__name__)
@@ -200,6 +206,17 @@ class MaskIndex:
         # Set when the watcher cannot keep the index current: then every
         # command indexes the project again before it starts.
         self._unwatched = False
+        # What current() last computed, and the index's generation then: any
+        # change the watcher reports starts a new generation.
+        self._generation = 0
+        self._cached: tuple[int, Masks] | None = None
+        # Waits until the watcher has told every change made before the call
+        # (False: it could not say so in time).  A command must not start
+        # with masks from before what the last one did (a directory holding
+        # a secret renamed aside): where this cannot be known, the project
+        # is indexed again for the command.  None: no watcher keeps this
+        # index (its owner calls changed() itself).
+        self.settle: Callable[[float], bool] | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._build, name="forj-masks", daemon=True).start()
@@ -227,6 +244,7 @@ class MaskIndex:
                 self._files |= files
                 self._dirs |= dirs
                 self._readonly |= readonly
+                self._generation += 1
         except Exception:  # the index is needed; log, and masks still cover what it found
             log.exception("indexing denied files failed")
         finally:
@@ -312,6 +330,7 @@ class MaskIndex:
         if kind == "descend" and self._too_deep(rel):
             kind = "dir"
         with self._lock:
+            self._generation += 1
             for bucket in (self._files, self._dirs, self._readonly):
                 bucket.discard(rel)
         if kind in ("descend", "readonly"):
@@ -325,11 +344,13 @@ class MaskIndex:
             if kind == "readonly":
                 readonly.add(rel)
             with self._lock:
+                self._generation += 1
                 self._files |= files
                 self._dirs |= dirs
                 self._readonly |= readonly
             return
         with self._lock:
+            self._generation += 1
             if kind == "file":
                 self._files.add(rel)
             elif kind == "dir":
@@ -341,9 +362,27 @@ class MaskIndex:
         """What to mask now; entries that no longer exist as indexed are dropped.
 
         bwrap creates a missing mount point, which on the writable project
-        would leave an empty file behind, so every entry is checked.
+        would leave an empty file behind, so every entry is checked.  The
+        answer is kept until the watcher reports a change (each command
+        would otherwise check every entry again); an entry deleted since
+        is the caller's to skip (:meth:`CommandSandbox.argv`).
         """
-        if self._unwatched:
+        full = self._unwatched
+        if not full and self.settle is not None and not self.settle(SETTLE_SECONDS):
+            log.info("the file watcher is behind; the project is indexed again for this command")
+            full = True
+        with self._lock:
+            cached = self._cached
+            generation = self._generation
+        if cached is not None and cached[0] == generation and not full:
+            return Masks(list(cached[1].files), list(cached[1].dirs), list(cached[1].readonly))
+        out = self._compute(full)
+        with self._lock:
+            self._cached = (generation, out)
+        return Masks(list(out.files), list(out.dirs), list(out.readonly))
+
+    def _compute(self, rescan: bool) -> Masks:
+        if rescan:
             files_now: set[str] = set()
             dirs_now: set[str] = set()
             readonly_now: set[str] = set()
@@ -383,6 +422,10 @@ class MaskIndex:
         except OSError:
             return False
 
+
+# How long a command waits for the file watcher to tell what changed before it
+# (a burst of thousands of files); past it the project is indexed again.
+SETTLE_SECONDS = 2.0
 
 # The longest path the system calls take, and the longest name (Linux).
 _PATH_MAX = 4096
@@ -456,6 +499,10 @@ class CommandSandbox:
         self._configs: dict[str, str] = {}
         self._start_lock = threading.Lock()
         self._started = False
+        # Whether many masks are made from outside while bubblewrap waits
+        # (mask_late): None until probed, by the layer that runs commands.
+        self.outside_masks: bool | None = None
+        self.last_base: list[str] = []
 
     @property
     def sandboxed(self) -> bool:
@@ -475,8 +522,16 @@ class CommandSandbox:
     def close(self) -> None:
         shutil.rmtree(self._private, ignore_errors=True)
 
-    def argv(self, request: Request, command: list[str]) -> list[str]:
-        """The bwrap command line running ``command`` confined; ``--`` ends the options."""
+    def argv(
+        self, request: Request, command: list[str], late: list[str] | None = None
+    ) -> list[str]:
+        """The bwrap command line running ``command`` confined; ``--`` ends the options.
+
+        ``late``: given by a caller that runs the command line through
+        :func:`forj_py.system.process.run` and can make masks once the
+        sandbox is set up (:meth:`mask_late`); many masks are then left out
+        of the command line and added to it.
+        """
         assert self.availability.bwrap is not None
         self.start()
         self.masks.wait()
@@ -484,6 +539,7 @@ class CommandSandbox:
         if request.network:
             args.append("--share-net")
         args += ["--die-with-parent", "--cap-drop", "ALL"]
+        caps_at = len(args)
         bound: list[str] = []
 
         def ro(path: str) -> None:
@@ -527,6 +583,10 @@ class CommandSandbox:
             ro(path)
         for path in self.read_paths:
             ro(path)
+        # What a sandbox needs to run the worker's Python: the mask helper's
+        # probe runs in it, and the probe of masks made from outside.
+        base = args[1:]
+        self.last_base = base
         for path in (*self.write_paths, *request.scratch):
             if os.path.isdir(path):
                 args += ["--bind", path, path]
@@ -541,18 +601,92 @@ class CommandSandbox:
             # create it either.  bwrap makes the mount point, so an empty
             # .forj directory stays behind (git shows no empty directory).
             args += ["--tmpfs", forj, "--remount-ro", forj]
-        for rel in masks.files:
-            full = os.path.join(root, rel)
-            args += ["--ro-bind", "/dev/null", full]
-        for rel in masks.dirs:
-            full = os.path.join(root, rel)
-            args += ["--tmpfs", full, "--remount-ro", full]
+        many = len(masks.files) + len(masks.dirs) >= maskmount.HELPER_FROM
+        if late is not None and many and self.outside_masks:
+            # Made from outside while bubblewrap waits (mask_late).
+            late.extend(os.path.join(root, rel) for rel in (*masks.files, *masks.dirs))
+            for name in maskmount.loader_names(request.env):
+                args[caps_at:caps_at] = ["--setenv", name, request.env[name]]
+        elif self._helper_masks(request, masks, bound, base):
+            # Many masks: made by the helper inside (see maskmount), in one
+            # pass, instead of one bubblewrap mount (and mount-table read) each.
+            paths = [os.path.join(root, rel) for rel in (*masks.files, *masks.dirs)]
+            options, command = maskmount.command(
+                maskmount.interpreter(), request.env, paths, command
+            )
+            args[caps_at:caps_at] = options
+        else:
+            # bubblewrap runs without them (launch_env): given to the command.
+            for name in maskmount.loader_names(request.env):
+                args[caps_at:caps_at] = ["--setenv", name, request.env[name]]
+            # bubblewrap would create what is gone since the index looked (an
+            # empty file left in the project); the helper skips it itself.
+            for rel in masks.files:
+                full = os.path.join(root, rel)
+                if _is(full, stat.S_ISREG):
+                    args += ["--ro-bind", "/dev/null", full]
+            for rel in masks.dirs:
+                full = os.path.join(root, rel)
+                if _is(full, stat.S_ISDIR):
+                    args += ["--tmpfs", full, "--remount-ro", full]
         # Last, once every mount point exists: the root (bwrap's own tmpfs,
         # which holds the mount points) and /dev read-only, so that nothing
         # but the capped mounts and the bound paths can be written.
         args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", request.cwd, "--"]
         return args + command
+
+    @staticmethod
+    def mask_late(
+        init: int,
+        paths: list[str],
+        fork: Callable[[], int] = os.fork,
+        forget: Callable[[int], None] = lambda pid: None,
+        parent: int | None = None,
+    ) -> str | None:
+        """Make the masks :meth:`argv` left out, in the sandbox whose first process is
+        ``init`` (set up, its command not started; ``parent``: its bubblewrap);
+        None, or why they could not be."""
+        return maskmount.mask_from_outside(init, paths, fork, forget, parent)
+
+    def many_masks(self) -> bool:
+        """Whether a command now has enough masks to have them made in one pass."""
+        self.start()
+        self.masks.wait()
+        masks = self.masks.current()
+        return len(masks.files) + len(masks.dirs) >= maskmount.HELPER_FROM
+
+    @staticmethod
+    def launch_env(env: Mapping[str, str]) -> dict[str, str]:
+        """The environment to start bubblewrap with: ``env`` without the variables
+        the dynamic loader acts on.
+
+        bubblewrap runs outside the sandbox, in the project: an ``LD_PRELOAD``
+        naming a library a command wrote there would run it unconfined.
+        :meth:`argv` gives those variables to the command inside instead.
+        """
+        drop = set(maskmount.loader_names(env))
+        return {name: value for name, value in env.items() if name not in drop}
+
+    def _helper_masks(
+        self, request: Request, masks: Masks, bound: list[str], base: list[str]
+    ) -> bool:
+        """Whether the mask helper makes this command's masks.
+
+        Only for many masks, and only with an interpreter no command can
+        have changed: inside a path bound read-only, outside the project
+        and every writable path.
+        """
+        if len(masks.files) + len(masks.dirs) < maskmount.HELPER_FROM:
+            return False
+        python = maskmount.interpreter()
+        prefix = os.path.realpath(sys.base_prefix)
+        writable = [self.root, *self.write_paths, *request.scratch]
+        for path in (python, prefix):
+            if not _covered(path, bound) or _covered(path, writable):
+                return False
+        assert self.availability.bwrap is not None
+        return maskmount.works(self.availability.bwrap, base)
 
     def _git_binds(self, args: list[str], request: Request, masks: Masks) -> None:
         """Bind the project's ``.git`` and ``.forj`` entries, and what each ``.git`` names.
@@ -615,7 +749,7 @@ class CommandSandbox:
             args += ["--bind" if path in pinned else "--ro-bind", path, path]
         for rel in masks.readonly:
             full = os.path.join(root, rel)
-            if full not in frozen and not os.path.islink(full):
+            if full not in frozen and not os.path.islink(full) and os.path.lexists(full):
                 args += ["--ro-bind", full, full]
         for git_dir in configs:
             config = os.path.join(git_dir, "config")

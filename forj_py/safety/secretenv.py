@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import json
 import logging
 import os
@@ -118,11 +119,18 @@ _HELD = _Held()
 def is_secret(name: str, value: str, patterns: Iterable[str]) -> bool:
     """Whether a variable is removed: by its name, or by a value that is a credential."""
     upper = name.upper()
-    if upper not in ENV_ALLOWED_NAMES and any(
-        fnmatch.fnmatchcase(upper, p.upper()) for p in patterns
-    ):
+    if upper not in ENV_ALLOWED_NAMES and _names_re(tuple(patterns)).match(upper):
         return True
     return SECRET_VALUE_RE.search(value) is not None
+
+
+@functools.lru_cache(maxsize=8)
+def _names_re(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """The denied name patterns as one expression (each command asks for every
+    variable: one match instead of a ``fnmatch`` per pattern and name)."""
+    if not patterns:
+        return re.compile(r"(?!)")
+    return re.compile("|".join(f"(?:{fnmatch.translate(p.upper())})" for p in patterns))
 
 
 def secret_names(env: Mapping[str, str], patterns: Iterable[str]) -> list[str]:

@@ -101,7 +101,7 @@ def prepare(
     os.chmod(gate_dir, 0o700)
     request = os.path.join(gate_dir, "request.json")
     with open(request, "w", encoding="utf-8") as f:
-        json.dump({"sandbox": sandbox, "hooks_dir": hooks_dir, "env": env}, f)
+        json.dump({"sandbox": sandbox, "hooks_dir": hooks_dir, "env": jail.launch_env(env)}, f)
     for name in existing:
         script = os.path.join(gate_dir, name)
         with open(script, "w", encoding="utf-8") as f:

@@ -22,10 +22,14 @@ are not watched (logged once); the rest still are.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import errno
+import fcntl
 import logging
 import os
+import select
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -80,6 +84,10 @@ class TreeWatcher:
         self._paths: dict[int, str] = {}  # watch descriptor -> directory
         self._wds: dict[str, int] = {}
         self._full = False
+        # True from the moment events are taken from the kernel's queue
+        # until the consumer has handled what was yielded of them (settle).
+        self._busy = False
+        self._hurry = threading.Event()
         if self._add(self.root) is None:
             self._ino.close()
             raise OSError(errno.ENOENT, "cannot watch the project root", self.root)
@@ -138,6 +146,38 @@ class TreeWatcher:
 
     # --- events --------------------------------------------------------------------
 
+    def settle(self, timeout: float) -> bool:
+        """Wait until every event queued before this call has been handled by the
+        consumer of :meth:`changes`; False if ``timeout`` passed first.
+
+        A command about to start must not be confined by masks computed
+        before the change the last one made (a directory holding a secret
+        renamed aside) reached the index.  Events leave the kernel's queue
+        only once ``_busy`` is set, and it is cleared only when the consumer
+        asks for more: a queue found empty, then ``_busy`` found clear,
+        means all of them were handled.
+        """
+        end = time.monotonic() + timeout
+        self._hurry.set()  # no debounce wait while a command waits
+        try:
+            while True:
+                if self._queued() == 0 and not self._busy:
+                    return True
+                if time.monotonic() >= end:
+                    return False
+                time.sleep(0.0005)
+        finally:
+            self._hurry.clear()
+
+    def _queued(self) -> int:
+        """Bytes of events waiting in the kernel's queue; -1 if it cannot be asked."""
+        size = array.array("i", [0])
+        try:
+            fcntl.ioctl(self._ino.fileno(), termios.FIONREAD, size, True)
+        except OSError:
+            return -1
+        return size[0]
+
     def changes(
         self,
         stop: threading.Event,
@@ -153,7 +193,14 @@ class TreeWatcher:
         ``idle`` seconds at least.
         """
         while not stop.is_set():
-            events = self._ino.read(timeout=int(idle * 1000))
+            # The consumer has handled the last yield: nothing is in hand.
+            self._busy = False
+            ready, _, _ = select.select([self._ino.fileno()], [], [], idle)
+            if not ready:
+                continue
+            # Set before the events leave the kernel's queue (settle).
+            self._busy = True
+            events = self._ino.read(timeout=0)
             if not events:
                 continue
             changed: set[str] = set()
@@ -163,7 +210,7 @@ class TreeWatcher:
                 for event in events:
                     lost |= self._take(event, changed)
                 left = deadline - time.monotonic()
-                if left <= 0 or stop.is_set():
+                if left <= 0 or stop.is_set() or self._hurry.is_set():
                     break
                 events = self._ino.read(timeout=max(int(left * 1000), 1))
             if lost:

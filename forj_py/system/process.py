@@ -38,6 +38,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import ctypes
+import errno
 import logging
 import os
 import selectors
@@ -314,6 +315,7 @@ def run(
     drain_seconds: float = 1.0,
     bwrap: bool = False,
     on_sandbox_start: Callable[[int], object] | None = None,
+    on_sandbox_ready: Callable[[int, int], object] | None = None,
 ) -> Outcome:
     """Run ``argv`` to the end, the time limit or ``cancel``; never leave its group behind.
 
@@ -367,11 +369,22 @@ def run(
                 spare = frozenset({proc.pid, init})
                 if on_sandbox_start is not None:
                     on_sandbox_start(init)
+                if on_sandbox_ready is not None:
+                    # bubblewrap reads the block descriptor once its own
+                    # mounts are made: only then is its namespace complete.
+                    if _blocked_reading(init, block_r, SANDBOX_START_SECONDS):
+                        on_sandbox_ready(init, proc.pid)
+                    elif proc.poll() is None:
+                        raise OSError(errno.EIO, "the sandbox did not finish setting up")
+            elif on_sandbox_ready is not None and proc.poll() is None:
+                # What must be done before the command starts could not be.
+                raise OSError(errno.EIO, "the sandbox did not report its first process")
             # Let the command start (or, if bwrap failed, let it report why).
             with contextlib.suppress(OSError):
                 os.write(block_w, b"1")
             with contextlib.suppress(OSError):
                 os.close(block_w)
+            block_w = -1
         outcome = _supervise(
             proc,
             stdin,
@@ -384,6 +397,7 @@ def run(
             kill_grace,
             drain_seconds,
             spare,
+            contained=bwrap,
         )
         if bwrap and 128 < outcome.returncode <= 128 + 64:
             # bubblewrap reports a command killed by signal N as exit 128+N,
@@ -398,6 +412,11 @@ def run(
         if proc.poll() is None:
             _signal_tree(proc.pid, signal.SIGKILL, descendants=True)
             _wait(proc)
+        if block_w >= 0:
+            # Only now: an end of file would have let a held sandbox start its
+            # command (bubblewrap does not tell it from the byte).
+            with contextlib.suppress(OSError):
+                os.close(block_w)
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):
@@ -419,7 +438,10 @@ def _supervise(
     kill_grace: float,
     drain_seconds: float,
     spare: frozenset[int] = frozenset(),
+    *,
+    contained: bool = False,
 ) -> Outcome:
+    """``contained``: ``proc`` is bubblewrap with its own PID namespace."""
     assert proc.stdout is not None and proc.stderr is not None
     pid = proc.pid
     sel = selectors.DefaultSelector()
@@ -533,7 +555,11 @@ def _supervise(
     _wait(proc)
     # Whatever its group or session still holds (background jobs that closed
     # their pipes) is stopped too, SIGTERM first; the worker waits until it is gone.
-    if _group_alive(pid):
+    # bubblewrap that exited by itself waited for its PID namespace's init,
+    # and the kernel ends a namespace with its init: nothing of the command
+    # is left, and the scan of every process (milliseconds) is spared.
+    whole = contained and term_at is None and proc.returncode is not None and proc.returncode >= 0
+    if not whole and _group_alive(pid):
         if not (outcome.timed_out or outcome.cancelled):
             outcome.leftovers_stopped = True
         _signal_tree(pid, signal.SIGTERM, spare=spare)
@@ -543,6 +569,22 @@ def _supervise(
     outcome.returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
     outcome.duration = time.monotonic() - started
     return outcome
+
+
+def _blocked_reading(pid: int, fd: int, limit: float) -> bool:
+    """Wait until ``pid`` waits in ``read`` on its descriptor ``fd``; False if it
+    ended first or ``limit`` passed."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/syscall") as fh:
+                fields = fh.read().split()
+        except OSError:
+            return False
+        if len(fields) > 1 and fields[0] == "0" and int(fields[1], 16) == fd:
+            return True
+        time.sleep(0.0002)
+    return False
 
 
 def _sandbox_init(status_fd: int, limit: float) -> int | None:
@@ -747,6 +789,21 @@ def become_subreaper() -> bool:
     _subreaper = True
     _main_tid = threading.main_thread().native_id
     return True
+
+
+def fork_tracked() -> int:
+    """``os.fork``, the child kept from :func:`reap_orphans` until :func:`forget`."""
+    with _active_lock:
+        pid = os.fork()
+        if pid != 0:
+            _active.add(pid)
+        return pid
+
+
+def forget(pid: int) -> None:
+    """The end of :func:`fork_tracked`'s hold on ``pid`` (reaped by its caller)."""
+    with _active_lock:
+        _active.discard(pid)
 
 
 def reap_orphans() -> int:

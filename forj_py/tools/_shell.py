@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,7 +37,7 @@ from typing import Any
 from .. import errors
 from ..output import sanitize
 from ..safety import secretenv
-from ..safety.commands import ProcessCap, Request
+from ..safety.commands import CommandSandbox, ProcessCap, Request
 from ..safety.paths import SafePath
 from ..safety.programs import program_path
 from ..system import process
@@ -55,6 +58,8 @@ SNIFF_BYTES = 8192
 HEAD_SHARE = 0.4  # of a cut stream, the head gets this much and the tail the rest
 # How long the last streamed chunks may take to reach Emacs before the result goes.
 CLOSE_SECONDS = 30.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,7 @@ def run(
         )
     channel = Channel(ctx.emit, env.secrets)
     cap: ProcessCap | None = None
+    late: list[str] = []  # masks made once the sandbox is set up
     run_argv, run_env = argv, env.env
     if sandboxed:
         assert jail is not None
@@ -190,9 +196,11 @@ def run(
         run_env.setdefault("HOME", jail.home)
         for name, value in git_identity(ctx.sandbox.project_root).items():
             run_env.setdefault(name, value)
-        run_argv = jail.argv(
-            Request(cwd, run_env, writable=writable, network=network, scratch=scratch), argv
-        )
+        request = Request(cwd, run_env, writable=writable, network=network, scratch=scratch)
+        if jail.outside_masks is None and jail.many_masks():
+            jail.outside_masks = outside_works(jail, request)
+        run_argv = jail.argv(request, argv, late=late)
+        run_env = jail.launch_env(run_env)
         cap = ProcessCap(jail.max_processes)
     tag = uuid.uuid4().hex[:12]
     try:
@@ -209,10 +217,16 @@ def run(
             drain_seconds=lim.drain,
             bwrap=sandboxed,
             on_sandbox_start=(lambda pid: cap.apply(pid, tag)) if cap is not None else None,
+            on_sandbox_ready=(
+                (lambda pid, parent: _mask_late(jail, pid, parent, late)) if late else None
+            ),
         )
     except OSError as exc:
         channel.abandon()
         raise start_failure(tool, argv, exc, env) from None
+    except errors.ToolFailure:
+        channel.abandon()
+        raise
     finally:
         if cap is not None:
             cap.release()
@@ -223,6 +237,52 @@ def run(
     if sandboxed:
         _sandbox_start_failure(tool, argv, outcome, env)
     return outcome
+
+
+_outside_lock = threading.Lock()
+
+
+def outside_works(jail: CommandSandbox, request: Request) -> bool:
+    """Whether masks can be made from outside a sandbox here: one masked file, probed
+    once per worker (a bubblewrap that cannot, or a kernel that refuses, leaves them
+    to the helper)."""
+    with _outside_lock:
+        if jail.outside_masks is not None:
+            return jail.outside_masks
+        bwrap = jail.availability.bwrap
+        assert bwrap is not None
+        jail.argv(request, [])  # the options every sandbox here has (last_base)
+        ok = False
+        with tempfile.TemporaryDirectory(prefix="forj-maskprobe-") as tmp:
+            secret = os.path.join(tmp, "secret")
+            with open(secret, "w") as fh:
+                fh.write("probe-secret\n")
+            probe = ["sh", "-c", 'cat "$1" 2>/dev/null; echo ran', "sh", secret]
+            try:
+                done = process.run(
+                    [bwrap, *jail.last_base, "--bind", tmp, tmp, "--", *probe],
+                    cwd="/",
+                    env={"PATH": "/usr/bin:/bin"},
+                    timeout=10,
+                    bwrap=True,
+                    on_sandbox_ready=lambda pid, parent: _mask_late(jail, pid, parent, [secret]),
+                )
+                ok = done.returncode == 0 and bytes(done.stdout.head) == b"ran\n"
+            except (OSError, errors.ToolFailure) as exc:
+                log.info("masks are not made from outside the sandbox: %s", exc)
+        jail.outside_masks = ok
+        return ok
+
+
+def _mask_late(jail: CommandSandbox | None, init: int, parent: int, paths: list[str]) -> None:
+    """Make the masks left to after the sandbox's setup; the command never starts without them."""
+    assert jail is not None
+    why = jail.mask_late(init, paths, process.fork_tracked, process.forget, parent)
+    if why is not None:
+        raise errors.process_error(
+            f"the command sandbox could not be set up: {why}; nothing was run",
+            recovery=["Tell the user; the sandbox's setup failed, not the command"],
+        )
 
 
 def confinement(ctx: ToolContext, writable: bool = True) -> str:
