@@ -34,9 +34,10 @@
 ;; own without the variables named like secrets, and TRAMP sends the
 ;; remote host none of it: provider keys stay in this Emacs.
 ;;
-;; The remote needs Python 3.10 or later with the worker installed
-;; (`forj-install-worker' installs it there); `forj-remote-check' says
-;; what is missing.  Without bubblewrap there, every command is
+;; The remote needs Python 3.10 or later with the worker installed:
+;; on a host without it, `M-x forj' offers to build it there with
+;; `forj-install-worker' (`forj-remote-worker-available-p' tells);
+;; `forj-remote-check' says what is missing.  Without bubblewrap there, every command is
 ;; reviewed, as locally.  A dropped connection is a dead worker: the
 ;; calls under way fail as for a worker that died, and the journal on
 ;; the remote host lets the next worker offer what was left unfinished.
