@@ -34,9 +34,10 @@
 ;; own without the variables named like secrets, and TRAMP sends the
 ;; remote host none of it: provider keys stay in this Emacs.
 ;;
-;; The remote needs Python 3.10 or later with the worker installed
-;; (`forj-install-worker' installs it there); `forj-remote-check' says
-;; what is missing.  Without bubblewrap there, every command is
+;; The remote needs Python 3.10 or later with the worker installed:
+;; on a host without it, `M-x forj' offers to build it there with
+;; `forj-install-worker' (`forj-remote-worker-available-p' tells);
+;; `forj-remote-check' says what is missing.  Without bubblewrap there, every command is
 ;; reviewed, as locally.  A dropped connection is a dead worker: the
 ;; calls under way fail as for a worker that died, and the journal on
 ;; the remote host lets the next worker offer what was left unfinished.
@@ -47,11 +48,10 @@
 (require 'subr-x)
 (require 'tramp)
 (require 'forj)
+(require 'forj-install)
 (require 'forj-epc)
 (require 'forj-worker)
 
-(declare-function forj-install-worker "forj-install")
-(declare-function forj-install-python "forj-install" (directory))
 
 (defcustom forj-remote-python nil
   "The Python that runs the worker on a remote host, as a path on that host.
@@ -130,8 +130,20 @@ diffs them.  The worker's own path is kept as :remote-root."
 (defun forj-remote-python-for (root)
   "Return the Python on ROOT's host to run the worker with, a path there."
   (or forj-remote-python
-      (and (fboundp 'forj-install-python) (forj-install-python root))
+      (forj-install-python root)
       "python3"))
+
+(defun forj-remote-worker-available-p (root)
+  "Whether ROOT's host has a worker to run, without building one.
+The worker is there when `forj-remote-python' names it, when
+`forj-install-worker' built it on that host, or when the host's
+python3 imports it.  The local `forj-worker-python' and a local
+checkout's .venv are this machine's, and count for nothing there."
+  (and (or forj-remote-python
+           (forj-install-python root)
+           (gethash (cons (forj-remote-host root) "python3") forj-remote--checked)
+           (plist-get (forj-remote-check root "python3") :forj))
+       t))
 
 (defun forj-remote-check (root &optional python)
   "What ROOT's host has for the worker, asked of PYTHON there.
@@ -191,12 +203,13 @@ missing goes to LOG as well."
             (dolist (problem problems)
               (insert (format ";; %s\n" problem)))))
         (when fatal
-          (when (and (null (plist-get check :forj)) (plist-get check :python)
-                     (null forj-remote-python) (fboundp 'forj-install-worker))
-            ;; The worker is not there yet: install it, asynchronously.
-            (let ((default-directory root))
-              (forj-install-worker)))
-          (user-error "forj: %s" (string-join problems "; ")))
+          ;; The build is offered before the worker starts
+          ;; (`forj-worker-offer-install'); one declined is not started here.
+          (user-error "forj: %s%s" (string-join problems "; ")
+                      (if (forj-install-running-p root)
+                          (format " (the worker is being built there now: see %s)"
+                                  forj-install-buffer)
+                        "")))
         (dolist (problem problems)
           (display-warning 'forj problem :warning))
         (puthash key check forj-remote--checked)))

@@ -41,6 +41,7 @@
 
 (declare-function forj-remote-make-process "forj-remote" (root log))
 (declare-function forj-remote-hello "forj-remote" (root hello))
+(declare-function forj-remote-worker-available-p "forj-remote" (root))
 
 ;;; Options
 
@@ -276,10 +277,13 @@ there is none."
         (user-error "No Python interpreter at %s; set `forj-worker-python'" choice))))
 
 (defun forj-worker-python-available-p (&optional root)
-  "Whether a Python for the worker of ROOT is there, without signalling."
-  (condition-case nil
-      (and (forj-worker-python-executable root) t)
-    (user-error nil)))
+  "Whether a Python for the worker of ROOT is there, without signalling.
+For a remote ROOT, whether its host has a worker (forj-remote.el)."
+  (if (and root (file-remote-p root) (require 'forj-remote))
+      (forj-remote-worker-available-p root)
+    (condition-case nil
+        (and (forj-worker-python-executable root) t)
+      (user-error nil))))
 
 (defun forj-worker-project-root (&optional directory)
   "The project root for DIRECTORY (default `default-directory'), or signal."
@@ -305,7 +309,7 @@ worker that cannot start says what is missing)."
             (not (y-or-n-p (format "Build forj's Python worker now, once, in %s (a minute, with network to the package index)? "
                                    (forj-install-data-directory root)))))
         (funcall then)
-      (display-buffer forj-install-buffer)
+      (display-buffer (get-buffer-create forj-install-buffer))
       (forj-install-worker root (lambda (_python _failure)
                                   (when (buffer-live-p buffer)
                                     (with-current-buffer buffer (funcall then))))))))

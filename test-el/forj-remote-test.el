@@ -377,6 +377,128 @@ and bound, for the test to prove they stay here."
       (delete-directory dir t)
       (tramp-cleanup-all-connections))))
 
+;; A host with Python but no worker: `M-x forj' offers to build it
+;; there, and the build runs over TRAMP into the remote user's data
+;; directory (a fresh one), from this checkout's sources.
+
+(defmacro forj-remote-test-with-bare-host (answer &rest body)
+  "Run BODY after `forj' on a remote project whose host has no worker.
+The offer to build it is answered ANSWER (t or nil); `offers' holds the
+questions asked, `chat' the chat buffer, `data' the remote data
+directory, `root' and `remote' the project as in
+`forj-remote-test-with-chat'.  The model reads notes.txt, then answers."
+  (declare (indent 1) (debug t))
+  `(let ((reason (forj-remote-test--skip-reason)))
+     (when reason (ert-skip reason))
+     (clrhash forj-remote--checked)
+     (let* ((sshd (forj-remote-test--sshd))
+            (tramp-persistency-file-name nil)
+            (tramp-verbose 1)
+            (tramp-use-ssh-controlmaster-options t)
+            (tramp-ssh-controlmaster-options (format "-F %s" (plist-get sshd :config)))
+            (forj-remote-python nil)
+            (forj-tools-unsaved-buffers 'deny)
+            ;; Read with `default-value', as a name on the remote host.
+            (data (file-name-as-directory (make-temp-file "forj-remote-data-" t)))
+            (forj-install-directory data)
+            ;; The host's own python3; no optional parts: a shorter build.
+            (forj-install-base-python "python3")
+            (forj-install-extras nil)
+            (pip-config (expand-file-name "pip/pip.conf" (or (getenv "XDG_CONFIG_HOME") "~/.config")))
+            (remote-pip-config (expand-file-name "config/pip/pip.conf" (plist-get sshd :remote-home)))
+            (offers nil))
+       ;; The remote user's config directory is the test's: pip there finds
+       ;; the index and cache this machine's pip is set up with, as `make
+       ;; install' does.
+       (when (file-exists-p pip-config)
+         (make-directory (file-name-directory remote-pip-config) t)
+         (copy-file pip-config remote-pip-config t))
+       (when (get-buffer forj-install-buffer) (kill-buffer forj-install-buffer))
+       (unwind-protect
+           (forj-test-with-project '(("notes.txt" . "remember the milk\n"))
+             (make-directory (expand-file-name ".git" root))
+             (let* ((remote (format "/ssh:%s@127.0.0.1#%d:%s" (user-login-name)
+                                    (plist-get sshd :port) root))
+                    (script (forj-chat-test--script
+                             (list (list :text (concat "Reading.\n\n"
+                                                       (forj-chat-test--block
+                                                        "{\"id\": \"r1\", \"name\": \"read_file\", \"args\": {\"path\": \"notes.txt\"}}")))
+                                   (list :text "The note says milk."))))
+                    (forj-providers (cons (list "test-script" :family 'scripted :script script)
+                                          forj-providers))
+                    (forj-provider "test-script")
+                    (forj-provider-scripted-delay 0.001)
+                    (chat nil))
+               (unwind-protect
+                   (progn
+                     (should-not (forj-install-python remote))
+                     ;; As at a terminal: the offer is a question, answered.
+                     (cl-letf (((symbol-value 'noninteractive) nil)
+                               ((symbol-function 'y-or-n-p)
+                                (lambda (prompt) (push prompt offers) ,answer)))
+                       (setq chat (forj remote)))
+                     (should (equal (length offers) 1))
+                     (should (string-match-p (regexp-quote (concat (file-remote-p remote) data))
+                                             (car offers)))
+                     ;; The worker starts, or the chat says why it could not.
+                     (forj-test--wait-for
+                      (lambda () (or (let ((worker (forj-worker-get remote)))
+                                       (and worker (forj-worker-hello worker)))
+                                     (forj-remote-test--start-failure chat)))
+                      900)
+                     ,@body)
+                 (when (buffer-live-p chat)
+                   (with-current-buffer chat (set-buffer-modified-p nil))
+                   (kill-buffer chat))
+                 (forj-worker-stop remote)
+                 (delete-file script)
+                 (tramp-cleanup-all-connections))))
+         (clrhash forj-remote--checked)
+         (ignore-errors (delete-file remote-pip-config))
+         (delete-directory data t)))))
+
+(defun forj-remote-test--start-failure (chat)
+  "The notice in CHAT saying its worker could not start, or nil."
+  (with-current-buffer chat
+    (save-excursion
+      (goto-char (point-min))
+      (and (re-search-forward "could not start.*" nil t)
+           (match-string-no-properties 0)))))
+
+(ert-deftest forj-test-remote-host-without-a-worker-gets-it-built-on-first-use-then-chats ()
+  "On a host with no worker, `forj' offers the build; yes builds it there over TRAMP and the chat reads through it."
+  (forj-remote-test-with-bare-host t
+    (should-not (forj-remote-test--start-failure chat))
+    (should-not (forj-install-running-p remote))
+    (let* ((python (expand-file-name "venv/bin/python" data))
+           (worker (forj-worker-get remote)))
+      (should (forj-worker-hello worker))
+      (should (equal (forj-install-python remote) python))
+      (should (file-executable-p python))
+      (should (equal (plist-get (forj-worker-hello worker) :version) forj-version))
+      (should (equal (plist-get (forj-worker-hello worker) :remote-root)
+                     (directory-file-name root)))
+      ;; The worker is the built one, run through ssh.
+      (let ((pid (forj-remote-test--worker-pid root)))
+        (should pid)
+        (should (equal (car (forj-remote-test--cmdline pid)) python))
+        (should (cl-some #'forj-remote-test--sshd-session-p
+                         (forj-remote-test--ancestors pid)))))
+    (with-current-buffer chat
+      (forj-chat-test--say "What does the note say?")
+      (should (forj-remote-test--approve-until-idle 120))
+      (should (string-match-p "remember the milk" (buffer-string)))
+      (should (string-match-p "The note says milk." (forj-session-transcript))))))
+
+(ert-deftest forj-test-remote-host-without-a-worker-declined-builds-nothing-and-says-how ()
+  "Declining the offer builds nothing on the host; the chat says what would install the worker."
+  (forj-remote-test-with-bare-host nil
+    (should (string-match-p "cannot import the worker (forj_py); M-x forj-install-worker installs it there"
+                            (forj-remote-test--start-failure chat)))
+    (should-not (forj-install-running-p remote))
+    (should-not (forj-install-python remote))
+    (should-not (file-exists-p (expand-file-name "venv.new" data)))))
+
 (defconst forj-remote-test--long-batch
   (concat "Three steps.\n\n"
           (forj-chat-test--block
