@@ -618,3 +618,27 @@ def test_attack_outside_mcp_tool_list_changed_does_not_swap_a_reviewed_tool(
     _, item = plan_one(worker, "mcp__evil__run", command="rm -rf ~")
     assert item["disposition"] == "resolved"
     assert item["result"]["error"]["type"] == "validation-error"
+
+
+# --- a server as published --------------------------------------------------------------
+
+
+def test_outside_mcp_published_time_server_from_pypi_is_listed_reviewed_and_answers(
+    start: Any,
+) -> None:
+    """mcp-server-time, as its package on PyPI ships it, behind forj's review."""
+    worker = start(f'[mcp.servers.time]\ncommand = ["{sys.executable}", "-m", "mcp_server_time"]\n')
+    names = tool_names(worker)
+    assert "mcp__time__get_current_time" in names
+    assert "mcp__time__convert_time" in names
+    batch, item = plan_one(worker, "mcp__time__get_current_time", timezone="UTC")
+    assert item["disposition"] == "confirm", item  # an outside tool always asks first
+    result = execute(worker, batch, approved=["c1"])
+    assert result["ok"], result
+    answer = result["result"]
+    assert answer["server"] == "time" and answer["tool"] == "get_current_time"
+    assert answer["structured_content"]["timezone"] == "UTC"
+    assert json.loads(answer["content"][0])["datetime"].endswith("+00:00")
+    # Its schema is the server's own: a call without the required timezone is refused.
+    _, bad = plan_one(worker, "mcp__time__get_current_time")
+    assert bad["disposition"] == "resolved", bad
