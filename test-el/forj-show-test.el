@@ -161,15 +161,20 @@ read: the call says so (not \"never read\"), and nothing is reviewed in vain."
       (list (list :text (forj-show-test--call "r1" "read_file" '(:path "a.txt")))
             (list :text (forj-show-test--call "e1" "edit" '(:path "a.txt" :old_string "old" :new_string "new")))
             (list :text "I will read it again."))
-    (let ((buffer (find-file-noselect (expand-file-name "a.txt" root)))
-          (forj-tools-unsaved-buffers 'save))
+    (let* ((buffer (find-file-noselect (expand-file-name "a.txt" root)))
+           (forj-tools-unsaved-buffers 'save)
+           ;; After the read, before the model's next reply is planned, the
+           ;; user types in the file's buffer (a hook: no race with the loop).
+           (forj-after-tool-result-functions
+            (list (lambda (call _result _root)
+                    (when (equal (plist-get call :name) "read_file")
+                      (with-current-buffer buffer
+                        (goto-char (point-min))
+                        (insert "mine\n")))
+                    nil))))
       (unwind-protect
           (progn
             (forj-chat-test--say "Change it.")
-            ;; After the read, the user types in the file's buffer.
-            (should (forj-test--wait-for
-                     (lambda () (string-match-p "✓ read_file a.txt" (buffer-string))) 30))
-            (with-current-buffer buffer (goto-char (point-min)) (insert "mine\n"))
             (should (forj-chat-test--wait-idle))
             (should (equal (forj-show-test--file root "a.txt") "mine\nold\n"))
             (let ((text (forj-show-test--visible)))
